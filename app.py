@@ -1,0 +1,55 @@
+"""Flask application factory; `app` is built on first access so importing this module has no side effects."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from flask import Flask
+
+from bot import identity, logs
+from bot.ingress import Ingress
+from bot.settings import Settings, load_settings
+from bot.web import bp
+from memory.keys import Keys
+from memory.store import resolve_url, rq_client, state_client
+
+log = logging.getLogger(__name__)
+
+
+def create_app(settings: Settings | None = None) -> Flask:
+    settings = settings or load_settings()
+    logs.setup(settings.log_level)
+    url = resolve_url(settings)
+    ingress = Ingress(settings, state_client(url), rq_client(url))
+    app = Flask(__name__)
+    app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
+    app.extensions["feishu_ingress"] = ingress
+    app.register_blueprint(bp)
+    threading.Thread(target=_warm_identity, args=(settings, ingress), daemon=True).start()
+    return app
+
+
+def _warm_identity(settings: Settings, ingress: Ingress) -> None:
+    """Best effort at start-up; the sweeper keeps it fresh. Never on the request path."""
+    try:
+        if identity.cached_open_id(ingress.state, ingress.keys) is None:
+            from bot.feishu import FeishuApi
+
+            identity.refresh(FeishuApi(settings, ingress.state, Keys(settings.bot_profile)),
+                             ingress.state, ingress.keys)
+    except Exception as exc:
+        log.warning("bot identity not fetched at start-up", extra={"error": exc.__class__.__name__})
+
+
+_app: Flask | None = None
+
+
+def __getattr__(name: str) -> Any:  # PEP 562: gunicorn's `app:app` builds the app lazily
+    global _app
+    if name == "app":
+        if _app is None:
+            _app = create_app()
+        return _app
+    raise AttributeError(name)

@@ -1,0 +1,1 @@
+"""Feishu edge: verify, decrypt, parse and admit events; adapters for Feishu and Claude."""

@@ -1,0 +1,164 @@
+"""Framework-neutral ingress: verify → decrypt → parse → admit → route → push. No Open API or model calls."""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+from pydantic import ValidationError
+
+from bot import identity, metrics
+from bot.admission import IDENTITY_UNKNOWN, admit
+from bot.crypto import SIGNATURE_HEADER, DecryptError, SignatureError, SignatureVerifier, decrypt
+from bot.envelope import MESSAGE_RECEIVE, Envelope, MessageEvent, dumps, to_inbound
+from bot.settings import Settings
+from jobs.inbox import Inbox
+from jobs.queues import enqueue_drain
+from memory.keys import Keys
+from routing.keys import route_for
+from routing.policy import policy_from
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Request:
+    headers: Mapping[str, str]
+    body: bytes
+
+
+@dataclass(frozen=True)
+class Response:
+    status: int
+    body: dict[str, Any] = field(default_factory=lambda: {"msg": "success"})
+
+
+class Reject(Exception):
+    """Ends a request with a deliberate status; the message is safe to show the caller."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status, self.message = status, message
+
+
+def _json_object(raw: bytes | str, what: str) -> dict[str, Any]:
+    try:
+        value = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        raise Reject(400, f"{what} is not valid JSON") from None
+    if not isinstance(value, dict):
+        raise Reject(400, f"{what} is not a JSON object")
+    return value
+
+
+class Ingress:
+    def __init__(self, settings: Settings, state: redis.Redis, rq: redis.Redis,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.settings, self.rq = settings, rq
+        self.keys = Keys(settings.bot_profile)
+        self.state = state
+        self.inbox = Inbox(state, self.keys, int(settings.run_lease_seconds * 1000))
+        self.policy = policy_from(settings)
+        self.encrypt_key = settings.secret("feishu_encrypt_key")
+        self.token = settings.secret("feishu_verification_token")
+        self.verifier = SignatureVerifier(self.encrypt_key, settings.signature_window_seconds, clock)
+
+    def handle(self, req: Request) -> Response:
+        started = time.perf_counter()
+        ctx: dict[str, Any] = {}
+        try:
+            response = self._handle(req, ctx)
+        except Reject as r:
+            response = Response(r.status, {"error": r.message})
+            level = logging.WARNING if r.status != 503 else logging.ERROR
+            log.log(level, "event rejected", extra={**ctx, "status": r.status, "reason": r.message})
+        except redis.RedisError as exc:
+            response = Response(503, {"error": "state store unavailable, retry later"})
+            log.error("state store unavailable", extra={**ctx, "status": 503, "error": exc.__class__.__name__})
+        except Exception:
+            response = Response(503, {"error": "internal error, retry later"})
+            log.exception("ingress failed", extra={**ctx, "status": 503})
+        metrics.observe_ingest(response.status, ctx.get("outcome", "rejected"), time.perf_counter() - started)
+        return response
+
+    def _authenticate(self, req: Request) -> tuple[dict[str, Any], bool]:
+        outer = _json_object(req.body, "body")
+        signed = bool(req.headers.get(SIGNATURE_HEADER))
+        if signed:
+            try:
+                self.verifier.verify(req.headers, req.body)
+            except SignatureError as exc:
+                raise Reject(401, f"bad signature: {exc}") from None
+        payload = outer
+        if "encrypt" in outer:
+            try:
+                payload = _json_object(decrypt(str(outer["encrypt"]), self.encrypt_key), "decrypted body")
+            except DecryptError:
+                raise Reject(401, "cannot decrypt: wrong encrypt key or tampered body") from None
+        header = payload.get("header") if isinstance(payload.get("header"), dict) else {}
+        token = payload.get("token") or header.get("token") or ""
+        if not isinstance(token, str) or not hmac.compare_digest(token.encode(), self.token.encode()):
+            raise Reject(401, "verification token mismatch")
+        return payload, signed
+
+    def _handle(self, req: Request, ctx: dict[str, Any]) -> Response:
+        payload, signed = self._authenticate(req)
+        if payload.get("type") == "url_verification":
+            challenge = payload.get("challenge")
+            if not isinstance(challenge, str):
+                raise Reject(400, "url_verification without a challenge")
+            ctx["outcome"] = "challenge"
+            return Response(200, {"challenge": challenge})
+        if not signed:
+            raise Reject(401, "missing signature headers")
+        if payload.get("schema") != "2.0":
+            ctx["outcome"] = "ignored"
+            log.info("ignored non-2.0 event", extra={"reason": "schema"})
+            return Response(200)
+        try:
+            envelope = Envelope.model_validate(payload)
+        except ValidationError:
+            raise Reject(400, "malformed schema 2.0 envelope") from None
+        ctx["event_id"] = envelope.header.event_id
+        if envelope.header.event_type != MESSAGE_RECEIVE:
+            ctx["outcome"] = "ignored"
+            log.info("ignored event type", extra={**ctx, "reason": envelope.header.event_type})
+            return Response(200)
+        try:
+            event = MessageEvent.model_validate(envelope.event)
+        except ValidationError:
+            raise Reject(400, "malformed im.message.receive_v1 event") from None
+        return self._accept(envelope, event, ctx)
+
+    def _accept(self, envelope: Envelope, event: MessageEvent, ctx: dict[str, Any]) -> Response:
+        inbound = to_inbound(envelope, event)
+        ctx["message_id"] = inbound.message_id
+        decision = admit(inbound, self.policy, identity.cached_open_id(self.state, self.keys))
+        if not decision.admit:
+            if decision.reason == IDENTITY_UNKNOWN:  # fail closed, but let Feishu deliver again later
+                raise Reject(503, "bot identity not known yet, retry later")
+            ctx["outcome"] = "ignored"
+            log.info("message not admitted", extra={**ctx, "reason": decision.reason})
+            return Response(200)
+        route = route_for(inbound, self.policy, self.settings.bot_profile)
+        ctx["route_key"] = route.key
+        pushed = self.inbox.push(route.key, dumps(inbound), message_id=inbound.message_id,
+                                 content_key=inbound.content_key(), queue=route.queue, kind=route.kind)
+        ctx["outcome"] = "duplicate" if pushed.duplicate else "queued"
+        if pushed.kick_token:
+            self._kick(route.queue, route.key, pushed.kick_token, ctx)
+        log.info("message accepted", extra={**ctx, "reason": ctx["outcome"]})
+        return Response(200)
+
+    def _kick(self, queue: str, route_key: str, token: str, ctx: dict[str, Any]) -> None:
+        try:
+            enqueue_drain(self.rq, queue, route_key, token, self.settings.retry_delays)
+        except redis.RedisError:
+            # The event is stored; the sweeper re-kicks the route once the kick lease expires.
+            log.warning("enqueue failed after push", extra=ctx)

@@ -1,0 +1,188 @@
+"""One settings model with the contract's flat env names, loaded once per process."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated, Literal
+
+from pydantic import (
+    BaseModel,
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+# Sandbox mode (FEISHU_APP_ID unset): fixed, obviously fake credentials shared by the service,
+# the bundled emulators and `python -m sandbox say`. They protect nothing real.
+SANDBOX_APP_ID = "cli_sandbox"
+SANDBOX_SECRETS = {
+    "feishu_app_secret": "sandbox-app-secret",
+    "feishu_verification_token": "sandbox-verification-token",
+    "feishu_encrypt_key": "sandbox-encrypt-key",
+}
+SANDBOX_API_KEY = "sk-sandbox"
+
+CsvList = Annotated[tuple[str, ...], NoDecode]
+Scope = Literal["per_sender", "shared"]
+
+
+class ChatOverride(BaseModel):
+    """Per-chat routing override (ROUTING_CHAT_OVERRIDES, a JSON object keyed by chat_id)."""
+
+    model_config = {"extra": "forbid"}
+    group_scope: Scope | None = None
+    topic_scope: Scope | None = None
+    require_mention: bool | None = None
+
+
+class Settings(BaseSettings):
+    """Every variable the code reads. `.env.example` documents each one."""
+
+    model_config = SettingsConfigDict(
+        env_file=".env", env_ignore_empty=True, extra="ignore", validate_default=True
+    )
+
+    feishu_app_id: str | None = None
+    feishu_app_secret: SecretStr | None = None
+    feishu_verification_token: SecretStr | None = None
+    feishu_encrypt_key: SecretStr | None = None
+    feishu_domain: str = "https://open.feishu.cn"
+    anthropic_api_key: SecretStr | None = None
+    anthropic_base_url: str | None = None
+    anthropic_model: str = "claude-sonnet-5-5"
+    redis_url: str | None = None
+    bitable_app_token: str | None = None
+    bitable_table_id: str | None = None
+    admin_token: SecretStr | None = None
+    bot_profile: str = Field("default", pattern=r"^[A-Za-z0-9_-]{1,32}$")
+    context_budget_tokens: int = Field(24000, ge=2000)
+
+    # Routing policy (README: "Routing policy")
+    routing_group_scope: Scope = "per_sender"
+    routing_topic_scope: Scope = "shared"
+    routing_require_mention: bool = True
+    routing_bot_messages: Literal["ignore", "allow"] = "ignore"
+    routing_allow_chats: CsvList = ()
+    routing_deny_chats: CsvList = ()
+    routing_allow_users: CsvList = ()
+    routing_deny_users: CsvList = ()
+    routing_chat_overrides: dict[str, ChatOverride] = {}
+    routing_queue_p2p: str = Field("runs", pattern=r"^[A-Za-z0-9_-]+$")
+    routing_queue_group: str = Field("runs", pattern=r"^[A-Za-z0-9_-]+$")
+    routing_queue_topic: str = Field("runs", pattern=r"^[A-Za-z0-9_-]+$")
+
+    # Runtime tuning
+    port: int = Field(8000, ge=1, le=65535)
+    var_dir: str = "var"
+    max_body_bytes: int = Field(262144, ge=1024)
+    signature_window_seconds: int = Field(300, ge=10)
+    run_lease_seconds: float = Field(30.0, gt=0)
+    run_retry_delays: CsvList = ("2", "10", "30", "60", "120")
+    dead_letter_after: int = Field(5, ge=1)
+    sweep_interval_seconds: float = Field(15.0, gt=0)
+    transcript_turns: int = Field(20, ge=0)
+    max_output_tokens: int = Field(2048, ge=64)
+    llm_timeout_seconds: float = Field(120.0, gt=0)
+    feishu_timeout_seconds: float = Field(10.0, gt=0)
+    reply_chunk_chars: int = Field(3500, ge=100, le=30000)
+    sandbox_feishu_port: int = Field(9901, ge=1, le=65535)
+    sandbox_model_port: int = Field(9902, ge=1, le=65535)
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+    @field_validator(
+        "routing_allow_chats", "routing_deny_chats", "routing_allow_users", "routing_deny_users",
+        "run_retry_delays", mode="before",
+    )
+    @classmethod
+    def _split_csv(cls, value: object) -> object:
+        if isinstance(value, str):
+            return tuple(part.strip() for part in value.split(",") if part.strip())
+        return value
+
+    @field_validator("run_retry_delays")
+    @classmethod
+    def _delays_are_numbers(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if not value or not all(v.isdigit() for v in value):
+            raise ValueError("must be a comma-separated list of whole seconds, e.g. 2,10,30")
+        return value
+
+    @field_validator("feishu_domain", "anthropic_base_url")
+    @classmethod
+    def _bare_origin(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError("must be an origin such as https://open.feishu.cn")
+        return value.rstrip("/") if value else value
+
+    @field_validator(
+        "feishu_app_secret", "feishu_verification_token", "feishu_encrypt_key", "anthropic_api_key"
+    )
+    @classmethod
+    def _required_outside_sandbox(cls, value: SecretStr | None, info: ValidationInfo) -> SecretStr | None:
+        app_id = info.data.get("feishu_app_id")
+        if app_id and app_id != SANDBOX_APP_ID and not _has_secret(value):
+            raise ValueError("required when FEISHU_APP_ID is set (outside sandbox mode)")
+        return value
+
+    @model_validator(mode="after")
+    def _sandbox_defaults(self) -> Settings:
+        if self.sandbox:
+            self._fill_sandbox_defaults()
+        return self
+
+    def _fill_sandbox_defaults(self) -> None:
+        self.feishu_app_id = None
+        for name, value in SANDBOX_SECRETS.items():
+            if getattr(self, name) is None:
+                setattr(self, name, SecretStr(value))
+        if "feishu_domain" not in self.model_fields_set:
+            self.feishu_domain = f"http://127.0.0.1:{self.sandbox_feishu_port}"
+        if self.anthropic_base_url is None:
+            self.anthropic_base_url = f"http://127.0.0.1:{self.sandbox_model_port}"
+        if self.anthropic_api_key is None:
+            self.anthropic_api_key = SecretStr(SANDBOX_API_KEY)
+
+    @property
+    def sandbox(self) -> bool:
+        return not self.feishu_app_id or self.feishu_app_id == SANDBOX_APP_ID
+
+    @property
+    def app_id(self) -> str:
+        return self.feishu_app_id or SANDBOX_APP_ID
+
+    def secret(self, name: str) -> str:
+        """The plain value of a secret field; call only where the value is used, never to log."""
+        value = getattr(self, name)
+        return value.get_secret_value() if value is not None else ""
+
+    @property
+    def retry_delays(self) -> list[int]:
+        return [int(v) for v in self.run_retry_delays]
+
+
+def _has_secret(value: SecretStr | None) -> bool:
+    return value is not None and bool(value.get_secret_value().strip())
+
+
+def describe_errors(error: ValidationError) -> list[str]:
+    """One line per bad field, naming the env variable, never echoing its value."""
+    lines = []
+    for item in error.errors(include_input=False, include_url=False):
+        loc = "_".join(str(p) for p in item["loc"]).upper()
+        where = f"{loc}: " if loc else ""
+        lines.append(f"{where}{item['msg']}")
+    return lines
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Load from the environment (and .env); on bad config print every problem and exit(2)."""
+    try:
+        return Settings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        print("Configuration error — fix these environment variables:", file=sys.stderr)
+        for line in describe_errors(exc):
+            print(f"  - {line}", file=sys.stderr)
+        raise SystemExit(2) from None

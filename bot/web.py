@@ -1,0 +1,55 @@
+"""The Flask edge: request → neutral `Request` → `Ingress.handle` → JSON response. Nothing else."""
+
+from __future__ import annotations
+
+from flask import Blueprint, Response, current_app, jsonify, request
+from prometheus_client import CONTENT_TYPE_LATEST
+from werkzeug.exceptions import HTTPException
+
+from bot import ingress as ing
+from bot import metrics
+
+bp = Blueprint("feishu", __name__)
+
+
+def _ingress() -> ing.Ingress:
+    return current_app.extensions["feishu_ingress"]
+
+
+@bp.post("/feishu/events")
+def events() -> tuple[Response, int]:
+    body = request.get_data(cache=False)  # raises 413 past MAX_CONTENT_LENGTH
+    result = _ingress().handle(ing.Request(headers=request.headers, body=body))
+    return jsonify(result.body), result.status
+
+
+@bp.get("/healthz")
+def healthz() -> tuple[Response, int]:
+    return jsonify(status="ok"), 200
+
+
+@bp.get("/readyz")
+def readyz() -> tuple[Response, int]:
+    try:
+        _ingress().state.ping()
+    except Exception:
+        return jsonify(status="unavailable", redis=False), 503
+    return jsonify(status="ready", redis=True), 200
+
+
+@bp.get("/metrics")
+def prometheus() -> Response:
+    i = _ingress()
+    return Response(metrics.render(i.state, i.keys), mimetype=CONTENT_TYPE_LATEST)
+
+
+@bp.app_errorhandler(HTTPException)
+def http_error(exc: HTTPException) -> tuple[Response, int]:
+    code = exc.code or 500
+    return jsonify(error=exc.name), code
+
+
+@bp.app_errorhandler(Exception)
+def unexpected(exc: Exception) -> tuple[Response, int]:
+    current_app.logger.exception("unhandled error")
+    return jsonify(error="internal error, retry later"), 503

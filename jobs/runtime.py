@@ -1,0 +1,69 @@
+"""Per-process runtime for jobs: settings, Redis clients and adapters, built lazily after fork."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from functools import cached_property
+
+import redis
+
+from bot.feishu import FeishuApi
+from bot.llm import Claude
+from bot.settings import Settings, load_settings
+from jobs.inbox import Inbox
+from jobs.outbox import Outbox
+from memory.keys import Keys
+from memory.store import resolve_url, rq_client, state_client
+
+_configured: Settings | None = None
+_current: tuple[int, Runtime] | None = None
+
+
+@dataclass
+class Runtime:
+    settings: Settings
+    redis_url: str
+
+    @cached_property
+    def keys(self) -> Keys:
+        return Keys(self.settings.bot_profile)
+
+    @cached_property
+    def state(self) -> redis.Redis:
+        return state_client(self.redis_url)
+
+    @cached_property
+    def rq(self) -> redis.Redis:
+        return rq_client(self.redis_url)
+
+    @cached_property
+    def inbox(self) -> Inbox:
+        return Inbox(self.state, self.keys, int(self.settings.run_lease_seconds * 1000))
+
+    @cached_property
+    def feishu(self) -> FeishuApi:
+        return FeishuApi(self.settings, self.state, self.keys)
+
+    @cached_property
+    def llm(self) -> Claude:
+        return Claude(self.settings)
+
+    @cached_property
+    def outbox(self) -> Outbox:
+        return Outbox(self.state, self.keys, self.feishu, self.settings.reply_chunk_chars)
+
+
+def configure(settings: Settings) -> None:
+    """Called once by the worker entry point before forking, so horses skip re-reading the env."""
+    global _configured
+    _configured = settings
+
+
+def current() -> Runtime:
+    """This process's runtime; a forked horse builds its own connections (none cross a fork)."""
+    global _current
+    if _current is None or _current[0] != os.getpid():
+        settings = _configured or load_settings()
+        _current = (os.getpid(), Runtime(settings, resolve_url(settings)))
+    return _current[1]

@@ -1,0 +1,1 @@
+"""Routing: the admin policy from env and the pure route-key function."""

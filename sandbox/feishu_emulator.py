@@ -1,0 +1,245 @@
+"""A loopback Feishu Open API emulator speaking the real wire format, with fault injection and inspection."""
+
+from __future__ import annotations
+
+import copy
+import json
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from flask import Flask, Response, request
+
+from sandbox.feishu_control import register_control
+from sandbox.feishu_rules import FeishuError, error_body
+from sandbox.feishu_store import FeishuStore
+from sandbox.server import (
+    Fault,
+    FaultBook,
+    LoopbackServer,
+    install_json_errors,
+    json_response,
+    parse_json_body,
+)
+
+OPS = ("token", "bot_info", "reply", "create", "get", "list", "chat")
+Hook = Callable[[dict[str, Any]], object]
+Handler = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+class FeishuEmulator(LoopbackServer):
+    """Feishu IM + auth endpoints at the root path, state in memory, driven from Python or /_sandbox/."""
+
+    def __init__(
+        self, app_id: str = "cli_test", app_secret: str = "test-secret", bot_open_id: str = "ou_bot",
+        bot_name: str = "助手", host: str = "127.0.0.1", port: int = 0, *, clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.app_id = app_id
+        self.bot_open_id = bot_open_id
+        self.bot_name = bot_name
+        self.store = FeishuStore(app_id, app_secret, clock)
+        self._lock = threading.RLock()
+        self._faults = FaultBook()
+        self._delays: dict[str, float] = {}
+        self._hooks: dict[str, list[tuple[str, Hook]]] = {}
+        self._requests: list[dict[str, Any]] = []
+        app = Flask(f"feishu_emulator_{id(self)}")
+        install_json_errors(app, _render_http_error)
+        self._routes(app)
+        super().__init__(app, host, port)
+
+    # -- controls -----------------------------------------------------------------------------------
+
+    def reset(self) -> None:
+        """Forget messages, chats, tokens, faults, delays, hooks and recorded requests."""
+        self.store.reset()
+        self._faults.clear()
+        with self._lock:
+            self._delays.clear()
+            self._hooks.clear()
+            self._requests.clear()
+        self.store.chat_qps = None
+
+    def inject(
+        self, op: str, *, code: int, http_status: int = 400, times: int = 1,
+        headers: dict[str, str] | None = None, msg: str = "",
+    ) -> None:
+        """Make the next `times` calls of `op` fail with this JSON error (code 0 + 5xx → gateway error)."""
+        _check_op(op)
+        self._faults.add(op, Fault(http_status, error_body(code, msg), dict(headers or {}), times))
+
+    def set_delay(self, op: str, seconds: float) -> None:
+        _check_op(op)
+        with self._lock:
+            self._delays[op] = float(seconds)
+
+    def on(self, op: str, callback: Hook, *, when: str = "after") -> None:
+        """Call `callback(request_record)` for each `op` call: "after" = effect applied, response not yet sent;
+        "before" = before any handling."""
+        _check_op(op)
+        if when not in ("before", "after"):
+            raise ValueError("when must be 'before' or 'after'")
+        with self._lock:
+            self._hooks.setdefault(op, []).append((when, callback))
+
+    def set_chat_qps(self, n: int | None) -> None:
+        """Per-chat anti-spam limit (Feishu: 5/s) → 230020; None or 0 turns it off."""
+        self.store.chat_qps = n or None
+
+    def expire_tokens(self) -> None:
+        self.store.expire_tokens()
+
+    def add_chat(
+        self, chat_id: str, chat_mode: str = "group", group_message_type: str = "chat", name: str = ""
+    ) -> dict[str, Any]:
+        return self.store.add_chat(chat_id, chat_mode, group_message_type, name)
+
+    def add_message(
+        self, message_id: str | None, chat_id: str, text: str = "", sender_open_id: str = "ou_user",
+        thread_id: str | None = None, root_id: str | None = None, parent_id: str | None = None,
+        msg_type: str = "text", content: str | None = None, *, chat_mode: str = "group",
+    ) -> dict[str, Any]:
+        """Register a user message (auto-adding the chat as `chat_mode`) so the bot can reply to it."""
+        if content is None:
+            content = json.dumps({"text": text}, ensure_ascii=False)
+        return self.store.add_user_message(
+            message_id, chat_id, content=content, sender_open_id=sender_open_id, msg_type=msg_type,
+            thread_id=thread_id, root_id=root_id, parent_id=parent_id, chat_mode=chat_mode,
+        )
+
+    # -- inspection ---------------------------------------------------------------------------------
+
+    @property
+    def requests(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return copy.deepcopy(self._requests)
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        with self.store.lock:
+            return copy.deepcopy(self.store.messages)
+
+    @property
+    def token_requests(self) -> int:
+        return self.store.token_requests
+
+    @property
+    def dedupe_hits(self) -> int:
+        return self.store.dedupe_hits
+
+    def bot_messages(self, chat_id: str | None = None, thread_id: str | None = None) -> list[dict[str, Any]]:
+        """Messages the bot sent, in creation order, optionally narrowed to a chat and/or topic."""
+        return [
+            m for m in self.messages
+            if m["sender"]["sender_type"] == "app"
+            and (chat_id is None or m["chat_id"] == chat_id)
+            and (thread_id is None or m.get("thread_id") == thread_id)
+        ]
+
+    def replies_to(self, message_id: str) -> list[dict[str, Any]]:
+        return [m for m in self.bot_messages() if m.get("parent_id") == message_id]
+
+    def describe(self) -> str:
+        bots = self.bot_messages()
+        last = [f"{r['method']} {r['path']}" for r in self.requests[-5:]]
+        return f"emulator: {len(self.messages)} messages ({len(bots)} from the bot); last requests: {last}"
+
+    # -- request plumbing ---------------------------------------------------------------------------
+
+    def _record(self, op: str) -> dict[str, Any]:
+        record = {
+            "op": op, "method": request.method, "path": request.path, "query": request.args.to_dict(),
+            "headers": dict(request.headers), "json": parse_json_body(request), "time": time.time(),
+            "params": dict(request.view_args or {}), "size": len(request.get_data(cache=True)),
+        }
+        with self._lock:
+            self._requests.append(record)
+        return copy.deepcopy(record)
+
+    def _run_hooks(self, op: str, when: str, record: dict[str, Any]) -> None:
+        with self._lock:
+            hooks = [cb for w, cb in self._hooks.get(op, []) if w == when]
+        for callback in hooks:
+            callback(record)
+
+    def _serve(self, op: str, handler: Handler) -> Response:
+        record = self._record(op)
+        self._run_hooks(op, "before", record)
+        with self._lock:
+            delay = self._delays.get(op, 0.0)
+        self.sleep(delay)
+        headers: dict[str, str] = {}
+        try:
+            if op != "token":  # every Open API except the token endpoint wants a tenant token
+                self.store.check_token(request.headers.get("Authorization"))
+            fault = self._faults.take(op)
+            if fault is not None:
+                body, status, headers = fault.body, fault.status, fault.headers
+            else:
+                body, status = handler(record), 200
+        except FeishuError as exc:
+            body, status, headers = exc.body(), exc.http_status, exc.headers
+        self._run_hooks(op, "after", {**record, "status": status, "response": copy.deepcopy(body)})
+        return json_response(body, status, headers)
+
+    def _routes(self, app: Flask) -> None:
+        routes: list[tuple[str, str, str, Handler]] = [
+            ("/open-apis/auth/v3/tenant_access_token/internal", "POST", "token", self._token),
+            ("/open-apis/bot/v3/info", "GET", "bot_info", self._bot_info),
+            ("/open-apis/im/v1/messages/<message_id>/reply", "POST", "reply", self._reply),
+            ("/open-apis/im/v1/messages", "POST", "create", self._create),
+            ("/open-apis/im/v1/messages/<message_id>", "GET", "get", self._get),
+            ("/open-apis/im/v1/messages", "GET", "list", self._list),
+            ("/open-apis/im/v1/chats/<chat_id>", "GET", "chat", self._chat),
+        ]
+        for path, method, op, handler in routes:
+            app.add_url_rule(path, endpoint=op, view_func=_bind(self._serve, op, handler), methods=[method])
+        register_control(app, self)
+
+    # -- Open API handlers (get the request record, return the JSON body or raise FeishuError) -----------
+
+    def _token(self, record: dict[str, Any]) -> dict[str, Any]:
+        return self.store.issue_token(record["json"])
+
+    def _bot_info(self, record: dict[str, Any]) -> dict[str, Any]:
+        # Unlike most Open APIs the bot object is top-level, not under "data" (feishu.md §2.4).
+        bot = {"activate_status": 2, "app_name": self.bot_name, "avatar_url": "", "ip_white_list": [],
+               "open_id": self.bot_open_id}
+        return {"code": 0, "msg": "ok", "bot": bot}
+
+    def _reply(self, record: dict[str, Any]) -> dict[str, Any]:
+        return _ok(self.store.reply(record["params"]["message_id"], record["json"], record["size"]))
+
+    def _create(self, record: dict[str, Any]) -> dict[str, Any]:
+        return _ok(self.store.create(record["query"].get("receive_id_type"), record["json"], record["size"]))
+
+    def _get(self, record: dict[str, Any]) -> dict[str, Any]:
+        return _ok(self.store.get(record["params"]["message_id"]))
+
+    def _list(self, record: dict[str, Any]) -> dict[str, Any]:
+        return _ok(self.store.list(record["query"]))
+
+    def _chat(self, record: dict[str, Any]) -> dict[str, Any]:
+        return _ok(self.store.chat(record["params"]["chat_id"]))
+
+
+def _ok(data: dict[str, Any]) -> dict[str, Any]:
+    return {"code": 0, "msg": "success", "data": data}
+
+
+def _bind(serve: Callable[..., Response], op: str, handler: Handler) -> Callable[..., Response]:
+    def view(**_: Any) -> Response:
+        return serve(op, handler)
+
+    return view
+
+
+def _check_op(op: str) -> None:
+    if op not in OPS:
+        raise ValueError(f"unknown op {op!r}; expected one of {OPS}")
+
+
+def _render_http_error(status: int, message: str) -> tuple[dict[str, Any], int]:
+    code = {404: 99991201, 405: 99991301}.get(status, -1)
+    return {"code": code, "msg": message}, status

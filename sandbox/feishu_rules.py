@@ -1,0 +1,111 @@
+"""Feishu IM request rules the emulator enforces: error codes, content validation, size limits (feishu.md §3)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+SEND_MSG_TYPES = frozenset({
+    "text", "post", "interactive", "image", "file", "audio", "media", "sticker", "share_chat", "share_user", "system",
+})
+TEXT_LIMIT_BYTES = 150 * 1024
+RICH_LIMIT_BYTES = 30 * 1024
+UUID_MAX_CHARS = 50
+UUID_WINDOW_SECONDS = 3600.0
+
+MESSAGES = {
+    -1: "bad gateway",
+    10003: "invalid param: app_id",
+    10014: "app secret invalid",
+    99991201: "path not found",
+    99991301: "request method not allowed",
+    99991400: "request trigger frequency limit",
+    99991661: "Missing access token for authorization. Please make a request with token attached.",
+    99991663: "Invalid access token for authorization. Please make a request with token attached.",
+    99992402: "field validation failed",
+    200621: "parse card json err, please check whether the card json is correct",
+    230001: "Your request contains an invalid request parameter.",
+    230002: "Bot/User can NOT be out of the chat.",
+    230019: "The topic does not exist.",
+    230020: "This operation triggers the frequency limit.",
+    230025: "The length of the message content reaches its limit.",
+    231003: "The message is not found, maybe not exist or deleted.",
+}
+
+
+class FeishuError(Exception):
+    """An Open API failure: HTTP status plus the JSON `{code, msg}` body Feishu sends."""
+
+    def __init__(
+        self, code: int, msg: str = "", http_status: int = 400, headers: dict[str, str] | None = None
+    ) -> None:
+        self.code = code
+        self.msg = msg or MESSAGES.get(code, "error")
+        self.http_status = http_status
+        self.headers = dict(headers or {})
+        super().__init__(f"{code}: {self.msg}")
+
+    def body(self) -> dict[str, Any]:
+        return {"code": self.code, "msg": self.msg}
+
+
+def error_body(code: int, msg: str = "") -> dict[str, Any]:
+    """The JSON body for an injected fault; code 0 with a 5xx means a gateway failure (code -1)."""
+    if code == 0:
+        return {"code": -1, "msg": msg or MESSAGES[-1]}
+    return {"code": code, "msg": msg or MESSAGES.get(code, "error")}
+
+
+def _parse_object(content: Any, what: str) -> dict[str, Any]:
+    if not isinstance(content, str):
+        raise FeishuError(230001, f"invalid message content: {what} content must be a JSON string")
+    try:
+        parsed = json.loads(content)
+    except ValueError:
+        raise FeishuError(230001, f"invalid message content: {what} content is not valid JSON") from None
+    if not isinstance(parsed, dict):
+        raise FeishuError(230001, f"invalid message content: {what} content must be a JSON object")
+    return parsed
+
+
+def _check_post(parsed: dict[str, Any]) -> None:
+    # The send format needs a locale wrapper ({"zh_cn": {...}}); the received format has none.
+    locales = [v for v in parsed.values() if isinstance(v, dict) and isinstance(v.get("content"), list)]
+    if not locales:
+        raise FeishuError(230001, "invalid message content: post needs a locale wrapper such as zh_cn")
+
+
+def validate_send(body: Any, raw_size: int) -> dict[str, Any]:
+    """Check a create/reply body; returns it, or raises the FeishuError the platform would answer."""
+    if not isinstance(body, dict):
+        raise FeishuError(99992402, "field validation failed: body must be a JSON object")
+    msg_type = body.get("msg_type")
+    if msg_type not in SEND_MSG_TYPES:
+        raise FeishuError(230001, f"invalid msg_type {msg_type!r}")
+    parsed = _parse_object(body.get("content"), str(msg_type))
+    if msg_type == "text" and not isinstance(parsed.get("text"), str):
+        raise FeishuError(230001, 'invalid message content: text content needs a "text" string')
+    if msg_type == "post":
+        _check_post(parsed)
+    if msg_type == "interactive" and "card_id" in parsed and "type" not in parsed:
+        raise FeishuError(200621)
+    limit = TEXT_LIMIT_BYTES if msg_type == "text" else RICH_LIMIT_BYTES
+    if msg_type in ("text", "post", "interactive") and raw_size > limit:
+        raise FeishuError(230025, f"{MESSAGES[230025]} ({raw_size} bytes > {limit})")
+    uuid = body.get("uuid")
+    if uuid is not None and (not isinstance(uuid, str) or len(uuid) > UUID_MAX_CHARS):
+        raise FeishuError(230001, f"uuid must be a string of at most {UUID_MAX_CHARS} characters")
+    return body
+
+
+def page_size(raw: str | None) -> int:
+    """list's page_size: default 20, range 1..50."""
+    if raw in (None, ""):
+        return 20
+    try:
+        size = int(raw)
+    except ValueError:
+        raise FeishuError(99992402, "field validation failed: page_size must be an integer") from None
+    if not 1 <= size <= 50:
+        raise FeishuError(99992402, "field validation failed: page_size must be between 1 and 50")
+    return size

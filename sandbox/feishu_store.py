@@ -1,0 +1,280 @@
+"""In-memory Feishu tenant for the emulator: tokens, chats, messages, threads and uuid idempotency."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from sandbox.events import TENANT_KEY
+from sandbox.feishu_rules import UUID_WINDOW_SECONDS, FeishuError, page_size, validate_send
+from sandbox.server import new_id
+
+TOKEN_TTL_SECONDS = 7200
+TOKEN_REUSE_MIN_SECONDS = 1800  # Feishu hands back the same token while ≥30 min remain (§4.1)
+USER_ID_TYPES = frozenset({"open_id", "union_id", "user_id", "email"})
+
+
+class FeishuStore:
+    """All emulator state behind one re-entrant lock; public methods return deep copies."""
+
+    def __init__(self, app_id: str, app_secret: str, clock: Callable[[], float] = time.time) -> None:
+        self.app_id = app_id
+        self.app_secret = app_secret
+        self.clock = clock
+        self.lock = threading.RLock()
+        self.chat_qps: int | None = None
+        self.reset()
+
+    def reset(self) -> None:
+        with self.lock:
+            self.tokens: dict[str, float] = {}
+            self.token_requests = 0
+            self.dedupe_hits = 0
+            self.chats: dict[str, dict[str, Any]] = {}
+            self.messages: list[dict[str, Any]] = []
+            self.by_id: dict[str, dict[str, Any]] = {}
+            self.thread_roots: dict[str, str] = {}
+            self.p2p_by_user: dict[str, str] = {}
+            self.uuids: dict[str, tuple[str, float]] = {}
+            self.sends: dict[str, deque[float]] = {}
+            self._last_ms = 0
+
+    # -- tokens -------------------------------------------------------------------------------------
+
+    def issue_token(self, body: Any) -> dict[str, Any]:
+        body = body if isinstance(body, dict) else {}
+        with self.lock:
+            self.token_requests += 1
+            if body.get("app_id") != self.app_id:
+                raise FeishuError(10003)
+            if body.get("app_secret") != self.app_secret:
+                raise FeishuError(10014)
+            now = self.clock()
+            live = [(exp, tok) for tok, exp in self.tokens.items() if exp - now >= TOKEN_REUSE_MIN_SECONDS]
+            if live:
+                expiry, token = max(live)
+            else:
+                token, expiry = "t-" + new_id("", 16), now + TOKEN_TTL_SECONDS
+                self.tokens[token] = expiry
+            return {"code": 0, "msg": "ok", "tenant_access_token": token, "expire": int(expiry - now)}
+
+    def check_token(self, authorization: str | None) -> None:
+        if not authorization or not authorization.startswith("Bearer "):
+            raise FeishuError(99991661)
+        with self.lock:
+            expiry = self.tokens.get(authorization[len("Bearer "):].strip())
+            if expiry is None or expiry <= self.clock():
+                raise FeishuError(99991663)
+
+    def expire_tokens(self) -> None:
+        with self.lock:
+            self.tokens.clear()
+
+    # -- chats --------------------------------------------------------------------------------------
+
+    def add_chat(
+        self, chat_id: str, chat_mode: str = "group", group_message_type: str = "chat", name: str = ""
+    ) -> dict[str, Any]:
+        chat: dict[str, Any] = {"chat_id": chat_id, "name": name or chat_id, "chat_mode": chat_mode}
+        if chat_mode == "group":
+            chat.update(group_message_type=group_message_type, chat_type="private")
+        chat.update(tenant_key=TENANT_KEY, external=False, description="", avatar="")
+        with self.lock:
+            self.chats[chat_id] = chat
+            return copy.deepcopy(chat)
+
+    def chat(self, chat_id: str) -> dict[str, Any]:
+        with self.lock:
+            if chat_id not in self.chats:
+                raise FeishuError(230002)
+            return copy.deepcopy(self.chats[chat_id])
+
+    def _threaded_chat(self, chat_id: str) -> bool:
+        """Topic groups and thread-mode groups put every top-level message into its own topic."""
+        chat = self.chats.get(chat_id, {})
+        return chat.get("chat_mode") == "topic" or chat.get("group_message_type") == "thread"
+
+    # -- messages -----------------------------------------------------------------------------------
+
+    def _now_ms(self) -> str:
+        # Strictly increasing so create_time order equals creation order, even within one millisecond.
+        self._last_ms = max(int(self.clock() * 1000), self._last_ms + 1)
+        return str(self._last_ms)
+
+    def _store(
+        self, chat_id: str, sender: dict[str, Any], msg_type: str, content: str,
+        message_id: str | None = None, **links: str | None,
+    ) -> dict[str, Any]:
+        now = self._now_ms()
+        msg: dict[str, Any] = {"message_id": message_id or new_id("om_")}
+        msg.update({k: v for k, v in links.items() if v is not None})
+        msg.update({
+            "msg_type": msg_type, "create_time": now, "update_time": now, "deleted": False, "updated": False,
+            "chat_id": chat_id, "sender": sender, "body": {"content": content}, "mentions": [],
+        })
+        self.messages.append(msg)
+        self.by_id[msg["message_id"]] = msg
+        thread_id = msg.get("thread_id")
+        if thread_id and thread_id not in self.thread_roots:
+            self.thread_roots[thread_id] = msg["message_id"]
+        return msg
+
+    def add_user_message(
+        self, message_id: str | None, chat_id: str, *, content: str, sender_open_id: str, msg_type: str = "text",
+        thread_id: str | None = None, root_id: str | None = None, parent_id: str | None = None,
+        chat_mode: str = "group",
+    ) -> dict[str, Any]:
+        with self.lock:
+            if message_id and message_id in self.by_id:
+                return copy.deepcopy(self.by_id[message_id])  # registering twice is harmless
+            if chat_id not in self.chats:
+                self.add_chat(chat_id, chat_mode=chat_mode)
+            if self.chats[chat_id]["chat_mode"] == "p2p":
+                self.p2p_by_user.setdefault(sender_open_id, chat_id)
+            if thread_id and root_id is None and thread_id in self.thread_roots:
+                root_id = self.thread_roots[thread_id]  # inside a topic every message replies to the root
+            sender = {"id": sender_open_id, "id_type": "open_id", "sender_type": "user", "tenant_key": TENANT_KEY}
+            msg = self._store(
+                chat_id, sender, msg_type, content, message_id,
+                root_id=root_id, parent_id=parent_id or root_id, thread_id=thread_id,
+            )
+            return copy.deepcopy(msg)
+
+    def _bot_sender(self) -> dict[str, Any]:
+        return {"id": self.app_id, "id_type": "app_id", "sender_type": "app", "tenant_key": TENANT_KEY}
+
+    def _dedupe(self, uuid: str | None) -> dict[str, Any] | None:
+        if not uuid:
+            return None
+        seen = self.uuids.get(uuid)
+        if seen is None or self.clock() - seen[1] > UUID_WINDOW_SECONDS:
+            return None
+        self.dedupe_hits += 1
+        return copy.deepcopy(self.by_id[seen[0]])
+
+    def _throttle(self, chat_id: str) -> None:
+        if not self.chat_qps:
+            return
+        now = time.monotonic()
+        window = self.sends.setdefault(chat_id, deque())
+        while window and now - window[0] >= 1.0:
+            window.popleft()
+        if len(window) >= self.chat_qps:
+            raise FeishuError(230020)
+        window.append(now)
+
+    def _send(self, chat_id: str, body: dict[str, Any], **links: str | None) -> dict[str, Any]:
+        self._throttle(chat_id)
+        msg = self._store(chat_id, self._bot_sender(), body["msg_type"], body["content"], **links)
+        if body.get("uuid"):
+            self.uuids[body["uuid"]] = (msg["message_id"], self.clock())
+        return copy.deepcopy(msg)
+
+    def reply(self, target_id: str, body: Any, raw_size: int) -> dict[str, Any]:
+        with self.lock:
+            target = self.by_id.get(target_id)
+            if target is None:
+                raise FeishuError(231003)
+            validate_send(body, raw_size)
+            original = self._dedupe(body.get("uuid"))
+            if original is not None:
+                return original
+            chat_id = target["chat_id"]
+            thread_id = target.get("thread_id")
+            if not thread_id and (body.get("reply_in_thread") is True or self._threaded_chat(chat_id)):
+                thread_id = new_id("omt_", 8)
+                target["thread_id"] = thread_id  # the replied-to message becomes the topic's root
+                self.thread_roots[thread_id] = target_id
+            root_id = target.get("root_id") or target_id
+            return self._send(chat_id, body, root_id=root_id, parent_id=target_id, thread_id=thread_id)
+
+    def create(self, receive_id_type: str | None, body: Any, raw_size: int) -> dict[str, Any]:
+        with self.lock:
+            if receive_id_type != "chat_id" and receive_id_type not in USER_ID_TYPES:
+                raise FeishuError(99992402, "field validation failed: receive_id_type")
+            validate_send(body, raw_size)
+            chat_id = self._resolve_chat(receive_id_type, body.get("receive_id"))
+            original = self._dedupe(body.get("uuid"))
+            if original is not None:
+                return original
+            # A top-level post in a topic group or thread-mode group opens a new topic.
+            thread_id = new_id("omt_", 8) if self._threaded_chat(chat_id) else None
+            return self._send(chat_id, body, thread_id=thread_id)
+
+    def _resolve_chat(self, receive_id_type: str, receive_id: Any) -> str:
+        if not isinstance(receive_id, str) or not receive_id:
+            raise FeishuError(99992402, "field validation failed: receive_id")
+        if receive_id_type == "chat_id":
+            if receive_id not in self.chats:
+                raise FeishuError(230002)
+            return receive_id
+        if receive_id not in self.p2p_by_user:
+            chat_id = new_id("oc_", 16)
+            self.add_chat(chat_id, chat_mode="p2p")
+            self.p2p_by_user[receive_id] = chat_id
+        return self.p2p_by_user[receive_id]
+
+    def get(self, message_id: str) -> dict[str, Any]:
+        with self.lock:
+            if message_id not in self.by_id:
+                raise FeishuError(231003)
+            return {"items": [copy.deepcopy(self.by_id[message_id])]}
+
+    def list(self, query: dict[str, str]) -> dict[str, Any]:
+        container_type, container_id = query.get("container_id_type"), query.get("container_id", "")
+        size = page_size(query.get("page_size"))
+        offset, sort = _decode_page(query.get("page_token"), query.get("sort_type") or "ByCreateTimeAsc")
+        with self.lock:
+            if container_type == "chat":
+                if container_id not in self.chats:
+                    raise FeishuError(230002)
+                items = [m for m in self.messages if m["chat_id"] == container_id and self._top_level(m)]
+                items = _time_filter(items, query.get("start_time"), query.get("end_time"))
+            elif container_type == "thread":
+                items = [m for m in self.messages if m.get("thread_id") == container_id]
+            else:
+                raise FeishuError(99992402, "field validation failed: container_id_type must be chat or thread")
+            if sort == "ByCreateTimeDesc":
+                items = items[::-1]
+            page = copy.deepcopy(items[offset:offset + size])
+        data: dict[str, Any] = {"has_more": offset + size < len(items), "items": page}
+        if data["has_more"]:
+            data["page_token"] = _encode_page(offset + size, sort)
+        return data
+
+    def _top_level(self, msg: dict[str, Any]) -> bool:
+        """A chat listing shows plain messages and topic roots, not the replies inside topics."""
+        thread_id = msg.get("thread_id")
+        return not thread_id or self.thread_roots.get(thread_id) == msg["message_id"]
+
+
+def _encode_page(offset: int, sort: str) -> str:
+    return base64.urlsafe_b64encode(json.dumps([offset, sort]).encode()).decode()
+
+
+def _decode_page(token: str | None, sort: str) -> tuple[int, str]:
+    if sort not in ("ByCreateTimeAsc", "ByCreateTimeDesc"):
+        raise FeishuError(99992402, "field validation failed: sort_type")
+    if not token:
+        return 0, sort
+    try:
+        offset, first_sort = json.loads(base64.urlsafe_b64decode(token.encode()))
+        return int(offset), str(first_sort)  # a page_token keeps the first request's sort order
+    except (ValueError, TypeError):
+        raise FeishuError(99992402, "field validation failed: page_token") from None
+
+
+def _time_filter(items: list[dict[str, Any]], start: str | None, end: str | None) -> list[dict[str, Any]]:
+    """start_time/end_time are unix seconds (inclusive) while create_time is in milliseconds."""
+    try:
+        lo = int(start) * 1000 if start else 0
+        hi = int(end) * 1000 + 999 if end else None
+    except ValueError:
+        raise FeishuError(99992402, "field validation failed: start_time/end_time") from None
+    return [m for m in items if int(m["create_time"]) >= lo and (hi is None or int(m["create_time"]) <= hi)]
