@@ -6,7 +6,7 @@ import hashlib
 from collections.abc import Callable
 
 import redis
-from lark_oapi.channel import chunk_text
+from lark_oapi.channel.outbound.sender import chunk_text
 
 from bot.feishu import FeishuApi
 from memory.keys import Keys

@@ -23,7 +23,9 @@ def user_ids(open_id: str) -> dict[str, str]:
     """A stable {union_id, user_id, open_id} triple derived from the open_id, so repeats agree."""
     if open_id == "all":
         return {"union_id": "", "user_id": "all", "open_id": ""}
-    return {"union_id": "on_" + _digest(open_id, 32), "user_id": _digest("u" + open_id, 8), "open_id": open_id}
+    return {
+        "union_id": "on_" + _digest(open_id, 32), "user_id": _digest("u" + open_id, 8), "open_id": open_id,
+    }
 
 
 def mention(open_id: str, name: str, key: str = "@_user_1", mentioned_type: str = "user") -> dict[str, Any]:
@@ -57,7 +59,9 @@ def _content(message_type: str, text: str, content: str | None) -> str:
     raise ValueError(f"content is required for message_type={message_type!r}")
 
 
-def _header(event_type: str, event_id: str | None, create_time_ms: int, token: str, app_id: str) -> dict[str, str]:
+def _header(
+    event_type: str, event_id: str | None, create_time_ms: int, token: str, app_id: str
+) -> dict[str, str]:
     return {
         "event_id": event_id or uuid.uuid4().hex,
         "event_type": event_type,

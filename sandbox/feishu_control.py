@@ -15,8 +15,8 @@ if TYPE_CHECKING:
 
 LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})
 MESSAGE_FIELDS = (
-    "message_id", "chat_id", "text", "sender_open_id", "thread_id", "root_id", "parent_id", "msg_type", "content",
-    "chat_mode",
+    "message_id", "chat_id", "text", "sender_open_id", "thread_id", "root_id", "parent_id", "msg_type",
+    "content", "chat_mode",
 )
 
 
@@ -92,7 +92,7 @@ def register_control(app: Flask, emu: FeishuEmulator) -> None:
         return {"ok": True}
 
     def reset() -> dict[str, Any]:
-        emu.reset()
+        emu.reset(keep_tokens=bool(_body().get("keep_tokens")))
         return {"ok": True}
 
     def expire_tokens() -> dict[str, Any]:
@@ -115,4 +115,5 @@ def register_control(app: Flask, emu: FeishuEmulator) -> None:
         ("/_sandbox/health", "GET", health),
     ]
     for path, method, action in routes:
-        app.add_url_rule(path, endpoint=f"sandbox_{method}_{path}", view_func=_guarded(action), methods=[method])
+        endpoint = f"sandbox_{method}_{path}"
+        app.add_url_rule(path, endpoint=endpoint, view_func=_guarded(action), methods=[method])

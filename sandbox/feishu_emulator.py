@@ -33,7 +33,8 @@ class FeishuEmulator(LoopbackServer):
 
     def __init__(
         self, app_id: str = "cli_test", app_secret: str = "test-secret", bot_open_id: str = "ou_bot",
-        bot_name: str = "助手", host: str = "127.0.0.1", port: int = 0, *, clock: Callable[[], float] = time.time,
+        bot_name: str = "助手", host: str = "127.0.0.1", port: int = 0, *,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.app_id = app_id
         self.bot_open_id = bot_open_id
@@ -51,9 +52,12 @@ class FeishuEmulator(LoopbackServer):
 
     # -- controls -----------------------------------------------------------------------------------
 
-    def reset(self) -> None:
-        """Forget messages, chats, tokens, faults, delays, hooks and recorded requests."""
-        self.store.reset()
+    def reset(self, *, keep_tokens: bool = False) -> None:
+        """Forget messages, chats, tokens, faults, delays, hooks and recorded requests.
+
+        keep_tokens=True spares issued tokens, for long-lived clients whose cached token should survive.
+        """
+        self.store.reset(keep_tokens=keep_tokens)
         self._faults.clear()
         with self._lock:
             self._delays.clear()
@@ -75,8 +79,11 @@ class FeishuEmulator(LoopbackServer):
             self._delays[op] = float(seconds)
 
     def on(self, op: str, callback: Hook, *, when: str = "after") -> None:
-        """Call `callback(request_record)` for each `op` call: "after" = effect applied, response not yet sent;
-        "before" = before any handling."""
+        """Call `callback(record)` on each `op` call.
+
+        when="after": the effect is applied but the response is not sent yet (kill a worker "mid-reply");
+        when="before": before delay, auth and handling. After-hooks also see "status" and "response".
+        """
         _check_op(op)
         if when not in ("before", "after"):
             raise ValueError("when must be 'before' or 'after'")

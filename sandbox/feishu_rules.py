@@ -1,4 +1,4 @@
-"""Feishu IM request rules the emulator enforces: error codes, content validation, size limits (feishu.md §3)."""
+"""Feishu IM rules the emulator enforces: error codes, content validation, size limits (feishu.md §3)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ import json
 from typing import Any
 
 SEND_MSG_TYPES = frozenset({
-    "text", "post", "interactive", "image", "file", "audio", "media", "sticker", "share_chat", "share_user", "system",
+    "text", "post", "interactive", "image", "file", "audio", "media", "sticker", "share_chat", "share_user",
+    "system",
 })
 TEXT_LIMIT_BYTES = 150 * 1024
 RICH_LIMIT_BYTES = 30 * 1024

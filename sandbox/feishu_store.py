@@ -31,9 +31,10 @@ class FeishuStore:
         self.chat_qps: int | None = None
         self.reset()
 
-    def reset(self) -> None:
+    def reset(self, *, keep_tokens: bool = False) -> None:
         with self.lock:
-            self.tokens: dict[str, float] = {}
+            if not keep_tokens or not hasattr(self, "tokens"):
+                self.tokens: dict[str, float] = {}
             self.token_requests = 0
             self.dedupe_hits = 0
             self.chats: dict[str, dict[str, Any]] = {}
@@ -84,7 +85,7 @@ class FeishuStore:
         chat: dict[str, Any] = {"chat_id": chat_id, "name": name or chat_id, "chat_mode": chat_mode}
         if chat_mode == "group":
             chat.update(group_message_type=group_message_type, chat_type="private")
-        chat.update(tenant_key=TENANT_KEY, external=False, description="", avatar="")
+        chat.update(tenant_key=TENANT_KEY, external=False, description="", avatar="", chat_status="normal")
         with self.lock:
             self.chats[chat_id] = chat
             return copy.deepcopy(chat)
@@ -126,9 +127,9 @@ class FeishuStore:
         return msg
 
     def add_user_message(
-        self, message_id: str | None, chat_id: str, *, content: str, sender_open_id: str, msg_type: str = "text",
-        thread_id: str | None = None, root_id: str | None = None, parent_id: str | None = None,
-        chat_mode: str = "group",
+        self, message_id: str | None, chat_id: str, *, content: str, sender_open_id: str,
+        msg_type: str = "text", thread_id: str | None = None, root_id: str | None = None,
+        parent_id: str | None = None, chat_mode: str = "group",
     ) -> dict[str, Any]:
         with self.lock:
             if message_id and message_id in self.by_id:
@@ -139,7 +140,9 @@ class FeishuStore:
                 self.p2p_by_user.setdefault(sender_open_id, chat_id)
             if thread_id and root_id is None and thread_id in self.thread_roots:
                 root_id = self.thread_roots[thread_id]  # inside a topic every message replies to the root
-            sender = {"id": sender_open_id, "id_type": "open_id", "sender_type": "user", "tenant_key": TENANT_KEY}
+            sender = {
+                "id": sender_open_id, "id_type": "open_id", "sender_type": "user", "tenant_key": TENANT_KEY,
+            }
             msg = self._store(
                 chat_id, sender, msg_type, content, message_id,
                 root_id=root_id, parent_id=parent_id or root_id, thread_id=thread_id,
@@ -239,7 +242,7 @@ class FeishuStore:
             elif container_type == "thread":
                 items = [m for m in self.messages if m.get("thread_id") == container_id]
             else:
-                raise FeishuError(99992402, "field validation failed: container_id_type must be chat or thread")
+                raise FeishuError(99992402, "field validation failed: container_id_type is chat|thread")
             if sort == "ByCreateTimeDesc":
                 items = items[::-1]
             page = copy.deepcopy(items[offset:offset + size])

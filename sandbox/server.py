@@ -42,7 +42,7 @@ def json_response(body: Any, status: int = 200, headers: Mapping[str, str] | Non
 
 
 def parse_json_body(request: Request) -> Any:
-    """The request body as JSON regardless of Content-Type (lark-oapi's token call sends none); None if bad."""
+    """The body as JSON whatever the Content-Type (lark-oapi's token call sends none); None if bad."""
     raw = request.get_data(cache=True)
     if not raw:
         return None
@@ -107,7 +107,8 @@ class FaultBook:
 
 
 def wait_for(
-    predicate: Callable[[], T], timeout: float = 10.0, interval: float = 0.02, describe: Callable[[], str] | None = None
+    predicate: Callable[[], T], timeout: float = 10.0, interval: float = 0.02,
+    describe: Callable[[], str] | None = None,
 ) -> T:
     """Poll `predicate` until it returns something truthy; raise AssertionError with context on timeout."""
     deadline = time.monotonic() + timeout
@@ -118,7 +119,7 @@ def wait_for(
         if time.monotonic() >= deadline:
             name = getattr(predicate, "__qualname__", repr(predicate))
             detail = f"\n{describe()}" if describe else ""
-            raise AssertionError(f"condition {name} still false after {timeout:.2f}s (last value {value!r}){detail}")
+            raise AssertionError(f"{name} still false after {timeout:.2f}s (last value {value!r}){detail}")
         time.sleep(interval)
 
 
@@ -137,7 +138,9 @@ class LoopbackServer:
         if self._server is not None:
             return self
         self._stopping.clear()
-        self._server = make_server(self.host, self.port, self.app, threaded=True, request_handler=_QuietHandler)
+        self._server = make_server(
+            self.host, self.port, self.app, threaded=True, request_handler=_QuietHandler
+        )
         self.port = self._server.server_port
         name = f"{type(self).__name__}:{self.port}"
         self._thread = threading.Thread(target=self._server.serve_forever, name=name, daemon=True)

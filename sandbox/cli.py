@@ -1,0 +1,180 @@
+"""`python -m sandbox serve|say`: run the local emulators, or talk to the running bot as a Feishu user."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import threading
+import time
+from typing import Any
+
+import requests
+
+from bot.settings import Settings, load_settings
+from sandbox.claude_standin import ClaudeStandin
+from sandbox.events import mention, message_event, signed_request
+from sandbox.feishu_emulator import FeishuEmulator
+
+HTTP_TIMEOUT = 10.0
+SETTLE_SECONDS = 1.0  # after the first reply, wait this long for further chunks of a long answer
+
+
+def _wait_for_signal() -> None:
+    """Block until SIGTERM/SIGINT; honcho stops every process when one exits, so never exit early."""
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    while not stop.wait(1.0):
+        pass
+
+
+def serve(_: argparse.Namespace) -> int:
+    settings = load_settings()
+    if not settings.sandbox:
+        print("sandbox: FEISHU_APP_ID is set, so the real Feishu is used; emulators not started.", flush=True)
+        _wait_for_signal()
+        return 0
+    feishu = FeishuEmulator(
+        app_id=settings.app_id, app_secret=settings.secret("feishu_app_secret"),
+        port=settings.sandbox_feishu_port,
+    )
+    claude = ClaudeStandin(port=settings.sandbox_model_port)
+    try:
+        feishu.start()
+        claude.start()
+    except OSError as exc:
+        print(f"sandbox: cannot bind an emulator port: {exc}", file=sys.stderr, flush=True)
+        feishu.stop()
+        return 1
+    print(f"sandbox: Feishu emulator at {feishu.url} (app_id {settings.app_id}, bot {feishu.bot_open_id})")
+    print(f"sandbox: Claude stand-in at {claude.url}")
+    print('sandbox: try  python -m sandbox say --chat oc_demo "你好"', flush=True)
+    try:
+        _wait_for_signal()
+    finally:
+        feishu.stop()
+        claude.stop()
+    return 0
+
+
+def _bot_open_id(base: str, settings: Settings) -> str:
+    """Ask the emulator who the bot is, as the service would; fall back to the emulator default."""
+    creds = {"app_id": settings.app_id, "app_secret": settings.secret("feishu_app_secret")}
+    try:
+        token = requests.post(
+            f"{base}/open-apis/auth/v3/tenant_access_token/internal", json=creds, timeout=HTTP_TIMEOUT
+        ).json()["tenant_access_token"]
+        auth = {"Authorization": f"Bearer {token}"}
+        info = requests.get(f"{base}/open-apis/bot/v3/info", headers=auth, timeout=HTTP_TIMEOUT).json()
+        return str(info["bot"]["open_id"])
+    except (requests.RequestException, ValueError, KeyError):
+        return "ou_bot"
+
+
+def message_text(message: dict[str, Any]) -> str:
+    """Readable text of a sent message: text as is, post flattened, anything else as raw JSON."""
+    raw = message.get("body", {}).get("content", "")
+    try:
+        content = json.loads(raw)
+    except ValueError:
+        return raw
+    if message.get("msg_type") == "text" and isinstance(content, dict):
+        return str(content.get("text", ""))
+    if message.get("msg_type") == "post" and isinstance(content, dict):
+        post: dict[str, Any] = next(iter(content.values()), {})
+        lines = [" ".join(str(el.get("text", "")) for el in para) for para in post.get("content", [])]
+        return "\n".join(filter(None, [post.get("title", ""), *lines]))
+    return raw
+
+
+def _register(base: str, args: argparse.Namespace, chat_id: str, text: str) -> dict[str, Any]:
+    fields = {
+        "chat_id": chat_id, "text": text, "sender_open_id": args.user, "thread_id": args.thread,
+        "chat_mode": "group" if args.group else "p2p",
+    }
+    resp = requests.post(f"{base}/_sandbox/messages", json=fields, timeout=HTTP_TIMEOUT)
+    resp.raise_for_status()
+    return dict(resp.json())
+
+
+def _replies(base: str, message: dict[str, Any]) -> list[dict[str, Any]]:
+    params = {"chat_id": message["chat_id"], "after": message["create_time"]}
+    items = requests.get(f"{base}/_sandbox/bot_messages", params=params, timeout=HTTP_TIMEOUT).json()
+    # A reply either answers this message or (p2p via create) stands alone in the chat.
+    return [m for m in items if m.get("parent_id") in (None, "", message["message_id"])]
+
+
+def _await_replies(base: str, message: dict[str, Any], wait: float) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + wait
+    found: list[dict[str, Any]] = []
+    settled_at = None
+    while time.monotonic() < deadline:
+        current = _replies(base, message)
+        if len(current) > len(found):
+            found, settled_at = current, time.monotonic() + SETTLE_SECONDS
+        if settled_at is not None and time.monotonic() >= settled_at:
+            break
+        time.sleep(0.2)
+    return found
+
+
+def say(args: argparse.Namespace) -> int:
+    settings = load_settings()
+    if not settings.sandbox:
+        print("say needs the sandbox emulator; FEISHU_APP_ID is set (real Feishu).", file=sys.stderr)
+        return 2
+    base = settings.feishu_domain
+    chat_id = args.chat or ("oc_sandbox_group" if args.group else "oc_sandbox_p2p")
+    text, mentions = args.text, []
+    if args.group:  # in groups the bot only hears @mentions
+        text, mentions = f"@_user_1 {args.text}", [mention(_bot_open_id(base, settings), "助手")]
+    try:
+        message = _register(base, args, chat_id, text)
+    except requests.RequestException as exc:
+        print(f"cannot reach the Feishu emulator at {base} (is `python -m sandbox serve` running?): {exc}")
+        return 1
+    event = message_event(
+        chat_id=chat_id, text=text, chat_type="group" if args.group else "p2p", sender_open_id=args.user,
+        mentions=mentions, thread_id=message.get("thread_id"), root_id=message.get("root_id"),
+        parent_id=message.get("parent_id"), message_id=message["message_id"],
+        create_time_ms=int(message["create_time"]), token=settings.secret("feishu_verification_token"),
+        app_id=settings.app_id,
+    )
+    key = settings.secret("feishu_encrypt_key")
+    body, headers = signed_request(event, encrypt_key=key, encrypt=bool(key))
+    url = args.url or f"http://127.0.0.1:{settings.port}/feishu/events"
+    try:
+        status = requests.post(url, data=body, headers=headers, timeout=HTTP_TIMEOUT).status_code
+    except requests.RequestException as exc:
+        print(f"POST {url} failed: {exc}")
+        return 1
+    print(f"POST {url} → HTTP {status} (message {message['message_id']} in {chat_id})", flush=True)
+    replies = _await_replies(base, message, args.wait)
+    for reply in replies:
+        print(f"bot: {message_text(reply)}")
+    if not replies:
+        print(f"no bot reply within {args.wait:g}s")
+    return 0 if replies else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m sandbox", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("serve", help="run the Feishu emulator and the Claude stand-in").set_defaults(func=serve)
+    p = sub.add_parser("say", help="send a message to the bot as a Feishu user and print its reply")
+    p.add_argument("text", help="what the user says")
+    p.add_argument("--chat", default=None, help="chat_id (oc_sandbox_p2p, or oc_sandbox_group with --group)")
+    p.add_argument("--group", action="store_true", help="group chat: the message @mentions the bot")
+    p.add_argument("--thread", default=None, help="thread_id (omt_…) to post inside a topic")
+    p.add_argument("--user", default="ou_sandbox_user", help="sender open_id")
+    p.add_argument("--url", default=None, help="webhook URL (default http://127.0.0.1:$PORT/feishu/events)")
+    p.add_argument("--wait", type=float, default=30.0, help="seconds to wait for the reply")
+    p.set_defaults(func=say)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args))

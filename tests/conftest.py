@@ -1,0 +1,109 @@
+"""Shared fixtures: one embedded Redis, the emulators, the web app and real worker processes per session."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from memory.embedded import ensure_server, stop_server
+from memory.keys import Keys
+from sandbox.claude_standin import ClaudeStandin
+from sandbox.feishu_emulator import FeishuEmulator
+from tests.harness import (
+    APP_ID,
+    APP_SECRET,
+    BOT_OPEN_ID,
+    Proc,
+    WebServer,
+    service_env,
+    settings_from,
+    wait_for,
+    worker_count,
+)
+
+_real_connect = socket.socket.connect
+
+
+def _loopback_only(self: socket.socket, address: object) -> object:
+    """No test may reach the network: only loopback and unix sockets are allowed."""
+    if isinstance(address, tuple) and address[0] not in ("127.0.0.1", "localhost", "::1"):
+        raise RuntimeError(f"test tried to reach the network: {address!r}")
+    return _real_connect(self, address)  # type: ignore[arg-type]
+
+
+socket.socket.connect = _loopback_only  # type: ignore[method-assign]
+
+
+@pytest.fixture(scope="session")
+def workdir() -> Iterator[Path]:
+    # Short path: unix socket paths are limited to ~107 bytes.
+    path = Path(tempfile.mkdtemp(prefix="fb-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def redis_url(workdir: Path) -> Iterator[str]:
+    url = ensure_server(str(workdir / "var"))
+    yield url
+    stop_server(str(workdir / "var"))
+
+
+@pytest.fixture(scope="session")
+def r(redis_url: str) -> redis.Redis:
+    return redis.Redis.from_url(redis_url, decode_responses=True)
+
+
+@pytest.fixture(scope="session")
+def feishu() -> Iterator[FeishuEmulator]:
+    emu = FeishuEmulator(app_id=APP_ID, app_secret=APP_SECRET, bot_open_id=BOT_OPEN_ID).start()
+    yield emu
+    emu.stop()
+
+
+@pytest.fixture(scope="session")
+def claude() -> Iterator[ClaudeStandin]:
+    standin = ClaudeStandin().start()
+    yield standin
+    standin.stop()
+
+
+@pytest.fixture(scope="session")
+def env(redis_url: str, feishu: FeishuEmulator, claude: ClaudeStandin) -> dict[str, str]:
+    return service_env(redis_url, feishu.url, claude.url)
+
+
+@pytest.fixture(scope="session")
+def keys() -> Keys:
+    return Keys("test")
+
+
+@pytest.fixture(scope="session")
+def service(env: dict[str, str], workdir: Path, r: redis.Redis, keys: Keys) -> Iterator[WebServer]:
+    """Web app + two workers + the sweeper, all real, all on the session's Redis."""
+    procs = [
+        Proc(["-m", "jobs.worker", "--name", f"w{i}"], env, str(workdir), workdir / f"worker{i}.log")
+        for i in range(2)
+    ]
+    procs.append(Proc(["-m", "jobs.sweeper"], env, str(workdir), workdir / "sweeper.log"))
+    web = WebServer(settings_from(env))
+    wait_for(lambda: worker_count(redis.Redis.from_url(env["REDIS_URL"]), "runs") >= 2, 30, what="workers")
+    wait_for(lambda: r.get(keys.bot_open_id) == BOT_OPEN_ID, 30, what="bot identity cached by the sweeper")
+    yield web
+    web.stop()
+    for p in procs:
+        p.stop()
+
+
+@pytest.fixture(autouse=True)
+def _fresh_emulators(request: pytest.FixtureRequest) -> None:
+    """Each test starts with empty emulators (faults, delays, recorded requests)."""
+    for name in ("feishu", "claude"):
+        if name in request.fixturenames:
+            request.getfixturevalue(name).reset()

@@ -1,0 +1,86 @@
+"""Route keys and admission as tables of cases (pure functions, no fakes)."""
+
+from __future__ import annotations
+
+import pytest
+
+from bot.admission import IDENTITY_UNKNOWN, admit
+from bot.envelope import Inbound, Mention
+from bot.settings import ChatOverride
+from routing.keys import route_for
+from routing.policy import Policy
+
+BOT = "ou_bot"
+
+
+def inbound(**kw: object) -> Inbound:
+    base: dict[str, object] = dict(
+        event_id="ev1", message_id="om_1", chat_id="oc_g", chat_type="group", sender_open_id="ou_a",
+        sender_type="user", message_type="text", text="hi", content='{"text":"hi"}',
+    )
+    base.update(kw)
+    return Inbound.model_validate(base)
+
+
+@pytest.mark.parametrize(("kw", "policy", "expected"), [
+    ({"chat_type": "p2p", "chat_id": "oc_p"}, Policy(), "feishu:default:p2p:oc_p"),
+    ({"chat_type": "p2p", "chat_id": "oc_p", "root_id": "om_r", "parent_id": "om_r"}, Policy(),
+     "feishu:default:p2p:oc_p"),
+    ({}, Policy(), "feishu:default:group:oc_g:ou_a"),
+    ({"root_id": "om_r", "parent_id": "om_p"}, Policy(), "feishu:default:group:oc_g:ou_a"),
+    ({"thread_id": "omt_1", "root_id": "om_r"}, Policy(), "feishu:default:topic:oc_g:omt_1"),
+    ({"thread_id": "omt_1", "sender_open_id": "ou_b"}, Policy(), "feishu:default:topic:oc_g:omt_1"),
+    ({}, Policy(group_scope="shared"), "feishu:default:group:oc_g"),
+    ({"thread_id": "omt_1"}, Policy(topic_scope="per_sender"), "feishu:default:topic:oc_g:omt_1:ou_a"),
+    ({}, Policy(overrides={"oc_g": ChatOverride(group_scope="shared")}), "feishu:default:group:oc_g"),
+    ({"chat_id": "oc_other"}, Policy(overrides={"oc_g": ChatOverride(group_scope="shared")}),
+     "feishu:default:group:oc_other:ou_a"),
+])
+def test_route_keys(kw: dict[str, object], policy: Policy, expected: str) -> None:
+    assert route_for(inbound(**kw), policy, "default").key == expected
+
+
+def test_queue_per_route_kind() -> None:
+    policy = Policy(queues={"p2p": "dm", "group": "grp", "topic": "top"})
+    assert route_for(inbound(chat_type="p2p"), policy, "x").queue == "dm"
+    assert route_for(inbound(), policy, "x").queue == "grp"
+    assert route_for(inbound(thread_id="omt_1"), policy, "x").queue == "top"
+
+
+def test_profile_namespaces_keys() -> None:
+    assert route_for(inbound(), Policy(), "a").key != route_for(inbound(), Policy(), "b").key
+
+
+AT_BOT = [Mention(key="@_user_1", open_id=BOT, name="bot")]
+AT_OTHER = [Mention(key="@_user_1", open_id="ou_x", name="x")]
+
+
+@pytest.mark.parametrize(("kw", "policy", "bot", "admitted", "reason"), [
+    ({"chat_type": "p2p"}, Policy(), None, True, "admitted"),
+    ({}, Policy(), BOT, False, "not mentioned"),
+    ({"mentions": AT_BOT}, Policy(), BOT, True, "mentioned"),
+    ({"mentions": AT_OTHER}, Policy(), BOT, False, "not mentioned"),
+    ({"mentioned_all": True}, Policy(), BOT, False, "mention-all only"),
+    ({"mentions": AT_BOT}, Policy(), None, False, IDENTITY_UNKNOWN),
+    ({}, Policy(require_mention=False), None, True, "admitted"),
+    ({}, Policy(overrides={"oc_g": ChatOverride(require_mention=False)}), BOT, True, "admitted"),
+    ({"sender_open_id": BOT, "chat_type": "p2p"}, Policy(), BOT, False, "own message"),
+    ({"sender_type": "app", "chat_type": "p2p"}, Policy(), BOT, False, "own message"),
+    ({"sender_type": "bot", "mentions": AT_BOT}, Policy(), BOT, False, "bot message"),
+    ({"sender_type": "bot", "mentions": AT_BOT}, Policy(bot_messages="allow"), BOT, True, "mentioned"),
+    ({"mentions": AT_BOT}, Policy(deny_chats=frozenset({"oc_g"})), BOT, False, "chat not allowed"),
+    ({"mentions": AT_BOT}, Policy(allow_chats=frozenset({"oc_z"})), BOT, False, "chat not allowed"),
+    ({"mentions": AT_BOT}, Policy(allow_chats=frozenset({"oc_g"})), BOT, True, "mentioned"),
+    ({"chat_type": "p2p"}, Policy(deny_users=frozenset({"ou_a"})), BOT, False, "user not allowed"),
+    ({"chat_type": "p2p"}, Policy(allow_users=frozenset({"ou_b"})), BOT, False, "user not allowed"),
+])
+def test_admission(kw: dict[str, object], policy: Policy, bot: str | None, admitted: bool, reason: str) -> None:
+    decision = admit(inbound(**kw), policy, bot)
+    assert (decision.admit, decision.reason) == (admitted, reason)
+
+
+def test_content_key_survives_new_message_id() -> None:
+    a = inbound(message_id="om_1", create_time="1700000000000")
+    b = inbound(message_id="om_2", create_time="1700000000000")
+    c = inbound(message_id="om_3", create_time="1700000000001")
+    assert a.content_key() == b.content_key() != c.content_key()

@@ -1,0 +1,280 @@
+"""The sandbox stand-ins speak the real wire formats: driven here by the real lark-oapi and anthropic SDKs."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import anthropic
+import lark_oapi as lark
+import pytest
+import requests
+from lark_oapi.api.im.v1 import (
+    CreateMessageRequest,
+    CreateMessageRequestBody,
+    GetChatRequest,
+    GetMessageRequest,
+    ListMessageRequest,
+    ReplyMessageRequest,
+    ReplyMessageRequestBody,
+)
+from lark_oapi.core.cache import LocalCache
+from lark_oapi.core.token.manager import TokenManager
+
+from bot.crypto import SignatureVerifier, decrypt
+from sandbox.claude_standin import ClaudeStandin
+from sandbox.events import mention, message_event, post_content, signed_request, url_verification
+from sandbox.feishu_emulator import FeishuEmulator
+
+SECRET = "emulator-test-secret"
+MODEL = "claude-sonnet-5-5"
+
+
+@pytest.fixture
+def emulator() -> Iterator[FeishuEmulator]:
+    # A fresh app_id per test: lark-oapi caches tenant tokens per app_id, process-wide.
+    emu = FeishuEmulator(app_id=f"cli_{uuid.uuid4().hex[:12]}", app_secret=SECRET).start()
+    yield emu
+    emu.stop()
+
+
+@pytest.fixture
+def client(emulator: FeishuEmulator, monkeypatch: pytest.MonkeyPatch) -> lark.Client:
+    monkeypatch.setattr(TokenManager, "cache", LocalCache())
+    builder = lark.Client.builder().app_id(emulator.app_id).app_secret(SECRET).domain(emulator.url)
+    return builder.log_level(lark.LogLevel.CRITICAL).build()
+
+
+@pytest.fixture
+def standin() -> Iterator[ClaudeStandin]:
+    server = ClaudeStandin().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def model(standin: ClaudeStandin) -> anthropic.Anthropic:
+    return anthropic.Anthropic(api_key="sk-test", base_url=standin.url, max_retries=0)
+
+
+def reply(client: lark.Client, target: str, text: str = "好的", **options: Any) -> Any:
+    body = ReplyMessageRequestBody.builder().content(json.dumps({"text": text})).msg_type("text")
+    if "uuid" in options:
+        body = body.uuid(options["uuid"])
+    if "reply_in_thread" in options:
+        body = body.reply_in_thread(options["reply_in_thread"])
+    req = ReplyMessageRequest.builder().message_id(target).request_body(body.build()).build()
+    return client.im.v1.message.reply(req)
+
+
+def text_of(message: anthropic.types.Message) -> str:
+    return "".join(block.text for block in message.content if isinstance(block, anthropic.types.TextBlock))
+
+
+def create(client: lark.Client, chat_id: str, content: str, msg_type: str = "text") -> Any:
+    body = CreateMessageRequestBody.builder().receive_id(chat_id).msg_type(msg_type).content(content).build()
+    req = CreateMessageRequest.builder().receive_id_type("chat_id").request_body(body).build()
+    return client.im.v1.message.create(req)
+
+
+# -- Feishu emulator -----------------------------------------------------------------------------------
+
+
+def test_token_and_reply_roundtrip(emulator: FeishuEmulator, client: lark.Client) -> None:
+    emulator.add_message("om_user1", "oc_team", text="hi")
+    resp = reply(client, "om_user1", "你好")
+    assert resp.code == 0, resp.msg
+    msg = resp.data
+    assert msg.message_id.startswith("om_") and msg.parent_id == "om_user1" and msg.root_id == "om_user1"
+    assert msg.chat_id == "oc_team" and msg.msg_type == "text" and msg.thread_id is None
+    assert (msg.sender.id, msg.sender.id_type, msg.sender.sender_type) == (emulator.app_id, "app_id", "app")
+    assert json.loads(msg.body.content) == {"text": "你好"}
+    assert emulator.token_requests == 1
+    assert [m["message_id"] for m in emulator.replies_to("om_user1")] == [msg.message_id]
+    token_call, reply_call = emulator.requests
+    assert token_call["op"] == "token" and "Content-Type" not in token_call["headers"]
+    assert reply_call["headers"]["Authorization"].startswith("Bearer t-")
+
+
+def test_uuid_makes_a_reply_idempotent(emulator: FeishuEmulator, client: lark.Client) -> None:
+    emulator.add_message("om_user1", "oc_team")
+    first = reply(client, "om_user1", uuid="reply-om_user1-0")
+    second = reply(client, "om_user1", uuid="reply-om_user1-0")
+    assert first.code == second.code == 0
+    assert second.data.message_id == first.data.message_id
+    assert len(emulator.bot_messages()) == 1 and emulator.dedupe_hits == 1
+    assert reply(client, "om_user1", uuid="x" * 51).code == 230001
+
+
+def test_thread_ids_are_inherited_or_created(emulator: FeishuEmulator, client: lark.Client) -> None:
+    emulator.add_message("om_root", "oc_topics", text="root", thread_id="omt_1")
+    inside = emulator.add_message("om_in", "oc_topics", text="inside", thread_id="omt_1")
+    assert inside["root_id"] == inside["parent_id"] == "om_root"
+    resp = reply(client, "om_in")
+    assert (resp.data.thread_id, resp.data.root_id, resp.data.parent_id) == ("omt_1", "om_root", "om_in")
+
+    emulator.add_message("om_plain", "oc_topics", text="plain")
+    threaded = reply(client, "om_plain", reply_in_thread=True)
+    assert threaded.data.thread_id.startswith("omt_") and threaded.data.thread_id != "omt_1"
+    assert reply(client, "om_plain").data.thread_id == threaded.data.thread_id
+    assert len(emulator.bot_messages(thread_id="omt_1")) == 1
+
+
+def test_reply_to_unknown_message_is_231003(client: lark.Client) -> None:
+    resp = reply(client, "om_missing")
+    assert (resp.code, resp.raw.status_code) == (231003, 400)
+
+
+def test_injected_faults_surface_through_the_sdk(emulator: FeishuEmulator, client: lark.Client) -> None:
+    emulator.add_message("om_user1", "oc_team")
+    emulator.inject("reply", code=99991400, http_status=429, headers={"x-ogw-ratelimit-reset": "1"})
+    limited = reply(client, "om_user1")
+    assert (limited.code, limited.raw.status_code) == (99991400, 429)
+    assert limited.raw.headers["x-ogw-ratelimit-reset"] == "1"
+    emulator.inject("reply", code=0, http_status=502)
+    gateway = reply(client, "om_user1")
+    assert (gateway.code, gateway.raw.status_code) == (-1, 502)
+    assert reply(client, "om_user1").code == 0
+    assert len(emulator.bot_messages()) == 1
+
+
+def test_expired_token_is_99991663(emulator: FeishuEmulator, client: lark.Client) -> None:
+    emulator.add_message("om_user1", "oc_team")
+    assert reply(client, "om_user1").code == 0
+    emulator.expire_tokens()
+    resp = reply(client, "om_user1")  # the SDK still holds the old token in its cache
+    assert (resp.code, resp.raw.status_code) == (99991663, 400)
+
+
+def test_create_validation_get_list_and_chat(emulator: FeishuEmulator, client: lark.Client) -> None:
+    emulator.add_chat("oc_team", name="Team")
+    assert create(client, "oc_nowhere", json.dumps({"text": "x"})).code == 230002
+    assert create(client, "oc_team", "not json").code == 230001
+    assert create(client, "oc_team", json.dumps({"text": "长" * 60_000})).code == 230025
+    assert create(client, "oc_team", json.dumps({"title": "t", "content": [[]]}), "post").code == 230001
+    ids = [create(client, "oc_team", json.dumps({"text": f"m{i}"})).data.message_id for i in range(3)]
+
+    got = client.im.v1.message.get(GetMessageRequest.builder().message_id(ids[1]).build())
+    assert [m.message_id for m in got.data.items] == [ids[1]]
+    page = ListMessageRequest.builder().container_id_type("chat").container_id("oc_team").page_size(2)
+    first = client.im.v1.message.list(page.sort_type("ByCreateTimeDesc").build())
+    assert [m.message_id for m in first.data.items] == [ids[2], ids[1]] and first.data.has_more
+    rest = client.im.v1.message.list(page.page_token(first.data.page_token).build())
+    assert [m.message_id for m in rest.data.items] == [ids[0]] and not rest.data.has_more
+
+    chat = client.im.v1.chat.get(GetChatRequest.builder().chat_id("oc_team").build()).data
+    assert (chat.name, chat.chat_mode, chat.group_message_type) == ("Team", "group", "chat")
+
+
+def test_chat_listing_shows_topic_roots_not_replies(emulator: FeishuEmulator, client: lark.Client) -> None:
+    emulator.add_message("om_a", "oc_team")
+    reply(client, "om_a", reply_in_thread=True)
+    emulator.add_message("om_b", "oc_team")
+    req = ListMessageRequest.builder().container_id_type("chat").container_id("oc_team").build()
+    assert [m.message_id for m in client.im.v1.message.list(req).data.items] == ["om_a", "om_b"]
+    thread_id = emulator.bot_messages()[0]["thread_id"]
+    req = ListMessageRequest.builder().container_id_type("thread").container_id(thread_id).build()
+    assert len(client.im.v1.message.list(req).data.items) == 2
+
+
+def test_bot_info_is_top_level_and_auth_is_required(emulator: FeishuEmulator) -> None:
+    token = requests.post(
+        f"{emulator.url}/open-apis/auth/v3/tenant_access_token/internal",
+        data=json.dumps({"app_id": emulator.app_id, "app_secret": SECRET}), timeout=5,
+    ).json()
+    assert token["code"] == 0 and token["expire"] == 7200
+    info = requests.get(f"{emulator.url}/open-apis/bot/v3/info", timeout=5,
+                        headers={"Authorization": f"Bearer {token['tenant_access_token']}"}).json()
+    assert info["bot"]["open_id"] == "ou_bot" and "data" not in info
+    bad = requests.get(f"{emulator.url}/open-apis/bot/v3/info", headers={"Authorization": "Bearer t-x"},
+                       timeout=5)
+    assert (bad.status_code, bad.json()["code"]) == (400, 99991663)
+    missing = requests.get(f"{emulator.url}/nope", timeout=5)
+    assert missing.status_code == 404 and missing.headers["Content-Type"].startswith("application/json")
+
+
+def test_chat_qps_hooks_and_control_api(emulator: FeishuEmulator, client: lark.Client) -> None:
+    seen: list[int] = []
+    emulator.on("reply", lambda rec: seen.append(len(emulator.bot_messages())))
+    base = f"{emulator.url}/_sandbox"
+    added = requests.post(f"{base}/messages", json={"chat_id": "oc_ctl", "text": "hi"}, timeout=5)
+    mid = added.json()["message_id"]
+    emulator.set_chat_qps(1)
+    assert reply(client, mid).code == 0
+    assert reply(client, mid).code == 230020
+    assert seen == [1, 1]  # after-hooks run once the effect is applied, before the response
+    listed = requests.get(f"{base}/bot_messages", params={"chat_id": "oc_ctl"}, timeout=5).json()
+    assert [m["parent_id"] for m in listed] == [mid]
+    requests.post(f"{base}/faults", json={"op": "create", "code": 230020}, timeout=5)
+    assert create(client, "oc_ctl", json.dumps({"text": "x"})).code == 230020
+    requests.post(f"{base}/reset", timeout=5)
+    assert emulator.messages == [] and emulator.requests == []
+
+
+# -- Claude stand-in -----------------------------------------------------------------------------------
+
+
+def test_claude_answer_quotes_the_last_user_text(standin: ClaudeStandin, model: anthropic.Anthropic) -> None:
+    messages: list[Any] = [
+        {"role": "user", "content": "第一句"},
+        {"role": "assistant", "content": "好"},
+        {"role": "user", "content": [{"type": "text", "text": "今天"}, {"type": "text", "text": "开会吗"}]},
+    ]
+    system: list[Any] = [{"type": "text", "text": "你是助手", "cache_control": {"type": "ephemeral"}}]
+    first = model.messages.create(model=MODEL, max_tokens=256, messages=messages, system=system)
+    again = model.messages.create(model=MODEL, max_tokens=256, messages=messages, system=system)
+    assert text_of(first) == "收到。你说的是：今天开会吗" and first.stop_reason == "end_turn"
+    assert first.id == again.id and first.id.startswith("msg_")
+    assert first.usage.cache_creation_input_tokens and again.usage.cache_read_input_tokens
+    assert standin.requests[0]["headers"]["Authorization"] == "Bearer sk-test"
+    assert model.messages.count_tokens(model=MODEL, messages=messages).input_tokens > 0
+    with model.messages.stream(model=MODEL, max_tokens=64, messages=[{"role": "user", "content": "流"}]) as s:
+        assert "".join(s.text_stream) == "收到。你说的是：流"
+
+
+def test_claude_faults_and_validation(standin: ClaudeStandin, model: anthropic.Anthropic) -> None:
+    hi: list[Any] = [{"role": "user", "content": "hi"}]
+    standin.fail(529, "overloaded_error")
+    with pytest.raises(anthropic.OverloadedError):
+        model.messages.create(model=MODEL, max_tokens=16, messages=hi)
+    with pytest.raises(anthropic.BadRequestError):
+        model.messages.create(model=MODEL, max_tokens=16, messages=[{"role": "assistant", "content": "x"}])
+    with pytest.raises(anthropic.BadRequestError):
+        model.messages.create(model=MODEL, max_tokens=16, messages=hi, extra_body={"temperature": 0.5})
+    standin.fail(429, "rate_limit_error", times=2, headers={"retry-after-ms": "0"})
+    retrying = model.with_options(max_retries=2)
+    assert text_of(retrying.messages.create(model=MODEL, max_tokens=16, messages=hi)).endswith("hi")
+    standin.set_responder(lambda body: "固定回答")
+    assert text_of(model.messages.create(model=MODEL, max_tokens=16, messages=hi)) == "固定回答"
+
+
+def test_claude_requires_a_key(standin: ClaudeStandin) -> None:
+    body: dict[str, Any] = {"model": MODEL, "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}
+    resp = requests.post(f"{standin.url}/v1/messages", json=body, timeout=5)
+    assert resp.status_code == 401
+    assert resp.json()["error"]["type"] == "authentication_error"
+    assert resp.json()["request_id"].startswith("req_")
+    ok = requests.post(f"{standin.url}/v1/messages", json=body, headers={"x-api-key": "k"}, timeout=5)
+    assert ok.status_code == 200
+
+
+# -- event builders ------------------------------------------------------------------------------------
+
+
+def test_message_event_is_signed_and_encrypted_like_feishu() -> None:
+    event = message_event(
+        chat_id="oc_g", text="@_user_1 hi", chat_type="group", mentions=[mention("ou_bot", "助手")],
+        message_id="om_1", event_id="ev_1", create_time_ms=1_700_000_000_000, token="tok", app_id="cli_x",
+    )
+    msg = event["event"]["message"]
+    assert event["header"]["event_type"] == "im.message.receive_v1" and event["header"]["token"] == "tok"
+    assert "thread_id" not in msg and "root_id" not in msg and msg["mentions"][0]["id"]["open_id"] == "ou_bot"
+    assert json.loads(msg["content"]) == {"text": "@_user_1 hi"}
+    assert json.loads(post_content("t", [[{"tag": "text", "text": "x"}]]))["title"] == "t"
+    body, headers = signed_request(event, encrypt_key="k", now=1_700_000_000)
+    SignatureVerifier("k", clock=lambda: 1_700_000_000).verify(headers, body)
+    assert json.loads(decrypt(json.loads(body)["encrypt"], "k")) == event
+    plain, _ = signed_request(url_verification("c", "tok"), encrypt_key="k", encrypt=False)
+    assert json.loads(plain) == {"challenge": "c", "token": "tok", "type": "url_verification"}
