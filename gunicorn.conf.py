@@ -1,10 +1,17 @@
 """gunicorn settings for the webhook: many light threads, nothing slow ever runs in a request."""
 
 import os
+import sys
 
-_sandbox = not os.environ.get("FEISHU_APP_ID")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from bot.settings import load_settings  # noqa: E402
+
+# Validate in the master: a bad config must stop start-up, not make workers crash-loop.
+_settings = load_settings()
+
 # Sandbox credentials are public fakes, so a sandbox service only listens on loopback.
-bind = f"{'127.0.0.1' if _sandbox else '0.0.0.0'}:{os.environ.get('PORT', '8000')}"
+bind = f"{'127.0.0.1' if _settings.sandbox else '0.0.0.0'}:{_settings.port}"
 workers = int(os.environ.get("WEB_CONCURRENCY", "2"))
 worker_class = "gthread"
 threads = int(os.environ.get("WEB_THREADS", "8"))

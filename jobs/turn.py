@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from bot.envelope import Inbound
 from bot.llm import Completion
 from bot.texts import say
+from jobs.outbox import DELIVERED_TTL_S, LeaseLost
 from jobs.runtime import Runtime
 from memory.context import Entry, assemble, format_batch, system_blocks
 
@@ -31,12 +32,27 @@ def _entry(role: str, text: str, batch_id: str) -> str:
                       ensure_ascii=False)
 
 
-def run_turn(rt: Runtime, route_key: str, kind: str, batch: Sequence[Inbound], batch_id: str,
-             fence: Callable[[], bool]) -> TurnResult:
+def _answer_for(rt: Runtime, route_key: str, batch_id: str, batch_text: str,
+                fence: Callable[[], bool]) -> Completion:
+    """The model's answer for this batch, computed once: a retried run reuses it instead of asking again."""
+    ledger, field = rt.keys.outbox(route_key), f"answer:{batch_id}"
+    cached = rt.state.hget(ledger, field)
+    if cached:
+        return Completion(**json.loads(cached))
     s = rt.settings
-    batch_text = format_batch(batch)
     messages = assemble(load_history(rt, route_key), batch_text, s.context_budget_tokens, s.max_output_tokens)
     completion = rt.llm.complete(system_blocks(), messages)
+    if not fence():
+        raise LeaseLost(route_key)
+    rt.state.hset(ledger, field, json.dumps(asdict(completion), ensure_ascii=False))
+    rt.state.expire(ledger, DELIVERED_TTL_S)
+    return completion
+
+
+def run_turn(rt: Runtime, route_key: str, kind: str, batch: Sequence[Inbound], batch_id: str,
+             fence: Callable[[], bool]) -> TurnResult:
+    batch_text = format_batch(batch)
+    completion = _answer_for(rt, route_key, batch_id, batch_text, fence)
     answer = completion.text or say("empty_answer", batch[-1].text)
     # Reply to the batch's last message: in a topic the reply stays inside that thread.
     ids = rt.outbox.reply(route_key, batch_id, batch[-1].message_id, answer,

@@ -6,7 +6,6 @@ import argparse
 import json
 import signal
 import sys
-import threading
 import time
 from typing import Any
 
@@ -21,13 +20,28 @@ HTTP_TIMEOUT = 10.0
 SETTLE_SECONDS = 1.0  # after the first reply, wait this long for further chunks of a long answer
 
 
+class _Stop(Exception):
+    """Raised by the signal handler to unwind the main thread's idle loop."""
+
+
+def _raise_stop(signum: int, _frame: object) -> None:
+    signal.signal(signum, signal.SIG_DFL)  # a second signal during cleanup ends the process outright
+    raise _Stop
+
+
 def _wait_for_signal() -> None:
-    """Block until SIGTERM/SIGINT; honcho stops every process when one exits, so never exit early."""
-    stop = threading.Event()
+    """Block until SIGTERM/SIGINT; honcho stops every process when one exits, so never exit early.
+
+    The handler raises rather than setting a threading.Event: Event.set() inside a handler can deadlock
+    on the Condition lock the interrupted Event.wait() holds.
+    """
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    while not stop.wait(1.0):
-        pass
+        signal.signal(sig, _raise_stop)
+    try:
+        while True:
+            time.sleep(3600)
+    except _Stop:
+        return
 
 
 def serve(_: argparse.Namespace) -> int:
@@ -41,13 +55,8 @@ def serve(_: argparse.Namespace) -> int:
         port=settings.sandbox_feishu_port,
     )
     claude = ClaudeStandin(port=settings.sandbox_model_port)
-    try:
-        feishu.start()
-        claude.start()
-    except OSError as exc:
-        print(f"sandbox: cannot bind an emulator port: {exc}", file=sys.stderr, flush=True)
-        feishu.stop()
-        return 1
+    feishu.start()  # a busy port makes werkzeug print the reason and exit(1)
+    claude.start()
     print(f"sandbox: Feishu emulator at {feishu.url} (app_id {settings.app_id}, bot {feishu.bot_open_id})")
     print(f"sandbox: Claude stand-in at {claude.url}")
     print('sandbox: try  python -m sandbox say --chat oc_demo "你好"', flush=True)

@@ -1,0 +1,1 @@
+"""Benchmarks; run `make bench` (see bench/README.md)."""

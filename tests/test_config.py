@@ -1,0 +1,60 @@
+"""Start-up refuses bad config outside sandbox mode, naming every bad variable, never a secret (acceptance 10)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.harness import ROOT, free_port, subprocess_env, unique
+
+SECRET = "very-secret-value-123"
+BAD = {
+    "FEISHU_APP_ID": "cli_real", "FEISHU_APP_SECRET": SECRET, "ANTHROPIC_API_KEY": SECRET,
+    "FEISHU_VERIFICATION_TOKEN": SECRET, "CONTEXT_BUDGET_TOKENS": "lots", "ROUTING_GROUP_SCOPE": "everyone",
+}
+
+
+def start(args: list[str], env: dict[str, str], tmp_path, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(args, env=subprocess_env({"VAR_DIR": str(tmp_path / "var"), **env}), cwd=tmp_path,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+ENTRY_POINTS = {
+    "web (gunicorn)": lambda port: [sys.executable, "-m",
+                                    "gunicorn", "app:app", "-c", str(ROOT / "gunicorn.conf.py"),
+                                    "--chdir", str(ROOT), "--bind", f"127.0.0.1:{port}"],
+    "worker": lambda port: [sys.executable, "-m", "jobs.worker"],
+    "sweeper": lambda port: [sys.executable, "-m", "jobs.sweeper"],
+}
+
+
+@pytest.mark.parametrize("entry", list(ENTRY_POINTS))
+def test_bad_config_stops_start_up_naming_each_variable(entry: str, tmp_path) -> None:
+    result = start(ENTRY_POINTS[entry](free_port()), BAD, tmp_path)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0
+    for name in ("FEISHU_ENCRYPT_KEY", "CONTEXT_BUDGET_TOKENS", "ROUTING_GROUP_SCOPE"):
+        assert name in output
+    for fine in ("FEISHU_APP_SECRET", "FEISHU_VERIFICATION_TOKEN", "ANTHROPIC_API_KEY"):
+        assert f"{fine}:" not in output
+    assert SECRET not in output
+
+
+@pytest.mark.parametrize("missing", ["FEISHU_APP_SECRET", "FEISHU_ENCRYPT_KEY", "FEISHU_VERIFICATION_TOKEN",
+                                     "ANTHROPIC_API_KEY"])
+def test_each_required_secret_is_named_when_missing(missing: str, tmp_path) -> None:
+    env = {"FEISHU_APP_ID": "cli_real", "FEISHU_APP_SECRET": "a", "FEISHU_ENCRYPT_KEY": "b",
+           "FEISHU_VERIFICATION_TOKEN": "c", "ANTHROPIC_API_KEY": "d", "REDIS_URL": "redis://127.0.0.1:1"}
+    env[missing] = ""  # an empty value counts as missing
+    result = start([sys.executable, "-c", "from bot.settings import load_settings; load_settings()"], env, tmp_path)
+    assert result.returncode == 2
+    assert missing in result.stderr
+
+
+def test_sandbox_mode_needs_no_secrets(tmp_path) -> None:
+    code = "from bot.settings import load_settings; s = load_settings(); print(s.sandbox, s.feishu_domain)"
+    result = start([sys.executable, "-c", code], {"BOT_PROFILE": unique("sb")}, tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["True", "http://127.0.0.1:9901"]

@@ -1,0 +1,74 @@
+"""Model and Open API faults: retried through RQ, or dead-lettered with a short notice; nothing lost."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from tests.harness import deliver, message_id, model_requests_with, reply_text, unique, wait_for
+
+
+def test_model_overload_is_retried_until_it_answers(service, feishu, claude) -> None:
+    claude.fail(529, "overloaded_error", times=2)  # one whole attempt (SDK retry included) fails
+    env = deliver(service, feishu, chat_id=unique("oc_p2p"), chat_type="p2p", text="过载重试测试")
+    replies = feishu.wait_for(lambda: feishu.replies_to(message_id(env)), timeout=30)
+    assert len(replies) == 1 and "过载重试测试" in reply_text(replies[0])
+    assert len(model_requests_with(claude, "过载重试测试")) == 3
+
+
+def test_feishu_rate_limit_is_retried_without_asking_the_model_again(service, feishu, claude) -> None:
+    feishu.inject("reply", code=99991400, http_status=429, headers={"x-ogw-ratelimit-reset": "1"}, times=2)
+    env = deliver(service, feishu, chat_id=unique("oc_p2p"), chat_type="p2p", text="限流重试测试")
+    feishu.wait_for(lambda: feishu.replies_to(message_id(env)), timeout=30)
+    time.sleep(1)
+    assert len(feishu.replies_to(message_id(env))) == 1
+    assert len(model_requests_with(claude, "限流重试测试")) == 1
+
+
+def test_permanent_model_error_dead_letters_the_batch_and_tells_the_user(service, feishu, claude, r, keys) -> None:
+    claude.fail(400, "invalid_request_error", times=1)
+    chat = unique("oc_p2p")
+    env = deliver(service, feishu, chat_id=chat, chat_type="p2p", text="永久失败测试")
+    notice = feishu.wait_for(lambda: feishu.replies_to(message_id(env)), timeout=30)
+    assert "抱歉" in reply_text(notice[0])
+    record = _dead_letter_for(r, keys, message_id(env))
+    assert record["route_key"] == f"feishu:test:p2p:{chat}" and "400" in record["reason"]
+    # The route keeps working for the next message.
+    nxt = deliver(service, feishu, chat_id=chat, chat_type="p2p", text="之后的正常消息")
+    feishu.wait_for(lambda: feishu.replies_to(message_id(nxt)), timeout=30)
+
+
+def test_repeated_failures_end_in_the_dead_letter_list(service, feishu, claude, r, keys) -> None:
+    claude.fail(529, "overloaded_error", times=100)
+    chat = unique("oc_p2p")
+    env = deliver(service, feishu, chat_id=chat, chat_type="p2p", text="a persistent outage test")
+    notice = feishu.wait_for(lambda: feishu.replies_to(message_id(env)), timeout=60)
+    assert reply_text(notice[0]).startswith("Sorry")  # the user wrote English
+    record = _dead_letter_for(r, keys, message_id(env))
+    assert record["attempts"] == 3
+    rk = f"feishu:test:p2p:{chat}"
+    wait_for(lambda: r.llen(keys.proc(rk)) == 0 and r.zscore(keys.dirty, rk) is None, what="route released")
+
+
+def _dead_letter_for(r, keys, mid: str) -> dict:
+    def find() -> dict | None:
+        for raw in r.lrange(keys.dead_letters, 0, -1):
+            record = json.loads(raw)
+            if any(mid in e for e in record["events"]):
+                return record
+        return None
+
+    return wait_for(find, timeout=30, what="dead-letter record")
+
+
+def test_expired_tenant_token_is_refreshed_and_shared(service, feishu, claude) -> None:
+    feishu.expire_tokens()
+    before = feishu.token_requests
+    env = deliver(service, feishu, chat_id=unique("oc_p2p"), chat_type="p2p", text="令牌过期测试")
+    feishu.wait_for(lambda: feishu.replies_to(message_id(env)), timeout=30)
+    calls = [q for q in feishu.requests if q["op"] == "reply"]
+    assert len(calls) == 2 and len({q["json"]["uuid"] for q in calls}) == 1  # rejected once, then sent
+    assert feishu.token_requests == before + 1  # one fetch, stored in Redis for every work-horse
+    env2 = deliver(service, feishu, chat_id=unique("oc_p2p"), chat_type="p2p", text="令牌复用测试")
+    feishu.wait_for(lambda: feishu.replies_to(message_id(env2)), timeout=30)
+    assert feishu.token_requests == before + 1
