@@ -29,7 +29,7 @@ class RedisTokenCache(ICache):
         self.r, self.keys = r, keys
 
     def get(self, key: str) -> str:
-        return self.r.get(self.keys.lark_cache(key)) or ""
+        return str(self.r.get(self.keys.lark_cache(key)) or "")
 
     def set(self, key: str, value: str, expire: int) -> None:
         self.r.set(self.keys.lark_cache(key), value, exat=int(expire))

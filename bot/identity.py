@@ -14,7 +14,8 @@ TTL_S = 7 * 86400
 
 
 def cached_open_id(r: redis.Redis, keys: Keys) -> str | None:
-    return r.get(keys.bot_open_id)
+    value = r.get(keys.bot_open_id)
+    return str(value) if value else None
 
 
 def refresh(api: FeishuApi, r: redis.Redis, keys: Keys) -> str:

@@ -101,7 +101,8 @@ class Ingress:
                 payload = _json_object(decrypt(str(outer["encrypt"]), self.encrypt_key), "decrypted body")
             except DecryptError:
                 raise Reject(401, "cannot decrypt: wrong encrypt key or tampered body") from None
-        header = payload.get("header") if isinstance(payload.get("header"), dict) else {}
+        header = payload.get("header")
+        header = header if isinstance(header, dict) else {}
         token = payload.get("token") or header.get("token") or ""
         if not isinstance(token, str) or not hmac.compare_digest(token.encode(), self.token.encode()):
             raise Reject(401, "verification token mismatch")

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import cast
+
 from flask import Blueprint, Response, current_app, jsonify, request
 from prometheus_client import CONTENT_TYPE_LATEST
 from werkzeug.exceptions import HTTPException
@@ -19,7 +22,8 @@ def _ingress() -> ing.Ingress:
 @bp.post("/feishu/events")
 def events() -> tuple[Response, int]:
     body = request.get_data(cache=False)  # raises 413 past MAX_CONTENT_LENGTH
-    result = _ingress().handle(ing.Request(headers=request.headers, body=body))
+    headers = cast(Mapping[str, str], request.headers)  # case-insensitive lookups, as HTTP requires
+    result = _ingress().handle(ing.Request(headers=headers, body=body))
     return jsonify(result.body), result.status
 
 

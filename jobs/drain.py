@@ -60,7 +60,7 @@ class Drain:
     def __init__(self, rt: Runtime, route_key: str) -> None:
         self.rt, self.rk = rt, route_key
         self.exec_id = uuid.uuid4().hex  # per execution: RQ may re-run a job while an orphan still runs
-        self.kind = rt.state.hget(rt.keys.meta(route_key), "kind") or "p2p"
+        self.kind = str(rt.state.hget(rt.keys.meta(route_key), "kind") or "p2p")
 
     def fence(self) -> bool:
         return self.rt.inbox.holds(self.rk, self.exec_id)

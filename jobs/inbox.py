@@ -85,7 +85,8 @@ class Inbox:
         return self._s["DEAD_LETTER"](keys, [exec_id, json.dumps(record, ensure_ascii=False), batch_id]) == 1
 
     def route_queue(self, rk: str) -> str | None:
-        return self.r.hget(self.k.meta(rk), "queue")
+        value = self.r.hget(self.k.meta(rk), "queue")
+        return str(value) if value else None
 
     def dirty_routes(self, limit: int = 1000) -> list[str]:
-        return list(self.r.zrange(self.k.dirty, 0, limit - 1))
+        return [str(rk) for rk in self.r.zrange(self.k.dirty, 0, limit - 1)]

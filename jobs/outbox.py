@@ -36,7 +36,7 @@ class Outbox:
             uid = reply_uuid(route_key, batch_id, i)
             done = self.r.hget(ledger, uid)
             if done:
-                sent.append(done)
+                sent.append(str(done))
                 continue
             if not fence():
                 raise LeaseLost(route_key)

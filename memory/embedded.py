@@ -6,6 +6,7 @@ daemonized server on a unix socket under `var/` and everyone else reuse it.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import subprocess
 import time
@@ -65,10 +66,8 @@ def stop_server(var_dir: str) -> bool:
     sock = Path(var_dir).resolve() / SOCKET
     if not _alive(sock):
         return False
-    try:
+    with contextlib.suppress(redis.ConnectionError):  # the server hangs up while shutting down
         redis.Redis(unix_socket_path=str(sock)).shutdown(nosave=False)
-    except redis.ConnectionError:
-        pass  # the server closes the connection while shutting down
     return True
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -84,7 +85,7 @@ class Proc:
 
     def __init__(self, args: list[str], env: dict[str, str], cwd: str, log_path: Path) -> None:
         self.log_path = log_path
-        self.log = open(log_path, "ab")
+        self.log = open(log_path, "ab")  # noqa: SIM115  (closed in stop())
         self.p = subprocess.Popen([sys.executable, *args], env=subprocess_env(env), cwd=cwd,
                                   stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
 
@@ -102,10 +103,8 @@ class Proc:
     def kill9(self) -> None:
         """SIGKILL the process and its forked children (RQ work-horses live in their own group)."""
         for pid in [*self.children(), self.p.pid]:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         self.p.wait(timeout=10)
 
     def stop(self) -> None:

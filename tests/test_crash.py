@@ -10,7 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import Proc, WebServer, deliver, message_id, model_requests_with, settings_from, unique, wait_for
+from tests.harness import (
+    Proc,
+    WebServer,
+    deliver,
+    message_id,
+    model_requests_with,
+    settings_from,
+    unique,
+    wait_for,
+)
 
 
 @pytest.fixture()

@@ -72,3 +72,40 @@ def test_expired_tenant_token_is_refreshed_and_shared(service, feishu, claude) -
     env2 = deliver(service, feishu, chat_id=unique("oc_p2p"), chat_type="p2p", text="令牌复用测试")
     feishu.wait_for(lambda: feishu.replies_to(message_id(env2)), timeout=30)
     assert feishu.token_requests == before + 1
+
+
+def test_admin_replays_a_dead_letter(service, feishu, claude, r, keys, env, workdir) -> None:
+    import subprocess
+    import sys
+
+    from tests.harness import subprocess_env
+
+    claude.fail(400, "invalid_request_error", times=1)
+    chat = unique("oc_p2p")
+    env_msg = deliver(service, feishu, chat_id=chat, chat_type="p2p", text="回放测试")
+    feishu.wait_for(lambda: feishu.replies_to(message_id(env_msg)), timeout=30)  # the notice
+    record = _dead_letter_for(r, keys, message_id(env_msg))
+    index = [json.loads(x)["batch_id"] for x in r.lrange(keys.dead_letters, 0, -1)].index(record["batch_id"])
+    out = subprocess.run([sys.executable, "-m", "jobs.deadletter", "replay", str(index)], cwd=workdir,
+                         env=subprocess_env(env), capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert f"feishu:test:p2p:{chat}" in out.stdout
+    wait_for(lambda: len(model_requests_with(claude, "回放测试")) == 2, timeout=30, what="replayed turn")
+    answers = feishu.wait_for(lambda: [m for m in feishu.replies_to(message_id(env_msg))
+                                       if "回放测试" in reply_text(m)], timeout=30)
+    assert len(answers) == 1
+
+
+def test_long_answers_are_chunked_in_order_with_distinct_uuids(service, feishu, claude) -> None:
+    paragraphs = [f"第{i}段：" + "内容" * 400 for i in range(6)]  # ~4.8k chars per 3500-char chunk pair
+    claude.set_responder(lambda body: "\n".join(paragraphs))
+    env = deliver(service, feishu, chat_id=unique("oc_p2p"), chat_type="p2p", text="给我一个很长的回答")
+    replies = feishu.wait_for(lambda: (rs := feishu.replies_to(message_id(env))) and len(rs) >= 2 and rs,
+                              timeout=30)
+    time.sleep(1)
+    replies = feishu.replies_to(message_id(env))
+    texts = [reply_text(m) for m in replies]
+    assert all(len(t) <= 3500 for t in texts)
+    assert "\n".join(texts) == "\n".join(paragraphs)
+    calls = [q for q in feishu.requests if q["op"] == "reply"]
+    assert len({q["json"]["uuid"] for q in calls}) == len(replies)

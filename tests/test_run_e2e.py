@@ -1,0 +1,55 @@
+"""`make run` in sandbox mode: the Procfile under honcho serves, and a sandbox message gets an answer (acceptance 1)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import requests
+
+from memory.embedded import stop_server
+from tests.harness import ROOT, free_port, subprocess_env, unique, wait_for
+
+pytestmark = pytest.mark.e2e
+
+
+def _ready(url: str) -> bool:
+    try:
+        return requests.get(url, timeout=1).status_code == 200
+    except requests.RequestException:
+        return False
+
+
+def test_procfile_service_answers_sandbox_messages(tmp_path: Path) -> None:
+    port = free_port()
+    env = subprocess_env({
+        "VAR_DIR": str(tmp_path / "var"), "SANDBOX_FEISHU_PORT": str(free_port()),
+        "SANDBOX_MODEL_PORT": str(free_port()), "BOT_PROFILE": unique("e2e"), "PORT": str(port),
+        "WEB_CONCURRENCY": "1", "REDIS_URL": "",
+    })
+    env.pop("REDIS_URL")  # unset: the service must start its own embedded Redis
+    honcho = Path(sys.executable).parent / "honcho"
+    empty_env_file = tmp_path / "empty.env"
+    empty_env_file.write_text("")
+    proc = subprocess.Popen([str(honcho), "start", "-f", "Procfile", "-p", str(port), "-e", str(empty_env_file)],
+                            cwd=ROOT, env=env, stdout=(tmp_path / "honcho.log").open("wb"),
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        wait_for(lambda: _ready(f"http://127.0.0.1:{port}/readyz"), timeout=60, what="web ready")
+        for args in (["--chat", unique("oc_p2p")], ["--group", "--chat", unique("oc_grp")]):
+            said = subprocess.run([sys.executable, "-m", "sandbox", "say", *args, "--wait", "45", "你好，沙盒"],
+                                  cwd=ROOT, env=env, capture_output=True, text=True, timeout=90)
+            assert said.returncode == 0, said.stdout + said.stderr + (tmp_path / "honcho.log").read_text()[-3000:]
+            assert "你好，沙盒" in said.stdout  # the offline model's answer quotes the question
+        assert (tmp_path / "var" / "appendonly.aof").exists()  # embedded Redis with AOF under var/
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+        stop_server(str(tmp_path / "var"))
