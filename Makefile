@@ -8,7 +8,6 @@ PORT   ?= 8000
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
 
 $(VENV)/.deps: requirements.txt | $(BIN)/python
 	$(BIN)/pip install -q -r requirements.txt

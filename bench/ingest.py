@@ -31,7 +31,7 @@ import redis
 
 from bench import loadgen
 from bench.loadgen import Phase, PhaseResult
-from memory.embedded import ensure_server, stop_server
+from memory.embedded import ensure_server
 from memory.keys import Keys
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -76,7 +76,7 @@ def child_pids(parent: int) -> list[int]:
     return kids
 
 
-def server_env(redis_url: str, var_dir: Path) -> dict[str, str]:
+def server_env(redis_url: str, var_dir: Path, log_level: str) -> dict[str, str]:
     """One environment for both servers, so gunicorn.conf.py resolves to identical settings for both."""
     base = {k: v for k, v in os.environ.items() if not k.startswith(("FEISHU_", "ANTHROPIC_", "ROUTING_"))}
     return {
@@ -86,8 +86,8 @@ def server_env(redis_url: str, var_dir: Path) -> dict[str, str]:
         "FEISHU_DOMAIN": "http://127.0.0.1:1",  # never called on the request path; fails fast if it were
         "ANTHROPIC_API_KEY": "sk-bench", "REDIS_URL": redis_url, "BOT_PROFILE": PROFILE,
         "VAR_DIR": str(var_dir),
-        # One JSON log line per accepted event would otherwise be a large share of the measured cost.
-        "LOG_LEVEL": "WARNING",
+        # WARNING by default: one JSON line per accepted event would be a large share of the measured cost.
+        "LOG_LEVEL": log_level,
     }
 
 
@@ -139,15 +139,27 @@ class Server:
     def tail(self, lines: int = 20) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
 
-    def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
+    def interrupt(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)  # gunicorn: quick shutdown (SIGTERM waits for requests)
+
+    def reap(self, deadline: float) -> None:
+        if self.proc is None:
             return
-        self.proc.send_signal(signal.SIGINT)  # gunicorn: quick shutdown (SIGTERM would wait up to 20 s)
         try:
-            self.proc.wait(timeout=10)
+            self.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
+            os.killpg(self.proc.pid, signal.SIGKILL)  # its own session: only the master and its workers
             self.proc.wait(timeout=10)
+
+
+def stop_servers(servers: list[Server]) -> None:
+    """Signal all first, then wait: each takes a second or two to exit, no need to pay that in series."""
+    for s in servers:
+        s.interrupt()
+    deadline = time.monotonic() + 10
+    for s in servers:
+        s.reap(deadline)
 
 
 def _safe_cpu(pid: int) -> float:
@@ -273,8 +285,26 @@ class Redis:
         return _safe_cpu(self.pid)
 
     def stop(self) -> None:
+        """SIGTERM (Redis saves and exits) to the server this run started. Not `stop_server`: its SHUTDOWN
+        drops the connection and redis-py then sleeps through ~4 s of retry backoff before giving up."""
         self.client.close()
-        stop_server(str(self.var_dir))
+        try:
+            os.kill(self.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + 10
+        while _running(self.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if _running(self.pid):
+            os.kill(self.pid, signal.SIGKILL)
+
+
+def _running(pid: int) -> bool:
+    """True while `pid` exists and is not a zombie (the daemonized server is not our child to reap)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 @dataclass
@@ -418,7 +448,7 @@ def build_report(args: argparse.Namespace, samples: list[Sample], bench: Bench, 
         "params": {"duration_s": args.duration, "repeats": args.repeats, "concurrency": args.concurrency,
                    "rate_rps": args.rate, "rate_connections": args.rate_connections, "clients": args.clients,
                    "chats": args.chats or "fresh chat per event", "warmup_s": WARMUP_S,
-                   "log_level": "WARNING", "recycle": args.recycle, "wall_s": round(wall_s, 1)},
+                   "log_level": args.log_level, "recycle": args.recycle, "wall_s": round(wall_s, 1)},
         "worker_boots": {name: s.boots() for name, s in bench.servers.items()},
         "gunicorn": gunicorn_settings(args, bench.servers["ours"].port, bench.servers["baseline"].port),
         "machine": {**started, "loadavg_1m_end": round(os.getloadavg()[0], 2)},
@@ -469,6 +499,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--clients", type=int, default=2, help="load generator processes (default 2)")
     p.add_argument("--chats", type=int, default=0,
                    help="distinct p2p chats; 0 = a fresh chat per event, so every event enqueues a run")
+    p.add_argument("--log-level", default="WARNING", choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+                   help="our app's LOG_LEVEL (default WARNING; INFO logs a JSON line per event)")
     p.add_argument("--recycle", action="store_true",
                    help="keep gunicorn.conf.py's max_requests worker recycling (off by default, for both)")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"JSON report (default {DEFAULT_OUT})")
@@ -488,13 +520,13 @@ def environment(stack: ExitStack, scratch: Path, args: argparse.Namespace,
     store = Redis(scratch / "var")
     stack.callback(store.stop)
     store.reset()  # identity first: our app must never try to fetch it (FEISHU_DOMAIN is a dead port)
-    env = server_env(store.url, scratch / "var")
+    env = server_env(store.url, scratch / "var", args.log_level)
     servers = {
         "ours": Server("ours", "app:app", free_port(), scratch / "ours.log"),
         "baseline": Server("baseline", "bench.baseline_app:app", free_port(), scratch / "baseline.log"),
     }
+    stack.callback(stop_servers, list(servers.values()))
     for s in servers.values():
-        stack.callback(s.stop)
         s.start(env, scratch, gunicorn_overrides(args))
     servers["ours"].wait_ready("/healthz", 200)
     servers["baseline"].wait_ready("/", None)

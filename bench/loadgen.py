@@ -174,13 +174,16 @@ def _open_worker(phase: Phase, pool: list[bytes], slot: int, start: float, resul
 def run_phase(phase: Phase, pool: list[bytes], start: float) -> PhaseResult:
     """Run from `start` (a CLOCK_MONOTONIC time, system-wide on Linux, shared with the parent)."""
     result, lock = PhaseResult(), threading.Lock()
+    cursor = itertools.count()
+    deadline = start + phase.duration
+    # Daemon threads: on Ctrl-C the process exits at once instead of finishing the phase.
     if phase.mode == "closed":
-        cursor = itertools.count()
-        threads = [threading.Thread(target=_closed_worker,
-                                    args=(phase, pool, cursor, start + phase.duration, result, lock))
+        threads = [threading.Thread(target=_closed_worker, daemon=True,
+                                    args=(phase, pool, cursor, deadline, result, lock))
                    for _ in range(phase.connections)]
     else:
-        threads = [threading.Thread(target=_open_worker, args=(phase, pool, k, start, result, lock))
+        threads = [threading.Thread(target=_open_worker, daemon=True,
+                                    args=(phase, pool, k, start, result, lock))
                    for k in range(phase.connections)]
     if (wait := start - time.monotonic()) > 0:
         time.sleep(wait)

@@ -6,6 +6,10 @@ import hashlib
 import json
 from typing import Any
 
+# Imported at module load on purpose: lark-oapi takes seconds to import, which must be paid at
+# worker boot, never by the first request against Feishu's 3 s deadline.
+from lark_oapi.channel import flatten_content, parse_message_content
+from lark_oapi.channel.normalize.mentions import extract_mentions, resolve_mentions, text_has_mention_all
 from pydantic import BaseModel, ConfigDict, Field
 
 MESSAGE_RECEIVE = "im.message.receive_v1"
@@ -106,17 +110,16 @@ class Inbound(BaseModel):
 
 def flatten_text(message_type: str, raw_content: str) -> str:
     """Plain text of any message type, via lark-oapi's own content parsers."""
-    from lark_oapi.channel import flatten_content, parse_message_content
-
     text, _resources = flatten_content(parse_message_content(message_type, raw_content))
     return text
 
 
-def to_inbound(envelope: Envelope, event: MessageEvent) -> Inbound:
+def to_inbound(envelope: Envelope, event: MessageEvent, bot_open_id: str | None = None) -> Inbound:
     msg, sender = event.message, event.sender
-    from lark_oapi.channel.normalize.mentions import text_has_mention_all
-
     text = flatten_text(msg.message_type, msg.content)
+    if msg.mentions:  # `@_user_N` placeholders → `@Name`; the bot's own mention is dropped
+        found = extract_mentions(msg.mentions, bot_open_id=bot_open_id)
+        text = resolve_mentions(text, found, strip_bot_mentions=True, bot_open_id=bot_open_id)
     mentions = [Mention(key=m.key, open_id=m.id.open_id, name=m.name) for m in msg.mentions or []]
     mentioned_all = any(m.key == "@_all" or m.id.user_id == "all" for m in msg.mentions or [])
     return Inbound(

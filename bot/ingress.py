@@ -138,9 +138,10 @@ class Ingress:
         return self._accept(envelope, event, ctx)
 
     def _accept(self, envelope: Envelope, event: MessageEvent, ctx: dict[str, Any]) -> Response:
-        inbound = to_inbound(envelope, event)
+        bot_open_id = identity.cached_open_id(self.state, self.keys)
+        inbound = to_inbound(envelope, event, bot_open_id)
         ctx["message_id"] = inbound.message_id
-        decision = admit(inbound, self.policy, identity.cached_open_id(self.state, self.keys))
+        decision = admit(inbound, self.policy, bot_open_id)
         if not decision.admit:
             if decision.reason == IDENTITY_UNKNOWN:  # fail closed, but let Feishu deliver again later
                 raise Reject(503, "bot identity not known yet, retry later")

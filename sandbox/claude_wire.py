@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -90,7 +91,16 @@ def block_text(content: Any) -> str:
 def default_reply(body: dict[str, Any]) -> str:
     """The deterministic answer: it quotes the last user turn so tests can see what reached the model."""
     users = [m for m in body["messages"] if m.get("role") == "user"]
-    return REPLY_PREFIX + block_text(users[-1]["content"]) if users else REPLY_PREFIX
+    return REPLY_PREFIX + _unwrapped(block_text(users[-1]["content"])) if users else REPLY_PREFIX
+
+
+_MESSAGE_TAG = re.compile(r"<message\b[^>]*>\n?(.*?)\n?</message>", re.DOTALL)
+
+
+def _unwrapped(text: str) -> str:
+    """The user's words without the attribution tags a chat bot wraps them in (keeps sandbox replies readable)."""
+    inner = _MESSAGE_TAG.findall(text)
+    return " / ".join(part.strip() for part in inner) if inner else text
 
 
 def input_tokens(body: dict[str, Any]) -> int:

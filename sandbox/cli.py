@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 import time
@@ -59,7 +60,8 @@ def serve(_: argparse.Namespace) -> int:
     claude.start()
     print(f"sandbox: Feishu emulator at {feishu.url} (app_id {settings.app_id}, bot {feishu.bot_open_id})")
     print(f"sandbox: Claude stand-in at {claude.url}")
-    print('sandbox: try  python -m sandbox say --chat oc_demo "你好"', flush=True)
+    python = os.path.relpath(sys.executable) if sys.executable.startswith(os.getcwd()) else sys.executable
+    print(f'sandbox: try  {python} -m sandbox say "你好"   (or --group, --thread omt_demo)', flush=True)
     try:
         _wait_for_signal()
     finally:

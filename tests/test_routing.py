@@ -84,3 +84,15 @@ def test_content_key_survives_new_message_id() -> None:
     b = inbound(message_id="om_2", create_time="1700000000000")
     c = inbound(message_id="om_3", create_time="1700000000001")
     assert a.content_key() == b.content_key() != c.content_key()
+
+
+def test_bot_mention_is_stripped_and_others_resolved() -> None:
+    from bot.envelope import Envelope, MessageEvent, to_inbound
+    from sandbox.events import mention, message_event
+
+    payload = message_event(chat_id="oc_g", chat_type="group", text="@_user_1 请问 @_user_2 的问题",
+                            mentions=[mention(BOT, "助手"), mention("ou_amy", "Amy", key="@_user_2")])
+    envelope = Envelope.model_validate(payload)
+    inbound = to_inbound(envelope, MessageEvent.model_validate(envelope.event), BOT)
+    assert inbound.text == "请问 @Amy 的问题"
+    assert [m.open_id for m in inbound.mentions] == [BOT, "ou_amy"]
