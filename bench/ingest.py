@@ -9,7 +9,6 @@ import math
 import multiprocessing as mp
 import os
 import platform
-import runpy
 import shutil
 import signal
 import socket
@@ -101,10 +100,12 @@ class Server:
 
     def start(self, env: dict[str, str], cwd: Path, extra: list[str]) -> None:
         # cwd is a scratch dir so a developer's .env cannot leak into the measured app.
-        cmd = [str(GUNICORN), "-c", str(CONF), "--bind", f"127.0.0.1:{self.port}", *extra, self.app]
         with open(self.log, "wb") as out:
-            self.proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
-                                         start_new_session=True)
+            self.proc = subprocess.Popen(self.command(extra), env=env, cwd=cwd, stdout=out,
+                                         stderr=subprocess.STDOUT, start_new_session=True)
+
+    def command(self, extra: list[str]) -> list[str]:
+        return [str(GUNICORN), "-c", str(CONF), "--bind", f"127.0.0.1:{self.port}", *extra, self.app]
 
     def wait_ready(self, path: str, want: int | None, timeout: float = 90.0) -> None:
         """Poll until `path` answers (with status `want`, or any status when None)."""
@@ -313,6 +314,7 @@ class Bench:
     servers: dict[str, Server]
     store: Redis
     gens: Generators
+    gunicorn: dict[str, Any] = field(default_factory=dict)
     cap_rps: float = 3000.0  # closed-loop pool size per second of phase; tightened after warm-up
 
     def phase(self, target: str, mode: str, duration: float) -> Sample:
@@ -414,15 +416,28 @@ def gunicorn_overrides(args: argparse.Namespace) -> list[str]:
     return [] if args.recycle else ["--max-requests", "0"]
 
 
-def gunicorn_settings(args: argparse.Namespace, port_ours: int, port_base: int) -> dict[str, Any]:
-    conf = runpy.run_path(str(CONF))  # same env as the servers for everything the file reads but the bind
-    keys = ("workers", "worker_class", "threads", "keepalive", "timeout", "max_requests",
-            "max_requests_jitter")
-    settings = {k: conf.get(k) for k in keys}
-    if not args.recycle:
-        settings["max_requests"] = 0
-    return {**settings, "config": str(CONF.relative_to(ROOT)), "overrides": gunicorn_overrides(args),
-            "bind": {"ours": f"127.0.0.1:{port_ours}", "baseline": f"127.0.0.1:{port_base}"}}
+REPORTED = ("workers", "worker_class", "threads", "worker_connections", "keepalive", "timeout",
+            "graceful_timeout", "max_requests", "max_requests_jitter", "backlog", "preload_app")
+PER_APP = ("bind", "default_proc_name")  # the only settings allowed to differ between the two
+
+
+def resolved_config(servers: list[Server], env: dict[str, str], cwd: Path,
+                    extra: list[str]) -> dict[str, Any]:
+    """gunicorn's own fully resolved settings (`--print-config`) for both command lines, and a check that
+    they differ in nothing but the bind address and the app."""
+    procs = [subprocess.Popen([*s.command(extra), "--print-config"], env=env, cwd=cwd, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL) for s in servers]
+    configs = [_parse_config(p.communicate(timeout=120)[0]) for p in procs]
+    differ = sorted(k for k in configs[0].keys() | configs[1].keys()
+                    if k not in PER_APP and configs[0].get(k) != configs[1].get(k))
+    return {"identical": not differ, "differences": differ, "config": str(CONF.relative_to(ROOT)),
+            "overrides": extra, "settings": {k: configs[0].get(k) for k in REPORTED},
+            "commands": {s.name: " ".join(s.command(extra)) for s in servers}}
+
+
+def _parse_config(text: str) -> dict[str, str]:
+    pairs = (line.partition(" = ") for line in text.splitlines() if " = " in line)
+    return {k.strip(): v.strip() for k, _, v in pairs}
 
 
 def machine() -> dict[str, Any]:
@@ -450,7 +465,7 @@ def build_report(args: argparse.Namespace, samples: list[Sample], bench: Bench, 
                    "chats": args.chats or "fresh chat per event", "warmup_s": WARMUP_S,
                    "log_level": args.log_level, "recycle": args.recycle, "wall_s": round(wall_s, 1)},
         "worker_boots": {name: s.boots() for name, s in bench.servers.items()},
-        "gunicorn": gunicorn_settings(args, bench.servers["ours"].port, bench.servers["baseline"].port),
+        "gunicorn": bench.gunicorn,
         "machine": {**started, "loadavg_1m_end": round(os.getloadavg()[0], 2)},
     }
 
@@ -530,7 +545,10 @@ def environment(stack: ExitStack, scratch: Path, args: argparse.Namespace,
         s.start(env, scratch, gunicorn_overrides(args))
     servers["ours"].wait_ready("/healthz", 200)
     servers["baseline"].wait_ready("/", None)
-    yield Bench(args=args, servers=servers, store=store, gens=gens)
+    config = resolved_config(list(servers.values()), env, scratch, gunicorn_overrides(args))
+    if not config["identical"]:
+        raise RuntimeError(f"gunicorn settings differ between the servers: {config['differences']}")
+    yield Bench(args=args, servers=servers, store=store, gens=gens, gunicorn=config)
 
 
 def _raise_interrupt(signum: int, frame: object) -> None:

@@ -25,6 +25,7 @@ from routing.keys import route_for
 from routing.policy import policy_from
 
 log = logging.getLogger(__name__)
+REJECTED_KEPT = 1000
 
 
 @dataclass(frozen=True)
@@ -118,6 +119,9 @@ class Ingress:
             return Response(200, {"challenge": challenge})
         if not signed:
             raise Reject(401, "missing signature headers")
+        header = payload.get("header")
+        if isinstance(header, dict) and isinstance(header.get("event_id"), str):
+            ctx["event_id"] = header["event_id"]
         if payload.get("schema") != "2.0":
             ctx["outcome"] = "ignored"
             log.info("ignored non-2.0 event", extra={"reason": "schema"})
@@ -125,6 +129,7 @@ class Ingress:
         try:
             envelope = Envelope.model_validate(payload)
         except ValidationError:
+            self._keep_rejected(payload)
             raise Reject(400, "malformed schema 2.0 envelope") from None
         ctx["event_id"] = envelope.header.event_id
         if envelope.header.event_type != MESSAGE_RECEIVE:
@@ -134,6 +139,7 @@ class Ingress:
         try:
             event = MessageEvent.model_validate(envelope.event)
         except ValidationError:
+            self._keep_rejected(payload)
             raise Reject(400, "malformed im.message.receive_v1 event") from None
         return self._accept(envelope, event, ctx)
 
@@ -157,6 +163,17 @@ class Ingress:
             self._kick(route.queue, route.key, pushed.kick_token, ctx)
         log.info("message accepted", extra={**ctx, "reason": ctx["outcome"]})
         return Response(200)
+
+    def _keep_rejected(self, payload: dict[str, Any]) -> None:
+        """Authenticated but unparseable: keep it (without the token) so it can be inspected and replayed."""
+        kept = {k: v for k, v in payload.items() if k != "token"}
+        if isinstance(kept.get("header"), dict):
+            kept["header"] = {k: v for k, v in kept["header"].items() if k != "token"}
+        pipe = self.state.pipeline()
+        pipe.lpush(self.keys.rejected, json.dumps(kept, ensure_ascii=False))
+        pipe.ltrim(self.keys.rejected, 0, REJECTED_KEPT - 1)
+        pipe.expire(self.keys.rejected, 7 * 86400)
+        pipe.execute()
 
     def _kick(self, queue: str, route_key: str, token: str, ctx: dict[str, Any]) -> None:
         try:

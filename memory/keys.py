@@ -60,6 +60,10 @@ class Keys:
         return f"{self.prefix}:deadletter"
 
     @property
+    def rejected(self) -> str:
+        return f"{self.prefix}:rejected"
+
+    @property
     def bot_open_id(self) -> str:
         return f"{self.prefix}:bot:open_id"
 

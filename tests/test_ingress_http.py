@@ -91,11 +91,15 @@ def test_garbage_json_is_400(web: WebServer) -> None:
     assert resp.json()["error"]
 
 
-def test_signed_but_malformed_event_is_400(web: WebServer) -> None:
+def test_signed_but_malformed_event_is_400_and_kept_without_its_token(web: WebServer, r, keys) -> None:
     payload = event(unique("oc_bad"))
     del payload["event"]["message"]["chat_id"]
     resp = web.post(payload)
     assert resp.status_code == 400
+    kept = [json.loads(x) for x in r.lrange(keys.rejected, 0, 50)]
+    mine = [k for k in kept if k["header"]["event_id"] == payload["header"]["event_id"]]
+    assert len(mine) == 1 and "token" not in mine[0]["header"]
+    assert VERIFICATION_TOKEN not in json.dumps(kept)
 
 
 def test_oversized_body_is_413(web: WebServer, env: dict[str, str]) -> None:
