@@ -14,7 +14,7 @@ from pydantic import BaseModel, ValidationError
 from bot.envelope import Inbound
 from bot.errors import Permanent
 from bot.texts import say
-from jobs.inbox import new_token
+from jobs.inbox import KICK_TTL_MS, new_token
 from jobs.outbox import LeaseLost
 from jobs.queues import enqueue_drain
 from jobs.runtime import Runtime, current
@@ -95,7 +95,7 @@ class Drain:
                 continue
             self._process(raw)
         token = new_token()
-        if inbox.handover(self.rk, self.exec_id, token, 120_000):
+        if inbox.handover(self.rk, self.exec_id, token, KICK_TTL_MS):
             self._enqueue(token)
         return "handed-over"
 
