@@ -13,7 +13,7 @@ from bot.ingress import Ingress
 from bot.settings import Settings, load_settings
 from bot.web import bp
 from memory.keys import Keys
-from memory.store import resolve_url, rq_client, state_client
+from memory.store import resolve_url, state_client
 
 log = logging.getLogger(__name__)
 
@@ -22,7 +22,7 @@ def create_app(settings: Settings | None = None) -> Flask:
     settings = settings or load_settings()
     logs.setup(settings.log_level)
     url = resolve_url(settings)
-    ingress = Ingress(settings, state_client(url), rq_client(url))
+    ingress = Ingress(settings, state_client(url))
     app = Flask(__name__)
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     app.extensions["feishu_ingress"] = ingress

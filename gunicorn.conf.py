@@ -18,8 +18,9 @@ threads = int(os.environ.get("WEB_THREADS", "8"))
 timeout = 30
 graceful_timeout = 20
 keepalive = 5
-max_requests = 5000
-max_requests_jitter = 500
+# Recycling is a leak guard; a boot costs ~2 CPU-s (lark-oapi import), so keep it rare under load.
+max_requests = 200000
+max_requests_jitter = 20000
 control_socket_disable = True
 accesslog = None
 errorlog = "-"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 
 import redis
 
@@ -16,6 +17,22 @@ TTL_S = 7 * 86400
 def cached_open_id(r: redis.Redis, keys: Keys) -> str | None:
     value = r.get(keys.bot_open_id)
     return str(value) if value else None
+
+
+class CachedOpenId:
+    """The request path's view of the identity: Redis, remembered in-process for a few seconds when known."""
+
+    def __init__(self, r: redis.Redis, keys: Keys, ttl: float = 10.0) -> None:
+        self.r, self.keys, self.ttl = r, keys, ttl
+        self._value: str | None = None
+        self._until = 0.0
+
+    def get(self) -> str | None:
+        now = time.monotonic()
+        if self._value is None or now >= self._until:
+            self._value = cached_open_id(self.r, self.keys)  # unknown is never remembered: fail closed
+            self._until = now + self.ttl
+        return self._value
 
 
 def refresh(api: FeishuApi, r: redis.Redis, keys: Keys) -> str:

@@ -19,7 +19,6 @@ from bot.crypto import SIGNATURE_HEADER, DecryptError, SignatureError, Signature
 from bot.envelope import MESSAGE_RECEIVE, Envelope, MessageEvent, dumps, to_inbound
 from bot.settings import Settings
 from jobs.inbox import Inbox
-from jobs.queues import enqueue_drain
 from memory.keys import Keys
 from routing.keys import route_for
 from routing.policy import policy_from
@@ -59,11 +58,10 @@ def _json_object(raw: bytes | str, what: str) -> dict[str, Any]:
 
 
 class Ingress:
-    def __init__(self, settings: Settings, state: redis.Redis, rq: redis.Redis,
-                 clock: Callable[[], float] = time.time) -> None:
-        self.settings, self.rq = settings, rq
+    def __init__(self, settings: Settings, state: redis.Redis, clock: Callable[[], float] = time.time) -> None:
+        self.settings, self.state = settings, state
         self.keys = Keys(settings.bot_profile)
-        self.state = state
+        self.bot_open_id = identity.CachedOpenId(state, self.keys)
         self.inbox = Inbox(state, self.keys, int(settings.run_lease_seconds * 1000))
         self.policy = policy_from(settings)
         self.encrypt_key = settings.secret("feishu_encrypt_key")
@@ -144,7 +142,7 @@ class Ingress:
         return self._accept(envelope, event, ctx)
 
     def _accept(self, envelope: Envelope, event: MessageEvent, ctx: dict[str, Any]) -> Response:
-        bot_open_id = identity.cached_open_id(self.state, self.keys)
+        bot_open_id = self.bot_open_id.get()
         inbound = to_inbound(envelope, event, bot_open_id)
         ctx["message_id"] = inbound.message_id
         decision = admit(inbound, self.policy, bot_open_id)
@@ -159,8 +157,6 @@ class Ingress:
         pushed = self.inbox.push(route.key, dumps(inbound), message_id=inbound.message_id,
                                  content_key=inbound.content_key(), queue=route.queue, kind=route.kind)
         ctx["outcome"] = "duplicate" if pushed.duplicate else "queued"
-        if pushed.kick_token:
-            self._kick(route.queue, route.key, pushed.kick_token, ctx)
         log.info("message accepted", extra={**ctx, "reason": ctx["outcome"]})
         return Response(200)
 
@@ -174,10 +170,3 @@ class Ingress:
         pipe.ltrim(self.keys.rejected, 0, REJECTED_KEPT - 1)
         pipe.expire(self.keys.rejected, 7 * 86400)
         pipe.execute()
-
-    def _kick(self, queue: str, route_key: str, token: str, ctx: dict[str, Any]) -> None:
-        try:
-            enqueue_drain(self.rq, queue, route_key, token, self.settings.retry_delays)
-        except redis.RedisError:
-            # The event is stored; the sweeper re-kicks the route once the kick lease expires.
-            log.warning("enqueue failed after push", extra=ctx)

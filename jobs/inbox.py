@@ -24,7 +24,24 @@ def new_token() -> str:
 @dataclass(frozen=True)
 class PushResult:
     duplicate: bool
-    kick_token: str | None  # set when the caller must enqueue a drain run
+    kicked: bool  # this push took the route's kick lease and queued a kick record
+
+
+@dataclass(frozen=True)
+class Kick:
+    """A request to start one drain run; dispatched to RQ by the sweeper."""
+
+    route_key: str
+    token: str
+    queue: str
+
+    def dumps(self) -> str:
+        return json.dumps({"route_key": self.route_key, "token": self.token, "queue": self.queue})
+
+    @classmethod
+    def loads(cls, raw: str) -> Kick:
+        data = json.loads(raw)
+        return cls(route_key=data["route_key"], token=data["token"], queue=data["queue"])
 
 
 class Inbox:
@@ -37,9 +54,18 @@ class Inbox:
         token = new_token()
         k = self.k
         keys = [k.seen_message(rk, message_id), k.seen_content(rk, content_key), k.inbox(rk),
-                k.lease(rk), k.dirty, k.meta(rk)]
-        res = self._s["PUSH"](keys, [event, token, KICK_TTL_MS, rk, time.time(), DEDUPE_TTL_S, queue, kind])
-        return PushResult(duplicate=res == -1, kick_token=token if res == 1 else None)
+                k.lease(rk), k.dirty, k.meta(rk), k.kicks]
+        kick = Kick(route_key=rk, token=token, queue=queue).dumps()
+        res = self._s["PUSH"](keys, [event, token, KICK_TTL_MS, rk, time.time(), DEDUPE_TTL_S, queue, kind, kick])
+        return PushResult(duplicate=res == -1, kicked=res == 1)
+
+    def next_kicks(self, timeout: float, most: int = 100) -> list[Kick]:
+        """Block up to `timeout` seconds for kick records, then take up to `most` of them."""
+        first = self.r.blpop([self.k.kicks], timeout=timeout)
+        if not first:
+            return []
+        rest = self.r.lpop(self.k.kicks, most - 1) or []
+        return [Kick.loads(str(raw)) for raw in [first[1], *rest]]
 
     def acquire(self, rk: str, kick_token: str, exec_id: str) -> bool:
         return self._s["ACQUIRE"]([self.k.lease(rk)], [kick_token, exec_id, self.lease_ms]) == 1

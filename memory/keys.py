@@ -56,6 +56,10 @@ class Keys:
         return f"{self.prefix}:dirty"
 
     @property
+    def kicks(self) -> str:
+        return f"{self.prefix}:kicks"
+
+    @property
     def dead_letters(self) -> str:
         return f"{self.prefix}:deadletter"
 

@@ -103,3 +103,30 @@ def test_worker_killed_right_after_replying(crash_rig, feishu, claude, r, keys) 
     reply_calls = [q for q in feishu.requests if q["op"] == "reply"]
     assert len(reply_calls) >= 2 and len({q["json"]["uuid"] for q in reply_calls}) == 1
     assert len(model_requests_with(claude, "回复后被杀测试")) == 1  # the answer was kept, not asked again
+
+
+def test_lost_kick_is_recovered_by_the_sweep(env, workdir, feishu, claude, r) -> None:
+    """A kick record lost before it became an RQ job (dispatcher crash): the sweep re-kicks the route."""
+    from memory.keys import Keys
+
+    profile = unique("lost")
+    own = {**env, "BOT_PROFILE": profile}
+    keys = Keys(profile)
+    web = WebServer(settings_from(own))  # no sweeper runs for this profile yet
+    procs: list[Proc] = []
+    try:
+        chat = unique("oc_p2p")
+        env_msg = deliver(web, feishu, chat_id=chat, chat_type="p2p", text="丢失的启动信号")
+        rk = f"feishu:{profile}:p2p:{chat}"
+        assert r.llen(keys.kicks) == 1 and r.llen(keys.inbox(rk)) == 1
+        r.delete(keys.kicks)  # the dispatcher popped it and died
+        r.pexpire(keys.lease(rk), 1)  # ...and the kick lease has run out since
+        time.sleep(0.05)
+        procs = [Proc(["-m", "jobs.worker", "--name", unique("lw")], own, str(workdir), workdir / f"{profile}.log"),
+                 Proc(["-m", "jobs.sweeper"], own, str(workdir), workdir / f"{profile}-sweeper.log")]
+        feishu.wait_for(lambda: feishu.replies_to(message_id(env_msg)), timeout=40)
+        assert len(model_requests_with(claude, "丢失的启动信号")) == 1
+    finally:
+        web.stop()
+        for p in procs:
+            p.stop()
