@@ -280,7 +280,8 @@ class Redis:
         self.client.set(Keys(PROFILE).bot_open_id, BOT_OPEN_ID)
 
     def drain_jobs(self) -> int:
-        return sum(int(self.client.llen(k)) for k in self.client.scan_iter("rq:queue:*"))
+        # The PUSH script queues one kick record per new run; no sweeper runs here to turn them into RQ jobs.
+        return sum(int(self.client.llen(k)) for k in self.client.scan_iter("fb:*:kicks"))
 
     def cpu(self) -> float:
         return _safe_cpu(self.pid)
@@ -513,7 +514,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=3, help="phases per target and mode; medians reported")
     p.add_argument("--clients", type=int, default=2, help="load generator processes (default 2)")
     p.add_argument("--chats", type=int, default=0,
-                   help="distinct p2p chats; 0 = a fresh chat per event, so every event enqueues a run")
+                   help="distinct p2p chats; 0 = a fresh chat per event, so every event kicks a run")
     p.add_argument("--log-level", default="WARNING", choices=("DEBUG", "INFO", "WARNING", "ERROR"),
                    help="our app's LOG_LEVEL (default WARNING; INFO logs a JSON line per event)")
     p.add_argument("--recycle", action="store_true",
