@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from typing import Any
 
 import lark_oapi as lark
 from flask import Flask, Response
@@ -32,13 +31,4 @@ def create_app(encrypt_key: str | None = None, verification_token: str | None = 
     return app
 
 
-_app: Flask | None = None
-
-
-def __getattr__(name: str) -> Any:  # PEP 562, like app.py: gunicorn's `bench.baseline_app:app` builds it
-    global _app
-    if name == "app":
-        if _app is None:
-            _app = create_app()
-        return _app
-    raise AttributeError(name)
+app = create_app()  # gunicorn target `bench.baseline_app:app`; only the benchmark imports this module
