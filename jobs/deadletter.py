@@ -6,7 +6,6 @@ import argparse
 import json
 from typing import Any
 
-from jobs.queues import enqueue_drain
 from jobs.runtime import Runtime, current
 
 
@@ -29,7 +28,7 @@ def replay(rt: Runtime, index: int) -> str:
     pipe.execute()
     token = rt.inbox.kick(rk)
     if token:
-        enqueue_drain(rt.rq, rt.inbox.route_queue(rk) or "runs", rk, token, rt.settings.retry_delays)
+        rt.start_run(rk, token)
     return str(rk)
 
 

@@ -16,7 +16,6 @@ from bot.errors import Permanent
 from bot.texts import say
 from jobs.inbox import KICK_TTL_MS, new_token
 from jobs.outbox import LeaseLost
-from jobs.queues import enqueue_drain
 from jobs.runtime import Runtime, current
 from jobs.turn import run_turn
 
@@ -96,7 +95,7 @@ class Drain:
             self._process(raw)
         token = new_token()
         if inbox.handover(self.rk, self.exec_id, token, KICK_TTL_MS):
-            self._enqueue(token)
+            self.rt.start_run(self.rk, token)
         return "handed-over"
 
     def _process(self, raw: list[str]) -> None:
@@ -159,9 +158,6 @@ class Drain:
         except Exception:
             log.exception("handover failed; the sweeper will recover the route", extra={"route_key": self.rk})
 
-    def _enqueue(self, token: str) -> None:
-        queue = self.rt.inbox.route_queue(self.rk) or "runs"
-        enqueue_drain(self.rt.rq, queue, self.rk, token, self.rt.settings.retry_delays)
 
 
 def _last_readable(raw: list[str]) -> Inbound | None:

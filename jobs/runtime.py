@@ -13,6 +13,7 @@ from bot.llm import Claude
 from bot.settings import Settings, load_settings
 from jobs.inbox import Inbox
 from jobs.outbox import Outbox
+from jobs.queues import DEFAULT_QUEUE, enqueue_drain
 from memory.keys import Keys
 from memory.store import resolve_url, rq_client, state_client
 
@@ -52,6 +53,12 @@ class Runtime:
     @cached_property
     def outbox(self) -> Outbox:
         return Outbox(self.state, self.keys, self.feishu, self.settings.reply_chunk_chars)
+
+    def start_run(self, route_key: str, kick_token: str, queue: str | None = None) -> str:
+        """Enqueue the drain run a kick token stands for, on the route's queue."""
+        queue = queue or self.inbox.route_queue(route_key) or DEFAULT_QUEUE
+        s = self.settings
+        return enqueue_drain(self.rq, s.bot_profile, queue, route_key, kick_token, s.retry_delays)
 
 
 def configure(settings: Settings) -> None:

@@ -15,7 +15,6 @@ import time
 from bot import identity, logs
 from bot.settings import load_settings
 from jobs import runtime
-from jobs.queues import enqueue_drain
 from jobs.runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -28,7 +27,7 @@ def dispatch(rt: Runtime, timeout: float) -> int:
     """Enqueue a drain run for each waiting kick record. A record lost in a crash is redone by the sweep."""
     kicks = rt.inbox.next_kicks(timeout)
     for kick in kicks:
-        enqueue_drain(rt.rq, kick.queue, kick.route_key, kick.token, rt.settings.retry_delays)
+        rt.start_run(kick.route_key, kick.token, kick.queue)
     return len(kicks)
 
 
@@ -38,7 +37,7 @@ def sweep_once(rt: Runtime) -> int:
     for rk in rt.inbox.dirty_routes():
         token = rt.inbox.kick(rk)
         if token:
-            enqueue_drain(rt.rq, rt.inbox.route_queue(rk) or "runs", rk, token, rt.settings.retry_delays)
+            rt.start_run(rk, token)
             log.warning("route re-kicked", extra={"route_key": rk})
             kicked += 1
     return kicked

@@ -17,6 +17,7 @@ from rq.serializers import JSONSerializer
 from bot import logs
 from bot.settings import Settings, load_settings
 from jobs import drain, runtime  # noqa: F401  (preload: the horse inherits imported modules)
+from jobs.queues import rq_queue_name
 from memory.store import resolve_url, rq_client
 from routing.policy import policy_from
 
@@ -25,8 +26,8 @@ def run_one(settings: Settings, queue_name: str, url: str, name: str | None) -> 
     logs.setup(settings.log_level)
     runtime.configure(settings)
     conn = rq_client(url)
-    worker = Worker([queue_name], connection=conn, serializer=JSONSerializer, maintenance_interval=60,
-                    name=name)
+    queue = rq_queue_name(settings.bot_profile, queue_name)
+    worker = Worker([queue], connection=conn, serializer=JSONSerializer, maintenance_interval=60, name=name)
     worker.work(with_scheduler=True, logging_level=settings.log_level)
 
 

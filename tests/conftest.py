@@ -93,7 +93,7 @@ def service(env: dict[str, str], workdir: Path, r: redis.Redis, keys: Keys) -> I
     ]
     procs.append(Proc(["-m", "jobs.sweeper"], env, str(workdir), workdir / "sweeper.log"))
     web = WebServer(settings_from(env))
-    wait_for(lambda: worker_count(redis.Redis.from_url(env["REDIS_URL"]), "runs") >= 2, 30, what="workers")
+    wait_for(lambda: worker_count(redis.Redis.from_url(env["REDIS_URL"]), "test-runs") >= 2, 30, what="workers")
     wait_for(lambda: r.get(keys.bot_open_id) == BOT_OPEN_ID, 30, what="bot identity cached by the sweeper")
     yield web
     web.stop()

@@ -130,3 +130,22 @@ def test_lost_kick_is_recovered_by_the_sweep(env, workdir, feishu, claude, r) ->
         web.stop()
         for p in procs:
             p.stop()
+
+
+def test_two_profiles_on_one_redis_never_run_each_others_routes(env, workdir, feishu, claude, service) -> None:
+    """BOT_PROFILE lets two bots share one Redis: the other bot's workers must not take this bot's runs."""
+    other = {**env, "BOT_PROFILE": unique("other")}
+    web = WebServer(settings_from(other))  # its sweeper and workers are not running yet
+    procs: list[Proc] = []
+    try:
+        env_msg = deliver(web, feishu, chat_id=unique("oc_p2p"), chat_type="p2p", text="另一个机器人的消息")
+        procs.append(Proc(["-m", "jobs.sweeper"], other, str(workdir), workdir / "other-sweeper.log"))
+        time.sleep(3)  # the kick is dispatched; only the session's (profile "test") workers are listening
+        assert feishu.replies_to(message_id(env_msg)) == []
+        procs.append(Proc(["-m", "jobs.worker"], other, str(workdir), workdir / "other-worker.log"))
+        feishu.wait_for(lambda: feishu.replies_to(message_id(env_msg)), timeout=40)
+        assert len(model_requests_with(claude, "另一个机器人的消息")) == 1
+    finally:
+        web.stop()
+        for p in procs:
+            p.stop()
