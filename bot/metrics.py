@@ -17,7 +17,7 @@ DEAD = Gauge("dead_letters", "Batches in the dead-letter list", registry=REGISTR
 
 
 def observe_ingest(status: int, outcome: str, seconds: float) -> None:
-    EVENTS.labels(outcome=outcome, status=str(status)).inc()
+    EVENTS.labels(outcome, str(status)).inc()
     INGEST.observe(seconds)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import cast
 
@@ -24,7 +25,8 @@ def events() -> tuple[Response, int]:
     body = request.get_data(cache=False)  # raises 413 past MAX_CONTENT_LENGTH
     headers = cast(Mapping[str, str], request.headers)  # case-insensitive lookups, as HTTP requires
     result = _ingress().handle(ing.Request(headers=headers, body=body))
-    return jsonify(result.body), result.status
+    # A plain Response: jsonify's provider machinery was a measurable share of the per-event cost.
+    return Response(json.dumps(result.body, ensure_ascii=False), mimetype="application/json"), result.status
 
 
 @bp.get("/healthz")

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
 import time
-import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +18,7 @@ KICK_TTL_MS = 120_000
 
 
 def new_token() -> str:
-    return uuid.uuid4().hex
+    return os.urandom(16).hex()
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from functools import lru_cache
 
 
+@lru_cache(maxsize=8192)  # several keys of one route are built per event
 def route_tag(route_key: str) -> str:
     return hashlib.sha1(route_key.encode("utf-8")).hexdigest()[:16]
 
