@@ -155,7 +155,7 @@ class Ingress:
         route = route_for(inbound, self.policy, self.settings.bot_profile)
         ctx["route_key"] = route.key
         pushed = self.inbox.push(route.key, dumps(inbound), message_id=inbound.message_id,
-                                 content_key=inbound.content_key(), queue=route.queue, kind=route.kind)
+                                 content_key=inbound.content_key(), queue=route.queue)
         ctx["outcome"] = "duplicate" if pushed.duplicate else "queued"
         log.info("message accepted", extra={**ctx, "reason": ctx["outcome"]})
         return Response(200)

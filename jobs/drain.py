@@ -18,6 +18,7 @@ from jobs.inbox import KICK_TTL_MS, new_token
 from jobs.outbox import LeaseLost
 from jobs.runtime import Runtime, current
 from jobs.turn import run_turn
+from routing.keys import kind_of
 
 log = logging.getLogger(__name__)
 MAX_BATCHES_PER_RUN = 5  # then hand the route over, so one chatty route cannot hog a worker
@@ -59,7 +60,7 @@ class Drain:
     def __init__(self, rt: Runtime, route_key: str) -> None:
         self.rt, self.rk = rt, route_key
         self.exec_id = uuid.uuid4().hex  # per execution: RQ may re-run a job while an orphan still runs
-        self.kind = str(rt.state.hget(rt.keys.meta(route_key), "kind") or "p2p")
+        self.kind = kind_of(route_key)
 
     def fence(self) -> bool:
         return self.rt.inbox.holds(self.rk, self.exec_id)

@@ -50,13 +50,13 @@ class Inbox:
         self._s = {name: r.register_script(getattr(scripts, name)) for name in (
             "PUSH", "ACQUIRE", "TAKE", "COMMIT", "FINISH", "RENEW", "HANDOVER", "KICK", "DEAD_LETTER")}
 
-    def push(self, rk: str, event: str, *, message_id: str, content_key: str, queue: str, kind: str) -> PushResult:
+    def push(self, rk: str, event: str, *, message_id: str, content_key: str, queue: str) -> PushResult:
         token = new_token()
         k = self.k
         keys = [k.seen_message(rk, message_id), k.seen_content(rk, content_key), k.inbox(rk),
-                k.lease(rk), k.dirty, k.meta(rk), k.kicks]
+                k.lease(rk), k.dirty, k.kicks]
         kick = Kick(route_key=rk, token=token, queue=queue).dumps()
-        res = self._s["PUSH"](keys, [event, token, KICK_TTL_MS, rk, time.time(), DEDUPE_TTL_S, queue, kind, kick])
+        res = self._s["PUSH"](keys, [event, token, KICK_TTL_MS, rk, time.time(), DEDUPE_TTL_S, kick])
         return PushResult(duplicate=res == -1, kicked=res == 1)
 
     def next_kicks(self, timeout: float, most: int = 100) -> list[Kick]:
@@ -109,10 +109,6 @@ class Inbox:
     def dead_letter(self, rk: str, exec_id: str, batch_id: str, record: dict[str, Any]) -> bool:
         keys = [self.k.proc(rk), self.k.lease(rk), self.k.dead_letters, self.k.attempts(rk)]
         return self._s["DEAD_LETTER"](keys, [exec_id, json.dumps(record, ensure_ascii=False), batch_id]) == 1
-
-    def route_queue(self, rk: str) -> str | None:
-        value = self.r.hget(self.k.meta(rk), "queue")
-        return str(value) if value else None
 
     def dirty_routes(self, limit: int = 1000) -> list[str]:
         return [str(rk) for rk in self.r.zrange(self.k.dirty, 0, limit - 1)]

@@ -12,7 +12,6 @@ from memory.keys import route_tag
 
 DRAIN = "jobs.drain.drain"
 JOB_TIMEOUT_S = 900
-DEFAULT_QUEUE = "runs"
 
 
 def rq_queue_name(profile: str, name: str) -> str:

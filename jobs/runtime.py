@@ -13,9 +13,11 @@ from bot.llm import Claude
 from bot.settings import Settings, load_settings
 from jobs.inbox import Inbox
 from jobs.outbox import Outbox
-from jobs.queues import DEFAULT_QUEUE, enqueue_drain
+from jobs.queues import enqueue_drain
 from memory.keys import Keys
 from memory.store import resolve_url, rq_client, state_client
+from routing.keys import kind_of
+from routing.policy import Policy, policy_from
 
 _configured: Settings | None = None
 _current: tuple[int, Runtime] | None = None
@@ -54,9 +56,13 @@ class Runtime:
     def outbox(self) -> Outbox:
         return Outbox(self.state, self.keys, self.feishu, self.settings.reply_chunk_chars)
 
+    @cached_property
+    def policy(self) -> Policy:
+        return policy_from(self.settings)
+
     def start_run(self, route_key: str, kick_token: str, queue: str | None = None) -> str:
-        """Enqueue the drain run a kick token stands for, on the route's queue."""
-        queue = queue or self.inbox.route_queue(route_key) or DEFAULT_QUEUE
+        """Enqueue the drain run a kick token stands for, on its route kind's queue."""
+        queue = queue or self.policy.queues[kind_of(route_key)]
         s = self.settings
         return enqueue_drain(self.rq, s.bot_profile, queue, route_key, kick_token, s.retry_delays)
 

@@ -1,18 +1,21 @@
 """Lua scripts of the inbox/lease protocol (design.md). Each state transition is one atomic script."""
 
-# KEYS: seen_msg, seen_content, inbox, lease, dirty, meta, kicks
-# ARGV: event, kick_token, kick_ttl_ms, route_key, now, dedupe_ttl_s, queue, kind, kick_record
+# KEYS: seen_msg, seen_content, inbox, lease, dirty, kicks
+# ARGV: event, kick_token, kick_ttl_ms, route_key, now, dedupe_ttl_s, kick_record
 # Dedupe, append and kick are one step: a crash between them would lose the event and the
 # redelivery would then be deduped away. The kick record is turned into an RQ job by the sweeper.
+# A route holding a lease is always in `dirty` (only FINISH and an empty KICK remove it), so
+# only the push that takes the lease needs to add it.
 PUSH = """
-if redis.call('EXISTS', KEYS[1]) == 1 or redis.call('EXISTS', KEYS[2]) == 1 then return -1 end
-redis.call('SET', KEYS[1], '1', 'EX', ARGV[6])
-redis.call('SET', KEYS[2], '1', 'EX', ARGV[6])
+if not redis.call('SET', KEYS[1], '1', 'NX', 'EX', ARGV[6]) then return -1 end
+if not redis.call('SET', KEYS[2], '1', 'NX', 'EX', ARGV[6]) then
+  redis.call('DEL', KEYS[1])  -- it did not exist a moment ago: leave no trace of this duplicate
+  return -1
+end
 redis.call('RPUSH', KEYS[3], ARGV[1])
-redis.call('HSET', KEYS[6], 'route_key', ARGV[4], 'queue', ARGV[7], 'kind', ARGV[8])
-redis.call('ZADD', KEYS[5], 'NX', ARGV[5], ARGV[4])
 if redis.call('SET', KEYS[4], 'k:' .. ARGV[2], 'NX', 'PX', ARGV[3]) then
-  redis.call('RPUSH', KEYS[7], ARGV[9])
+  redis.call('ZADD', KEYS[5], 'NX', ARGV[5], ARGV[4])
+  redis.call('RPUSH', KEYS[6], ARGV[7])
   return 1
 end
 return 0

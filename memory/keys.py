@@ -32,9 +32,6 @@ class Keys:
     def lease(self, rk: str) -> str:
         return self._route("lease", rk)
 
-    def meta(self, rk: str) -> str:
-        return self._route("meta", rk)
-
     def attempts(self, rk: str) -> str:
         return self._route("attempts", rk)
 

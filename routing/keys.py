@@ -25,6 +25,14 @@ def route_kind(inbound: Inbound) -> Kind:
     return "topic" if inbound.thread_id else "group"
 
 
+def kind_of(route_key: str) -> Kind:
+    """Route keys carry their kind (`feishu:<profile>:<kind>:…`), so it never needs storing."""
+    kind = route_key.split(":")[2]
+    if kind not in ("p2p", "group", "topic"):
+        raise ValueError(f"not a route key: {route_key!r}")
+    return kind  # type: ignore[return-value]
+
+
 def route_for(inbound: Inbound, policy: Policy, profile: str) -> Route:
     kind = route_kind(inbound)
     rules = policy.for_chat(inbound.chat_id)

@@ -21,7 +21,7 @@ def box(redis_url: str) -> tuple[Inbox, Keys, redis.Redis]:
 
 
 def push(inbox: Inbox, rk: str, i: int) -> bool:
-    return inbox.push(rk, f"event-{i}", message_id=f"om_{i}", content_key=f"c{i}", queue="q", kind="p2p").kicked
+    return inbox.push(rk, f"event-{i}", message_id=f"om_{i}", content_key=f"c{i}", queue="q").kicked
 
 
 def test_first_push_kicks_once_and_queues_a_kick_record(box) -> None:
@@ -36,10 +36,11 @@ def test_first_push_kicks_once_and_queues_a_kick_record(box) -> None:
 
 def test_duplicates_by_message_id_or_content_key(box) -> None:
     inbox, keys, r = box
-    assert inbox.push("rk", "a", message_id="om_1", content_key="c1", queue="q", kind="p2p").duplicate is False
-    assert inbox.push("rk", "b", message_id="om_1", content_key="c2", queue="q", kind="p2p").duplicate is True
-    assert inbox.push("rk", "c", message_id="om_2", content_key="c1", queue="q", kind="p2p").duplicate is True
+    assert inbox.push("rk", "a", message_id="om_1", content_key="c1", queue="q").duplicate is False
+    assert inbox.push("rk", "b", message_id="om_1", content_key="c2", queue="q").duplicate is True
+    assert inbox.push("rk", "c", message_id="om_2", content_key="c1", queue="q").duplicate is True
     assert r.lrange(keys.inbox("rk"), 0, -1) == ["a"]
+    assert r.exists(keys.seen_message("rk", "om_2")) == 0  # a rejected duplicate leaves no marker behind
     assert 86000 < r.ttl(keys.seen_message("rk", "om_1")) <= 86400
 
 

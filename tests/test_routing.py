@@ -40,6 +40,14 @@ def test_route_keys(kw: dict[str, object], policy: Policy, expected: str) -> Non
     assert route_for(inbound(**kw), policy, "default").key == expected
 
 
+@pytest.mark.parametrize("kw", [{"chat_type": "p2p"}, {}, {"thread_id": "omt_1"}])
+def test_kind_is_recoverable_from_the_key(kw: dict[str, object]) -> None:
+    from routing.keys import kind_of
+
+    route = route_for(inbound(**kw), Policy(topic_scope="per_sender"), "my-bot_1")
+    assert kind_of(route.key) == route.kind
+
+
 def test_queue_per_route_kind() -> None:
     policy = Policy(queues={"p2p": "dm", "group": "grp", "topic": "top"})
     assert route_for(inbound(chat_type="p2p"), policy, "x").queue == "dm"
