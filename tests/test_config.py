@@ -58,3 +58,14 @@ def test_sandbox_mode_needs_no_secrets(tmp_path) -> None:
     result = start([sys.executable, "-c", code], {"BOT_PROFILE": unique("sb")}, tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["True", "http://127.0.0.1:9901"]
+
+
+def test_env_example_lists_every_variable_the_code_reads() -> None:
+    import re
+
+    from bot.settings import Settings
+
+    listed = set(re.findall(r"^([A-Z][A-Z0-9_]+)=", (ROOT / ".env.example").read_text(), re.MULTILINE))
+    read = {name.upper() for name in Settings.model_fields} | {"WEB_CONCURRENCY", "WEB_THREADS"}
+    assert read - listed == set()
+    assert listed - read == set()  # nothing documented that the code ignores
