@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -105,16 +106,31 @@ def test_worker_killed_right_after_replying(crash_rig, feishu, claude, r, keys) 
     assert len(model_requests_with(claude, "回复后被杀测试")) == 1  # the answer was kept, not asked again
 
 
+@contextmanager
+def other_bot(env: dict[str, str], workdir: Path, prefix: str) -> Iterator[tuple[WebServer, str, Callable]]:
+    """A second bot profile on the session's Redis; its sweeper and workers start only when the test says."""
+    profile = unique(prefix)
+    own = {**env, "BOT_PROFILE": profile}
+    web = WebServer(settings_from(own))
+    procs: list[Proc] = []
+
+    def start(module: str) -> None:
+        procs.append(Proc(["-m", module], own, str(workdir), workdir / f"{profile}-{module}.log"))
+
+    try:
+        yield web, profile, start
+    finally:
+        web.stop()
+        for p in procs:
+            p.stop()
+
+
 def test_lost_kick_is_recovered_by_the_sweep(env, workdir, feishu, claude, r) -> None:
     """A kick record lost before it became an RQ job (dispatcher crash): the sweep re-kicks the route."""
     from memory.keys import Keys
 
-    profile = unique("lost")
-    own = {**env, "BOT_PROFILE": profile}
-    keys = Keys(profile)
-    web = WebServer(settings_from(own))  # no sweeper runs for this profile yet
-    procs: list[Proc] = []
-    try:
+    with other_bot(env, workdir, "lost") as (web, profile, start):
+        keys = Keys(profile)
         chat = unique("oc_p2p")
         env_msg = deliver(web, feishu, chat_id=chat, chat_type="p2p", text="丢失的启动信号")
         rk = f"feishu:{profile}:p2p:{chat}"
@@ -122,30 +138,19 @@ def test_lost_kick_is_recovered_by_the_sweep(env, workdir, feishu, claude, r) ->
         r.delete(keys.kicks)  # the dispatcher popped it and died
         r.pexpire(keys.lease(rk), 1)  # ...and the kick lease has run out since
         time.sleep(0.05)
-        procs = [Proc(["-m", "jobs.worker", "--name", unique("lw")], own, str(workdir), workdir / f"{profile}.log"),
-                 Proc(["-m", "jobs.sweeper"], own, str(workdir), workdir / f"{profile}-sweeper.log")]
+        start("jobs.worker")
+        start("jobs.sweeper")
         feishu.wait_for(lambda: feishu.replies_to(message_id(env_msg)), timeout=40)
         assert len(model_requests_with(claude, "丢失的启动信号")) == 1
-    finally:
-        web.stop()
-        for p in procs:
-            p.stop()
 
 
 def test_two_profiles_on_one_redis_never_run_each_others_routes(env, workdir, feishu, claude, service) -> None:
     """BOT_PROFILE lets two bots share one Redis: the other bot's workers must not take this bot's runs."""
-    other = {**env, "BOT_PROFILE": unique("other")}
-    web = WebServer(settings_from(other))  # its sweeper and workers are not running yet
-    procs: list[Proc] = []
-    try:
+    with other_bot(env, workdir, "other") as (web, _, start):
         env_msg = deliver(web, feishu, chat_id=unique("oc_p2p"), chat_type="p2p", text="另一个机器人的消息")
-        procs.append(Proc(["-m", "jobs.sweeper"], other, str(workdir), workdir / "other-sweeper.log"))
+        start("jobs.sweeper")
         time.sleep(3)  # the kick is dispatched; only the session's (profile "test") workers are listening
         assert feishu.replies_to(message_id(env_msg)) == []
-        procs.append(Proc(["-m", "jobs.worker"], other, str(workdir), workdir / "other-worker.log"))
+        start("jobs.worker")
         feishu.wait_for(lambda: feishu.replies_to(message_id(env_msg)), timeout=40)
         assert len(model_requests_with(claude, "另一个机器人的消息")) == 1
-    finally:
-        web.stop()
-        for p in procs:
-            p.stop()

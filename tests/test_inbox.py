@@ -24,6 +24,14 @@ def push(inbox: Inbox, rk: str, i: int) -> bool:
     return inbox.push(rk, f"event-{i}", message_id=f"om_{i}", content_key=f"c{i}", queue="q").kicked
 
 
+def running(inbox: Inbox, rk: str, exec_id: str) -> str:
+    """Push one event and let `exec_id` own the route as the kicked run; returns the kick token."""
+    push(inbox, rk, 1)
+    token = inbox.next_kicks(0.1)[0].token
+    assert inbox.acquire(rk, token, exec_id)
+    return token
+
+
 def test_first_push_kicks_once_and_queues_a_kick_record(box) -> None:
     inbox, keys, r = box
     assert push(inbox, "rk", 1) is True
@@ -59,9 +67,7 @@ def test_only_the_kicked_run_acquires_and_others_are_fenced_out(box) -> None:
 
 def test_batching_commit_and_release_without_lost_wake_up(box) -> None:
     inbox, keys, r = box
-    push(inbox, "rk", 1)
-    token = inbox.next_kicks(0.1)[0].token
-    inbox.acquire("rk", token, "exec")
+    running(inbox, "rk", "exec")
     assert inbox.take("rk", "exec") == ["event-1"]
     push(inbox, "rk", 2)  # arrive during the run
     push(inbox, "rk", 3)
@@ -79,9 +85,7 @@ def test_batching_commit_and_release_without_lost_wake_up(box) -> None:
 
 def test_expired_lease_lets_the_sweep_kick_and_fences_the_old_run(box) -> None:
     inbox, keys, r = box
-    push(inbox, "rk", 1)
-    token = inbox.next_kicks(0.1)[0].token
-    inbox.acquire("rk", token, "old")
+    running(inbox, "rk", "old")
     inbox.take("rk", "old")
     assert inbox.kick("rk") is None  # a live lease: the sweep leaves it alone
     r.pexpire(keys.lease("rk"), 1)
@@ -94,9 +98,7 @@ def test_expired_lease_lets_the_sweep_kick_and_fences_the_old_run(box) -> None:
 
 def test_handover_keeps_the_route_closed_to_others(box) -> None:
     inbox, _, _ = box
-    push(inbox, "rk", 1)
-    token = inbox.next_kicks(0.1)[0].token
-    inbox.acquire("rk", token, "exec")
+    token = running(inbox, "rk", "exec")
     assert inbox.handover("rk", "exec", "next", 5000)
     assert inbox.kick("rk") is None
     assert inbox.acquire("rk", token, "late") is False
@@ -105,9 +107,7 @@ def test_handover_keeps_the_route_closed_to_others(box) -> None:
 
 def test_dead_letter_moves_the_batch_and_clears_attempts(box) -> None:
     inbox, keys, r = box
-    push(inbox, "rk", 1)
-    token = inbox.next_kicks(0.1)[0].token
-    inbox.acquire("rk", token, "exec")
+    running(inbox, "rk", "exec")
     inbox.take("rk", "exec")
     assert [inbox.bump_attempts("rk", "b") for _ in range(3)] == [1, 2, 3]
     assert inbox.dead_letter("rk", "exec", "b", {"route_key": "rk", "events": ["event-1"]})
