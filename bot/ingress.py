@@ -122,14 +122,13 @@ class Ingress:
             ctx["event_id"] = header["event_id"]
         if payload.get("schema") != "2.0":
             ctx["outcome"] = "ignored"
-            log.info("ignored non-2.0 event", extra={"reason": "schema"})
+            log.info("ignored non-2.0 event", extra={**ctx, "reason": "schema"})
             return Response(200)
         try:
             envelope = Envelope.model_validate(payload)
         except ValidationError:
             self._keep_rejected(payload)
             raise Reject(400, "malformed schema 2.0 envelope") from None
-        ctx["event_id"] = envelope.header.event_id
         if envelope.header.event_type != MESSAGE_RECEIVE:
             ctx["outcome"] = "ignored"
             log.info("ignored event type", extra={**ctx, "reason": envelope.header.event_type})
