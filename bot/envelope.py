@@ -97,10 +97,6 @@ class Inbound(BaseModel):
     mentions: list[Mention] = []
     mentioned_all: bool = False
 
-    @property
-    def is_topic(self) -> bool:
-        return bool(self.thread_id)
-
     def content_key(self) -> str:
         """Redeliveries can carry a new message_id; this key is stable across them."""
         parts = [self.sender_open_id, self.chat_id, self.create_time or "", self.thread_id or "",

@@ -47,9 +47,6 @@ class Keys:
     def seen_content(self, rk: str, content_key: str) -> str:
         return f"{self._route('seen', rk)}:c:{content_key}"
 
-    def seen_event(self, event_id: str) -> str:
-        return f"{self.prefix}:seen:e:{event_id}"
-
     @property
     def dirty(self) -> str:
         return f"{self.prefix}:dirty"
