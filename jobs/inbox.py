@@ -55,7 +55,7 @@ class Inbox:
     def push(self, rk: str, event: str, *, message_id: str, content_key: str, queue: str) -> PushResult:
         token = new_token()
         k = self.k
-        keys = [k.seen_message(rk, message_id), k.seen_content(rk, content_key), k.inbox(rk),
+        keys = [k.seen_message(message_id), k.seen_content(content_key), k.inbox(rk),
                 k.lease(rk), k.dirty, k.kicks]
         kick = Kick(route_key=rk, token=token, queue=queue).dumps()
         res = self._push(keys, [event, token, KICK_TTL_MS, rk, time.time(), DEDUPE_TTL_S, kick])

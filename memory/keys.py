@@ -41,11 +41,13 @@ class Keys:
     def outbox(self, rk: str) -> str:
         return self._route("outbox", rk)
 
-    def seen_message(self, rk: str, message_id: str) -> str:
-        return f"{self._route('seen', rk)}:m:{message_id}"
+    # Dedupe markers are per profile, not per route: a redelivery must stay a duplicate after a
+    # routing-policy change sends the same message to another route.
+    def seen_message(self, message_id: str) -> str:
+        return f"{self.prefix}:seen:m:{message_id}"
 
-    def seen_content(self, rk: str, content_key: str) -> str:
-        return f"{self._route('seen', rk)}:c:{content_key}"
+    def seen_content(self, content_key: str) -> str:
+        return f"{self.prefix}:seen:c:{content_key}"
 
     @property
     def dirty(self) -> str:

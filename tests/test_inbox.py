@@ -48,8 +48,17 @@ def test_duplicates_by_message_id_or_content_key(box) -> None:
     assert inbox.push("rk", "b", message_id="om_1", content_key="c2", queue="q").duplicate is True
     assert inbox.push("rk", "c", message_id="om_2", content_key="c1", queue="q").duplicate is True
     assert r.lrange(keys.inbox("rk"), 0, -1) == ["a"]
-    assert r.exists(keys.seen_message("rk", "om_2")) == 0  # a rejected duplicate leaves no marker behind
-    assert 86000 < r.ttl(keys.seen_message("rk", "om_1")) <= 86400
+    assert r.exists(keys.seen_message("om_2")) == 0  # a rejected duplicate leaves no marker behind
+    assert 86000 < r.ttl(keys.seen_message("om_1")) <= 86400
+
+
+def test_a_message_is_a_duplicate_on_any_route(box) -> None:
+    """After a routing-policy change the same message maps to another route: still a redelivery."""
+    inbox, keys, r = box
+    assert inbox.push("rk-old", "a", message_id="om_1", content_key="c1", queue="q").duplicate is False
+    assert inbox.push("rk-new", "a", message_id="om_1", content_key="c1", queue="q").duplicate is True
+    assert inbox.push("rk-new", "a", message_id="om_9", content_key="c1", queue="q").duplicate is True
+    assert r.llen(keys.inbox("rk-new")) == 0
 
 
 def test_only_the_kicked_run_acquires_and_others_are_fenced_out(box) -> None:
