@@ -5,16 +5,31 @@ from __future__ import annotations
 import copy
 import threading
 import time
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import replace
 from typing import Any
 
 from flask import Flask, Response, request
 
 from sandbox import claude_wire as wire
+from sandbox.claude_control import register_control
+from sandbox.claude_faults import (
+    PoisonBook,
+    TimelineKey,
+    check_kind,
+    check_mix,
+    error_fault,
+    fault_options,
+    key_by_pattern,
+    last_user_text,
+    make_fault,
+    overlaps,
+)
+from sandbox.faults import Fault, FaultBook, FaultProfile
 from sandbox.server import (
-    Fault,
-    FaultBook,
     LoopbackServer,
+    drop_connection,
     install_json_errors,
     json_response,
     new_id,
@@ -25,6 +40,7 @@ Answer = str | list[dict[str, Any]] | dict[str, Any]
 Responder = Callable[[dict[str, Any]], Answer]
 RequestHook = Callable[[dict[str, Any]], object]
 OP = "messages"
+TIMELINE_FIELDS = ("seq", "request_id", "start", "end", "status", "fault", "stream", "last_user")
 
 
 class ClaudeStandin(LoopbackServer):
@@ -32,7 +48,10 @@ class ClaudeStandin(LoopbackServer):
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
         self._lock = threading.RLock()
-        self._faults = FaultBook()
+        self._faults = FaultBook(make_fault)
+        self._poison = PoisonBook()
+        self._responses: Counter[int] = Counter()
+        self._epoch = 0  # a call still sleeping through a timeout at reset() must not count afterwards
         self._delay = 0.0
         self._responder: Responder | None = None
         self._hooks: list[RequestHook] = []
@@ -43,18 +62,18 @@ class ClaudeStandin(LoopbackServer):
         install_json_errors(app, _render_http_error)
         app.add_url_rule("/v1/messages", "messages", self._messages, methods=["POST"])
         app.add_url_rule("/v1/messages/count_tokens", "count_tokens", self._count_tokens, methods=["POST"])
-        app.add_url_rule("/_sandbox/delay", "sandbox_delay", self._ctl_delay, methods=["POST"])
-        app.add_url_rule("/_sandbox/fail", "sandbox_fail", self._ctl_fail, methods=["POST"])
-        app.add_url_rule("/_sandbox/reset", "sandbox_reset", self._ctl_reset, methods=["POST"])
-        app.add_url_rule("/_sandbox/requests", "sandbox_requests", lambda: json_response(self.requests))
+        register_control(app, self)
         super().__init__(app, host, port)
 
     # -- controls -----------------------------------------------------------------------------------
 
     def reset(self) -> None:
-        """Forget requests, faults, delay, responder, hooks and the prompt-cache memory."""
+        """Forget requests, faults, profile, poison rules, stats, delay, responder, hooks and the prompt cache."""
         self._faults.clear()
+        self._poison.clear()
         with self._lock:
+            self._epoch += 1
+            self._responses.clear()
             self._delay = 0.0
             self._responder = None
             self._hooks.clear()
@@ -71,8 +90,50 @@ class ClaudeStandin(LoopbackServer):
         message: str = "",
     ) -> None:
         """The next `times` /v1/messages calls answer this error (e.g. 529 overloaded_error)."""
-        body = wire.error_body(error_type, message or error_type.replace("_", " "), "")
-        self._faults.add(OP, Fault(status, body, dict(headers or {}), times))
+        self._faults.add(OP, error_fault(status, error_type, message, headers, times))
+
+    def inject_fault(self, kind: str, times: int = 1, **options: float) -> None:
+        """The next `times` calls get one fault kind: overloaded, rate_limit, api_error, reset or timeout.
+
+        options: retry_after (seconds, the rate_limit's retry-after header), timeout_seconds (how long
+        a timeout holds the answer; set it past the client's timeout).
+        """
+        self._faults.add(OP, make_fault(check_kind(kind), fault_options(options), times))
+
+    def set_profile(
+        self, rate: float, mix: Mapping[str, float] | None = None, *, seed: int | None = None, **options: float
+    ) -> None:
+        """Fail a random `rate` of /v1/messages calls with a weighted `mix` of kinds (default: all five).
+
+        A seed replays the same fault sequence; queued fail/inject_fault faults still come first.
+        """
+        self._faults.set_profile(OP, FaultProfile(rate, check_mix(mix), seed, **fault_options(options)))
+
+    def clear_profile(self) -> None:
+        self._faults.clear_profiles()
+
+    @property
+    def profile(self) -> dict[str, Any] | None:
+        return self._faults.profiles().get(OP)
+
+    def fail_when(
+        self, marker: str, status: int = 500, error_type: str = "api_error", *, kind: str | None = None,
+        message: str = "", headers: dict[str, str] | None = None, **options: float,
+    ) -> None:
+        """Until cleared, every call whose last user turn contains `marker` fails: with this status and
+        error type, or with a fault `kind` (then `options` as inject_fault)."""
+        if kind is not None:
+            fault = replace(make_fault(check_kind(kind), fault_options(options)), kind="poison")
+        else:
+            fault = error_fault(status, error_type, message, headers, kind="poison")
+        self._poison.add(marker, fault)
+
+    def clear_fail_when(self, marker: str | None = None) -> None:
+        self._poison.remove(marker)
+
+    @property
+    def poison(self) -> list[dict[str, Any]]:
+        return self._poison.describe()
 
     def set_responder(self, fn: Responder | None) -> None:
         """fn(body) → reply text, a list of content blocks, or {"content": [...], "stop_reason": ...}."""
@@ -84,49 +145,108 @@ class ClaudeStandin(LoopbackServer):
         with self._lock:
             self._hooks.append(callback)
 
+    # -- inspection ---------------------------------------------------------------------------------
+
     @property
     def requests(self) -> list[dict[str, Any]]:
-        """Recorded /v1/messages calls: {"headers", "body", "time"} (count_tokens is kept apart)."""
+        """Recorded /v1/messages calls: {"headers", "body", "time", + the timeline fields} (count_tokens apart)."""
+        return self.requests_since(0)
+
+    def requests_since(self, cursor: int = 0) -> list[dict[str, Any]]:
+        """Recorded calls from position `cursor` on (the next cursor is cursor + len(result))."""
         with self._lock:
-            return copy.deepcopy(self._requests)
+            return copy.deepcopy(self._requests[max(cursor, 0):])
 
     @property
     def count_requests(self) -> list[dict[str, Any]]:
         with self._lock:
             return copy.deepcopy(self._count_requests)
 
+    @property
+    def timeline(self) -> list[dict[str, Any]]:
+        """Per /v1/messages call: seq, request_id, start/end (time.time()), status (0 = connection reset),
+        fault kind, stream, last_user text. end is None while the call is still being answered."""
+        return self.timeline_since(0)
+
+    def timeline_since(self, cursor: int = 0) -> list[dict[str, Any]]:
+        with self._lock:
+            return [{k: e[k] for k in TIMELINE_FIELDS} for e in self._requests[max(cursor, 0):]]
+
+    def overlaps(self, key: str | TimelineKey) -> list[tuple[int, int]]:
+        """Pairs of seqs of calls with the same key that were answered at the same time.
+
+        key: a regex matched against the last user turn (first group, or the whole match), or a function
+        of a timeline entry. Calls with a timeout or reset fault count until their (late) end.
+        """
+        return overlaps(self.timeline, key_by_pattern(key) if isinstance(key, str) else key)
+
+    @property
+    def stats(self) -> dict[str, Any]:
+        """Calls per endpoint, faults by kind, poison hits per marker, responses by status, in flight."""
+        with self._lock:
+            in_flight = sum(1 for e in self._requests if e["end"] is None)
+            extra = {"poison_hits": dict(self._poison.hits), "responses": dict(self._responses),
+                     "in_flight": in_flight}
+        return {**self._faults.counters.snapshot(), **extra}
+
     def describe(self) -> str:
-        return f"claude stand-in: {len(self.requests)} /v1/messages requests"
+        with self._lock:
+            return f"claude stand-in: {len(self._requests)} /v1/messages requests"
 
     # -- endpoints ----------------------------------------------------------------------------------
 
     def _messages(self) -> Response:
         body = parse_json_body(request)
-        self._record(self._requests, body)
+        entry = self._begin(body)
         with self._lock:
             hooks, delay = list(self._hooks), self._delay
         for hook in hooks:
             hook(copy.deepcopy(body))
         self.sleep(delay)
-        request_id = new_id("req_")
+        request_id = entry["request_id"]
         try:
             _authenticate()
-            fault = self._faults.take(OP)
+            fault = self._poisoned(entry["last_user"]) or self._faults.take(OP)  # poison wins
             if fault is not None:
-                err = {**fault.body, "request_id": request_id}
-                return json_response(err, fault.status, {"request-id": request_id, **fault.headers})
+                response = self._fault_response(fault, entry)
+                if response is not None:
+                    return response
             message = self._answer(wire.validate(body))
         except wire.WireError as exc:
             err = wire.error_body(exc.error_type, exc.message, request_id)
-            return json_response(err, exc.status, {"request-id": request_id})
+            return self._finish(entry, json_response(err, exc.status, {"request-id": request_id}))
         if body.get("stream"):
-            return Response(wire.sse_frames(message), mimetype="text/event-stream",
+            frames = self._stamped(entry, wire.sse_frames(message))
+            return Response(frames, mimetype="text/event-stream",
                             headers={"request-id": request_id, "Cache-Control": "no-cache"})
-        return json_response(message, 200, {"request-id": request_id})
+        return self._finish(entry, json_response(message, 200, {"request-id": request_id}))
+
+    def _fault_response(self, fault: Fault, entry: dict[str, Any]) -> Response | None:
+        """The error or dropped connection for `fault`; None when the real answer follows (a timeout)."""
+        with self._lock:
+            entry["fault"] = fault.kind
+        self.sleep(fault.delay)  # a timeout: the client has given up by the time the answer is ready
+        if fault.drop:
+            drop_connection()
+            return self._finish(entry, Response(status=200), status=0)
+        if fault.body is None:
+            return None
+        request_id = entry["request_id"]
+        err = {**fault.body, "request_id": request_id}
+        return self._finish(entry, json_response(err, fault.status, {"request-id": request_id, **fault.headers}))
+
+    def _poisoned(self, text: str) -> Fault | None:
+        fault = self._poison.match(text)
+        if fault is not None:
+            self._faults.counters.fault(OP, "poison")
+        return fault
 
     def _count_tokens(self) -> Response:
         body = parse_json_body(request)
-        self._record(self._count_requests, body)
+        self._faults.counters.call("count_tokens")
+        entry = {"headers": dict(request.headers), "body": body, "time": time.time()}
+        with self._lock:
+            self._count_requests.append(entry)
         request_id = new_id("req_")
         try:
             _authenticate()
@@ -136,10 +256,37 @@ class ClaudeStandin(LoopbackServer):
             return json_response(err, exc.status, {"request-id": request_id})
         return json_response({"input_tokens": count}, 200, {"request-id": request_id})
 
-    def _record(self, into: list[dict[str, Any]], body: Any) -> None:
-        entry = {"headers": dict(request.headers), "body": body, "time": time.time()}
+    def _begin(self, body: Any) -> dict[str, Any]:
+        """Record a /v1/messages call as it arrives; every key exists from the start (readers copy it)."""
+        self._faults.counters.call(OP)
+        now = time.time()
+        entry: dict[str, Any] = {
+            "headers": dict(request.headers), "body": body, "time": now, "request_id": new_id("req_"),
+            "start": now, "end": None, "status": None, "fault": None,
+            "stream": bool(isinstance(body, dict) and body.get("stream")), "last_user": last_user_text(body),
+        }
         with self._lock:
-            into.append(entry)
+            entry["seq"], entry["epoch"] = len(self._requests), self._epoch
+            self._requests.append(entry)
+        return entry
+
+    def _finish(self, entry: dict[str, Any], response: Response, status: int | None = None) -> Response:
+        code = response.status_code if status is None else status
+        with self._lock:
+            entry["end"], entry["status"] = time.time(), code
+            self._responses[code] += entry["epoch"] == self._epoch
+        return response
+
+    def _stamped(self, entry: dict[str, Any], frames: Iterator[str]) -> Iterator[str]:
+        """Stream the frames; the call ends when the last one is written (or the client goes away)."""
+        with self._lock:
+            entry["status"] = 200
+        try:
+            yield from frames
+        finally:
+            with self._lock:
+                entry["end"] = time.time()
+                self._responses[200] += entry["epoch"] == self._epoch
 
     def _answer(self, body: dict[str, Any]) -> dict[str, Any]:
         with self._lock:
@@ -176,23 +323,6 @@ class ClaudeStandin(LoopbackServer):
             "cache_creation_input_tokens": created,
             "cache_read_input_tokens": read,
         }
-
-    # -- /_sandbox/ control -------------------------------------------------------------------------
-
-    def _ctl_delay(self) -> Response:
-        self.set_delay(float((parse_json_body(request) or {}).get("seconds", 0)))
-        return json_response({"ok": True})
-
-    def _ctl_fail(self) -> Response:
-        spec = parse_json_body(request) or {}
-        self.fail(int(spec.get("status", 529)), str(spec.get("error_type", "overloaded_error")),
-                  int(spec.get("times", 1)), spec.get("headers"), str(spec.get("message", "")))
-        return json_response({"ok": True})
-
-    def _ctl_reset(self) -> Response:
-        self.reset()
-        return json_response({"ok": True})
-
 
 def _authenticate() -> None:
     """SDK ≥2.0 sends `Authorization: Bearer`, older clients `x-api-key`; either will do."""

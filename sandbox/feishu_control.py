@@ -6,14 +6,14 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from flask import Flask, Response, request
+from flask import Flask, request
 
-from sandbox.server import json_response, parse_json_body
+from sandbox.server import control_body, guarded
 
 if TYPE_CHECKING:
     from sandbox.feishu_emulator import FeishuEmulator
 
-LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})
+FAULT_OPTION_FIELDS = ("reset_seconds", "timeout_seconds", "gateway_status")
 MESSAGE_FIELDS = (
     "message_id", "chat_id", "text", "sender_open_id", "thread_id", "root_id", "parent_id", "msg_type",
     "content", "chat_mode",
@@ -31,55 +31,40 @@ def parse_after(value: str | None) -> int | None:
     return int(number * 1000) if number < 1e11 else int(number)
 
 
-def _body() -> dict[str, Any]:
-    body = parse_json_body(request)
-    if body is None:
-        return {}
-    if not isinstance(body, dict):
-        raise ValueError("body must be a JSON object")
-    return body
-
-
-def _guarded(action: Callable[[], Any]) -> Callable[[], Response]:
-    """Wrap a control action: loopback callers only; bad arguments → 400 with the reason."""
-
-    def view() -> Response:
-        if request.remote_addr not in LOOPBACK:
-            return json_response({"code": 403, "msg": "the sandbox control API is loopback-only"}, 403)
-        try:
-            return json_response(action())
-        except (ValueError, TypeError, KeyError) as exc:
-            return json_response({"code": 400, "msg": f"bad request: {exc}"}, 400)
-
-    view.__name__ = action.__name__
-    return view
-
-
 def register_control(app: Flask, emu: FeishuEmulator) -> None:
     def add_message() -> dict[str, Any]:
-        body = _body()
+        body = control_body()
         fields = {k: body[k] for k in MESSAGE_FIELDS if k in body}
         return emu.add_message(fields.pop("message_id", None), fields.pop("chat_id"), **fields)
 
     def bot_messages() -> list[dict[str, Any]]:
         args = request.args
         after = parse_after(args.get("after"))
-        items = emu.bot_messages(chat_id=args.get("chat_id") or None, thread_id=args.get("thread_id") or None)
+        chat_id, thread_id = args.get("chat_id") or None, args.get("thread_id") or None
+        if args.get("parent_id"):  # indexed by the replied-to message
+            items = [
+                m for m in emu.replies_to(args["parent_id"])
+                if chat_id in (None, m["chat_id"]) and thread_id in (None, m.get("thread_id"))
+            ]
+        else:
+            items = emu.bot_messages(chat_id=chat_id, thread_id=thread_id)
         if after is not None:
             items = [m for m in items if int(m["create_time"]) > after]
-        if args.get("parent_id"):
-            items = [m for m in items if m.get("parent_id") == args["parent_id"]]
         return items
 
     def add_chat() -> dict[str, Any]:
-        body = _body()
+        body = control_body()
         return emu.add_chat(
             body["chat_id"], body.get("chat_mode", "group"), body.get("group_message_type", "chat"),
             body.get("name", ""),
         )
 
     def faults() -> dict[str, Any]:
-        body = _body()
+        body = control_body()
+        if "kind" in body:
+            options = {k: float(body[k]) for k in FAULT_OPTION_FIELDS if k in body}
+            emu.inject_fault(body["op"], str(body["kind"]), times=int(body.get("times", 1)), **options)
+            return {"ok": True}
         emu.inject(
             body["op"], code=int(body["code"]), http_status=int(body.get("http_status", 400)),
             times=int(body.get("times", 1)), headers=body.get("headers"), msg=body.get("msg", ""),
@@ -87,17 +72,44 @@ def register_control(app: Flask, emu: FeishuEmulator) -> None:
         return {"ok": True}
 
     def delay() -> dict[str, Any]:
-        body = _body()
+        body = control_body()
         emu.set_delay(body["op"], float(body["seconds"]))
         return {"ok": True}
 
     def reset() -> dict[str, Any]:
-        emu.reset(keep_tokens=bool(_body().get("keep_tokens")))
+        emu.reset(keep_tokens=bool(control_body().get("keep_tokens")))
         return {"ok": True}
 
     def expire_tokens() -> dict[str, Any]:
         emu.expire_tokens()
         return {"ok": True}
+
+    def set_profile() -> dict[str, Any]:
+        body = control_body()
+        options = {k: float(body[k]) for k in FAULT_OPTION_FIELDS if k in body}
+        seed = body.get("seed")
+        emu.set_profile(body["ops"], float(body["rate"]), body.get("mix"),
+                        seed=None if seed is None else int(seed), **options)
+        return emu.profiles
+
+    def clear_profile() -> dict[str, Any]:
+        ops = request.args.getlist("op")
+        emu.clear_profile(ops or None)
+        return emu.profiles
+
+    def chat_qps() -> dict[str, Any]:
+        qps = control_body().get("qps")
+        emu.set_chat_qps(None if qps is None else int(qps))
+        return {"qps": emu.chat_qps}
+
+    def feed() -> dict[str, Any]:
+        bot_only = request.args.get("bot_only", "1") not in ("0", "false")
+        items, cursor = emu.feed(int(request.args.get("cursor", 0)), bot_only=bot_only)
+        return {"items": items, "cursor": cursor}
+
+    def sends() -> dict[str, Any]:
+        return {"sends": emu.sends(request.args.get("chat_id") or None),
+                "peak": emu.peak_sends(float(request.args.get("window", 1.0)))}
 
     def health() -> dict[str, Any]:
         return {"ok": True, "app_id": emu.app_id, "bot_open_id": emu.bot_open_id}
@@ -111,9 +123,16 @@ def register_control(app: Flask, emu: FeishuEmulator) -> None:
         ("/_sandbox/delay", "POST", delay),
         ("/_sandbox/reset", "POST", reset),
         ("/_sandbox/expire_tokens", "POST", expire_tokens),
-        ("/_sandbox/requests", "GET", lambda: emu.requests),
+        ("/_sandbox/requests", "GET", lambda: emu.requests_since(int(request.args.get("since", 0)))),
+        ("/_sandbox/profile", "POST", set_profile),
+        ("/_sandbox/profile", "GET", lambda: emu.profiles),
+        ("/_sandbox/profile", "DELETE", clear_profile),
+        ("/_sandbox/chat_qps", "POST", chat_qps),
+        ("/_sandbox/stats", "GET", lambda: emu.stats),
+        ("/_sandbox/sends", "GET", sends),
+        ("/_sandbox/feed", "GET", feed),
         ("/_sandbox/health", "GET", health),
     ]
     for path, method, action in routes:
         endpoint = f"sandbox_{method}_{path}"
-        app.add_url_rule(path, endpoint=endpoint, view_func=_guarded(action), methods=[method])
+        app.add_url_rule(path, endpoint=endpoint, view_func=guarded(action), methods=[method])

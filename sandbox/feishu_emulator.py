@@ -6,18 +6,18 @@ import copy
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from flask import Flask, Response, request
 
+from sandbox.faults import Fault, FaultBook, FaultProfile
 from sandbox.feishu_control import register_control
-from sandbox.feishu_rules import FeishuError, error_body
+from sandbox.feishu_rules import FeishuError, check_ops, error_body, fault_kinds_for, fault_options, make_fault
 from sandbox.feishu_store import FeishuStore
 from sandbox.server import (
-    Fault,
-    FaultBook,
     LoopbackServer,
+    drop_connection,
     install_json_errors,
     json_response,
     parse_json_body,
@@ -41,7 +41,7 @@ class FeishuEmulator(LoopbackServer):
         self.bot_name = bot_name
         self.store = FeishuStore(app_id, app_secret, clock)
         self._lock = threading.RLock()
-        self._faults = FaultBook()
+        self._faults = FaultBook(make_fault)
         self._delays: dict[str, float] = {}
         self._hooks: dict[str, list[tuple[str, Hook]]] = {}
         self._requests: list[dict[str, Any]] = []
@@ -53,7 +53,7 @@ class FeishuEmulator(LoopbackServer):
     # -- controls -----------------------------------------------------------------------------------
 
     def reset(self, *, keep_tokens: bool = False) -> None:
-        """Forget messages, chats, tokens, faults, delays, hooks and recorded requests.
+        """Forget messages, chats, tokens, faults, profiles, stats, delays, hooks and recorded requests.
 
         keep_tokens=True spares issued tokens, for long-lived clients whose cached token should survive.
         """
@@ -72,6 +72,39 @@ class FeishuEmulator(LoopbackServer):
         """Make the next `times` calls of `op` fail with this JSON error (code 0 + 5xx → gateway error)."""
         _check_op(op)
         self._faults.add(op, Fault(http_status, error_body(code, msg), dict(headers or {}), times))
+
+    def inject_fault(self, op: str, kind: str, *, times: int = 1, **options: float) -> None:
+        """Make the next `times` calls of `op` fail with one fault kind (see feishu_rules.FAULT_KINDS).
+
+        options: reset_seconds (x-ogw-ratelimit-reset), timeout_seconds (how long a timeout holds the
+        response; set it past the client's timeout), gateway_status (5xx for gateway kinds).
+        """
+        fault_kinds_for(op, {kind: 1.0})
+        self._faults.add(op, make_fault(kind, fault_options(options), times))
+
+    def set_profile(
+        self, ops: str | Iterable[str], rate: float, mix: Mapping[str, float] | None = None, *,
+        seed: int | None = None, **options: float,
+    ) -> None:
+        """Fail a random `rate` of each op's calls with a weighted `mix` of fault kinds.
+
+        Each op draws from its own generator seeded with (seed, op), so a seed replays the same sequence
+        of faults per op. Queued inject/inject_fault faults still come first. Options as inject_fault.
+        """
+        settings = fault_options(options)
+        profiles = {
+            op: FaultProfile(rate, fault_kinds_for(op, mix), None if seed is None else f"{seed}:{op}", **settings)
+            for op in check_ops(ops, OPS)
+        }
+        for op, profile in profiles.items():
+            self._faults.set_profile(op, profile)
+
+    def clear_profile(self, ops: str | Iterable[str] | None = None) -> None:
+        self._faults.clear_profiles(None if ops is None else check_ops(ops, OPS))
+
+    @property
+    def profiles(self) -> dict[str, dict[str, Any]]:
+        return self._faults.profiles()
 
     def set_delay(self, op: str, seconds: float) -> None:
         _check_op(op)
@@ -93,6 +126,10 @@ class FeishuEmulator(LoopbackServer):
     def set_chat_qps(self, n: int | None) -> None:
         """Per-chat anti-spam limit (Feishu: 5/s) → 230020; None or 0 turns it off."""
         self.store.chat_qps = n or None
+
+    @property
+    def chat_qps(self) -> int | None:
+        return self.store.chat_qps
 
     def expire_tokens(self) -> None:
         self.store.expire_tokens()
@@ -135,22 +172,51 @@ class FeishuEmulator(LoopbackServer):
     def dedupe_hits(self) -> int:
         return self.store.dedupe_hits
 
+    @property
+    def stats(self) -> dict[str, Any]:
+        """Calls per op, faults per op and kind, uuid dedupe hits, 230020 rejections, tokens and sends."""
+        with self.store.lock:
+            store = {
+                "dedupe_hits": self.store.dedupe_hits,
+                "chat_limit_rejections": dict(self.store.chat_limit_rejections),
+                "token_requests": self.store.token_requests,
+                "tokens_revoked": self.store.tokens_revoked,
+                "messages": len(self.store.messages),
+                "bot_messages": len(self.store.bot_sent),
+            }
+        return {**self._faults.counters.snapshot(), **store, "peak_sends_per_second": self.store.peak_sends(1.0)}
+
+    def sends(self, chat_id: str | None = None) -> dict[str, list[float]]:
+        """Per chat, the time.time() of every message the bot sent (dedupe hits excluded), in order."""
+        return self.store.send_log(chat_id)
+
+    def peak_sends(self, window: float = 1.0) -> dict[str, int]:
+        """Per chat, the most bot sends within any `window` seconds: check pacing against Feishu's 5/s."""
+        return self.store.peak_sends(window)
+
     def bot_messages(self, chat_id: str | None = None, thread_id: str | None = None) -> list[dict[str, Any]]:
         """Messages the bot sent, in creation order, optionally narrowed to a chat and/or topic."""
-        return [
-            m for m in self.messages
-            if m["sender"]["sender_type"] == "app"
-            and (chat_id is None or m["chat_id"] == chat_id)
-            and (thread_id is None or m.get("thread_id") == thread_id)
-        ]
+        return self.store.bot_messages(chat_id, thread_id)
 
     def replies_to(self, message_id: str) -> list[dict[str, Any]]:
-        return [m for m in self.bot_messages() if m.get("parent_id") == message_id]
+        """The bot's replies to one message, in creation order."""
+        return self.store.replies_to(message_id)
+
+    def feed(self, cursor: int = 0, *, bot_only: bool = True) -> tuple[list[dict[str, Any]], int]:
+        """Messages stored since `cursor` (0 = all) and the cursor for the next call: cheap polling."""
+        return self.store.feed(cursor, bot_only)
+
+    def requests_since(self, cursor: int = 0) -> list[dict[str, Any]]:
+        """Recorded requests from position `cursor` on (the next cursor is cursor + len(result))."""
+        with self._lock:
+            return copy.deepcopy(self._requests[max(cursor, 0):])
 
     def describe(self) -> str:
-        bots = self.bot_messages()
-        last = [f"{r['method']} {r['path']}" for r in self.requests[-5:]]
-        return f"emulator: {len(self.messages)} messages ({len(bots)} from the bot); last requests: {last}"
+        with self._lock:
+            last = [f"{r['method']} {r['path']}" for r in self._requests[-5:]]
+        with self.store.lock:
+            counts = len(self.store.messages), len(self.store.bot_sent)
+        return f"emulator: {counts[0]} messages ({counts[1]} from the bot); last requests: {last}"
 
     # -- request plumbing ---------------------------------------------------------------------------
 
@@ -162,6 +228,7 @@ class FeishuEmulator(LoopbackServer):
         }
         with self._lock:
             self._requests.append(record)
+        self._faults.counters.call(op)
         return copy.deepcopy(record)
 
     def _run_hooks(self, op: str, when: str, record: dict[str, Any]) -> None:
@@ -176,18 +243,26 @@ class FeishuEmulator(LoopbackServer):
         with self._lock:
             delay = self._delays.get(op, 0.0)
         self.sleep(delay)
-        headers: dict[str, str] = {}
+        fault: Fault | None = None
+        body: dict[str, Any] = {}
+        status, headers = 0, {}
         try:
             if op != "token":  # every Open API except the token endpoint wants a tenant token
                 self.store.check_token(request.headers.get("Authorization"))
             fault = self._faults.take(op)
-            if fault is not None:
-                body, status, headers = fault.body, fault.status, fault.headers
-            else:
+            if fault is None or fault.after:  # an "after" fault applies the request first
                 body, status = handler(record), 200
         except FeishuError as exc:
             body, status, headers = exc.body(), exc.http_status, exc.headers
+        if fault is not None and fault.kind == "token_invalid":
+            self.store.revoke_token(request.headers.get("Authorization"))  # the holder must fetch a new one
+        if fault is not None and fault.body is not None:
+            body, status, headers = fault.body, fault.status, fault.headers
         self._run_hooks(op, "after", {**record, "status": status, "response": copy.deepcopy(body)})
+        if fault is not None:
+            self.sleep(fault.delay)  # past the client's timeout: it never sees this answer
+            if fault.drop:
+                drop_connection()
         return json_response(body, status, headers)
 
     def _routes(self, app: Flask) -> None:

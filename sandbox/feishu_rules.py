@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import base64
 import json
+from collections.abc import Iterable, Mapping
 from typing import Any
+
+from sandbox.faults import Fault
 
 SEND_MSG_TYPES = frozenset({
     "text", "post", "interactive", "image", "file", "audio", "media", "sticker", "share_chat", "share_user",
@@ -55,6 +59,73 @@ def error_body(code: int, msg: str = "") -> dict[str, Any]:
     if code == 0:
         return {"code": -1, "msg": msg or MESSAGES[-1]}
     return {"code": code, "msg": msg or MESSAGES.get(code, "error")}
+
+
+# Fault kinds for profiles and inject_fault. "_after" kinds apply the request first (the message is stored),
+# then fail; "timeout" applies it and answers only after the client has given up.
+FAULT_KINDS = (
+    "rate_limit", "chat_limit", "token_invalid", "gateway", "gateway_after", "timeout", "timeout_before",
+    "reset", "reset_after",
+)
+DEFAULT_MIX = {"rate_limit": 4.0, "chat_limit": 1.0, "token_invalid": 1.0, "gateway": 2.0, "timeout": 2.0}
+SEND_OPS = frozenset({"reply", "create"})
+FAULT_OPTIONS = {"reset_seconds": 1.0, "timeout_seconds": 11.0, "gateway_status": 502.0}
+
+
+def fault_kinds_for(op: str, mix: Mapping[str, float] | None) -> dict[str, float]:
+    """The mix to use for `op`: the default mix narrowed to what applies, or the given one checked."""
+    if mix is None:
+        return {k: w for k, w in DEFAULT_MIX.items() if _applies(op, k)}
+    for kind in mix:
+        if kind not in FAULT_KINDS:
+            raise ValueError(f"unknown fault kind {kind!r}; expected one of {FAULT_KINDS}")
+        if not _applies(op, kind):
+            raise ValueError(f"fault kind {kind!r} does not apply to op {op!r}")
+    return dict(mix)
+
+
+def _applies(op: str, kind: str) -> bool:
+    if kind == "chat_limit":
+        return op in SEND_OPS  # the per-chat anti-spam limit only answers sends
+    return not (kind == "token_invalid" and op == "token")
+
+
+def fault_options(options: Mapping[str, Any]) -> dict[str, float]:
+    unknown = set(options) - set(FAULT_OPTIONS)
+    if unknown:
+        raise ValueError(f"unknown fault options {sorted(unknown)}; expected {sorted(FAULT_OPTIONS)}")
+    return {**FAULT_OPTIONS, **{k: float(v) for k, v in options.items()}}
+
+
+def make_fault(kind: str, options: Mapping[str, float], times: int = 1) -> Fault:
+    """The Fault for one kind, as Feishu would answer it (feishu.md §3.5)."""
+    gateway = int(options["gateway_status"])
+    wait = options["timeout_seconds"]
+    if kind == "rate_limit":
+        reset = {"x-ogw-ratelimit-limit": "50", "x-ogw-ratelimit-reset": f"{options['reset_seconds']:g}"}
+        return Fault(429, error_body(99991400), reset, times, kind)
+    simple = {
+        "chat_limit": Fault(400, error_body(230020), {}, times, kind),
+        "token_invalid": Fault(400, error_body(99991663), {}, times, kind),
+        "gateway": Fault(gateway, error_body(-1), {}, times, kind),
+        "gateway_after": Fault(gateway, error_body(-1), {}, times, kind, after=True),
+        "timeout": Fault(200, None, {}, times, kind, after=True, delay=wait),
+        "timeout_before": Fault(504, error_body(-1, "gateway timeout"), {}, times, kind, delay=wait),
+        "reset": Fault(0, None, {}, times, kind, drop=True),
+        "reset_after": Fault(0, None, {}, times, kind, after=True, drop=True),
+    }
+    if kind not in simple:
+        raise ValueError(f"unknown fault kind {kind!r}; expected one of {FAULT_KINDS}")
+    return simple[kind]
+
+
+def check_ops(ops: str | Iterable[str], known: Iterable[str]) -> list[str]:
+    names = [ops] if isinstance(ops, str) else list(ops)
+    allowed = tuple(known)
+    for op in names:
+        if op not in allowed:
+            raise ValueError(f"unknown op {op!r}; expected one of {allowed}")
+    return names
 
 
 def _parse_object(content: Any, what: str) -> dict[str, Any]:
@@ -110,3 +181,29 @@ def page_size(raw: str | None) -> int:
     if not 1 <= size <= 50:
         raise FeishuError(99992402, "field validation failed: page_size must be between 1 and 50")
     return size
+
+
+def encode_page(offset: int, sort: str) -> str:
+    return base64.urlsafe_b64encode(json.dumps([offset, sort]).encode()).decode()
+
+
+def decode_page(token: str | None, sort: str) -> tuple[int, str]:
+    if sort not in ("ByCreateTimeAsc", "ByCreateTimeDesc"):
+        raise FeishuError(99992402, "field validation failed: sort_type")
+    if not token:
+        return 0, sort
+    try:
+        offset, first_sort = json.loads(base64.urlsafe_b64decode(token.encode()))
+        return int(offset), str(first_sort)  # a page_token keeps the first request's sort order
+    except (ValueError, TypeError):
+        raise FeishuError(99992402, "field validation failed: page_token") from None
+
+
+def time_filter(items: list[dict[str, Any]], start: str | None, end: str | None) -> list[dict[str, Any]]:
+    """start_time/end_time are unix seconds (inclusive) while create_time is in milliseconds."""
+    try:
+        lo = int(start) * 1000 if start else 0
+        hi = int(end) * 1000 + 999 if end else None
+    except ValueError:
+        raise FeishuError(99992402, "field validation failed: start_time/end_time") from None
+    return [m for m in items if int(m["create_time"]) >= lo and (hi is None or int(m["create_time"]) <= hi)]

@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
-import base64
 import copy
-import json
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from typing import Any
 
 from sandbox.events import TENANT_KEY
-from sandbox.feishu_rules import UUID_WINDOW_SECONDS, FeishuError, page_size, validate_send
+from sandbox.feishu_rules import (
+    UUID_WINDOW_SECONDS,
+    FeishuError,
+    decode_page,
+    encode_page,
+    page_size,
+    time_filter,
+    validate_send,
+)
 from sandbox.server import new_id
 
 TOKEN_TTL_SECONDS = 7200
@@ -21,7 +27,10 @@ USER_ID_TYPES = frozenset({"open_id", "union_id", "user_id", "email"})
 
 
 class FeishuStore:
-    """All emulator state behind one re-entrant lock; public methods return deep copies."""
+    """All emulator state behind one re-entrant lock; public methods return deep copies.
+
+    Messages are indexed by chat, thread and replied-to message so lookups stay cheap with thousands.
+    """
 
     def __init__(self, app_id: str, app_secret: str, clock: Callable[[], float] = time.time) -> None:
         self.app_id = app_id
@@ -36,10 +45,17 @@ class FeishuStore:
             if not keep_tokens or not hasattr(self, "tokens"):
                 self.tokens: dict[str, float] = {}
             self.token_requests = 0
+            self.tokens_revoked = 0
             self.dedupe_hits = 0
+            self.chat_limit_rejections: Counter[str] = Counter()
+            self.send_times: dict[str, list[float]] = {}
             self.chats: dict[str, dict[str, Any]] = {}
             self.messages: list[dict[str, Any]] = []
             self.by_id: dict[str, dict[str, Any]] = {}
+            self.by_chat: dict[str, list[dict[str, Any]]] = {}
+            self.by_thread: dict[str, list[dict[str, Any]]] = {}
+            self.bot_sent: list[dict[str, Any]] = []
+            self.bot_replies: dict[str, list[dict[str, Any]]] = {}
             self.thread_roots: dict[str, str] = {}
             self.p2p_by_user: dict[str, str] = {}
             self.uuids: dict[str, tuple[str, float]] = {}
@@ -76,6 +92,13 @@ class FeishuStore:
     def expire_tokens(self) -> None:
         with self.lock:
             self.tokens.clear()
+
+    def revoke_token(self, authorization: str | None) -> None:
+        """Invalidate the presented token, so its holder gets 99991663 until it fetches a new one."""
+        token = (authorization or "")[len("Bearer "):].strip()
+        with self.lock:
+            if self.tokens.pop(token, None) is not None:
+                self.tokens_revoked += 1
 
     # -- chats --------------------------------------------------------------------------------------
 
@@ -121,9 +144,14 @@ class FeishuStore:
         })
         self.messages.append(msg)
         self.by_id[msg["message_id"]] = msg
+        self.by_chat.setdefault(chat_id, []).append(msg)
         thread_id = msg.get("thread_id")
-        if thread_id and thread_id not in self.thread_roots:
-            self.thread_roots[thread_id] = msg["message_id"]
+        if thread_id:
+            self.by_thread.setdefault(thread_id, []).append(msg)
+            self.thread_roots.setdefault(thread_id, msg["message_id"])
+        if sender["sender_type"] == "app":
+            self.bot_sent.append(msg)
+            self.bot_replies.setdefault(msg.get("parent_id") or "", []).append(msg)
         return msg
 
     def add_user_message(
@@ -169,12 +197,14 @@ class FeishuStore:
         while window and now - window[0] >= 1.0:
             window.popleft()
         if len(window) >= self.chat_qps:
+            self.chat_limit_rejections[chat_id] += 1
             raise FeishuError(230020)
         window.append(now)
 
     def _send(self, chat_id: str, body: dict[str, Any], **links: str | None) -> dict[str, Any]:
         self._throttle(chat_id)
         msg = self._store(chat_id, self._bot_sender(), body["msg_type"], body["content"], **links)
+        self.send_times.setdefault(chat_id, []).append(self.clock())
         if body.get("uuid"):
             self.uuids[body["uuid"]] = (msg["message_id"], self.clock())
         return copy.deepcopy(msg)
@@ -194,6 +224,7 @@ class FeishuStore:
                 thread_id = new_id("omt_", 8)
                 target["thread_id"] = thread_id  # the replied-to message becomes the topic's root
                 self.thread_roots[thread_id] = target_id
+                self.by_thread[thread_id] = [target]
             root_id = target.get("root_id") or target_id
             return self._send(chat_id, body, root_id=root_id, parent_id=target_id, thread_id=thread_id)
 
@@ -223,6 +254,44 @@ class FeishuStore:
             self.p2p_by_user[receive_id] = chat_id
         return self.p2p_by_user[receive_id]
 
+    # -- inspection (indexed; copies only what is returned) ------------------------------------------
+
+    def bot_messages(self, chat_id: str | None = None, thread_id: str | None = None) -> list[dict[str, Any]]:
+        with self.lock:
+            if thread_id is not None:
+                pool = self.by_thread.get(thread_id, [])
+            elif chat_id is not None:
+                pool = self.by_chat.get(chat_id, [])
+            else:
+                pool = self.bot_sent
+            picked = [
+                m for m in pool
+                if m["sender"]["sender_type"] == "app" and (chat_id is None or m["chat_id"] == chat_id)
+            ]
+            return copy.deepcopy(picked)
+
+    def replies_to(self, message_id: str) -> list[dict[str, Any]]:
+        with self.lock:
+            return copy.deepcopy(self.bot_replies.get(message_id, []))
+
+    def feed(self, cursor: int, bot_only: bool) -> tuple[list[dict[str, Any]], int]:
+        """Messages stored at or after position `cursor` (the next cursor is returned with them)."""
+        with self.lock:
+            fresh = self.messages[max(cursor, 0):]
+            if bot_only:
+                fresh = [m for m in fresh if m["sender"]["sender_type"] == "app"]
+            return copy.deepcopy(fresh), len(self.messages)
+
+    def send_log(self, chat_id: str | None = None) -> dict[str, list[float]]:
+        with self.lock:
+            chats = [chat_id] if chat_id is not None else list(self.send_times)
+            return {c: list(self.send_times.get(c, [])) for c in chats}
+
+    def peak_sends(self, window: float = 1.0) -> dict[str, int]:
+        """Per chat, the most bot sends that fell within any `window` seconds (Feishu allows 5 per second)."""
+        with self.lock:
+            return {chat: _peak(times, window) for chat, times in self.send_times.items()}
+
     def get(self, message_id: str) -> dict[str, Any]:
         with self.lock:
             if message_id not in self.by_id:
@@ -232,15 +301,15 @@ class FeishuStore:
     def list(self, query: dict[str, str]) -> dict[str, Any]:
         container_type, container_id = query.get("container_id_type"), query.get("container_id", "")
         size = page_size(query.get("page_size"))
-        offset, sort = _decode_page(query.get("page_token"), query.get("sort_type") or "ByCreateTimeAsc")
+        offset, sort = decode_page(query.get("page_token"), query.get("sort_type") or "ByCreateTimeAsc")
         with self.lock:
             if container_type == "chat":
                 if container_id not in self.chats:
                     raise FeishuError(230002)
-                items = [m for m in self.messages if m["chat_id"] == container_id and self._top_level(m)]
-                items = _time_filter(items, query.get("start_time"), query.get("end_time"))
+                items = [m for m in self.by_chat.get(container_id, []) if self._top_level(m)]
+                items = time_filter(items, query.get("start_time"), query.get("end_time"))
             elif container_type == "thread":
-                items = [m for m in self.messages if m.get("thread_id") == container_id]
+                items = list(self.by_thread.get(container_id, []))
             else:
                 raise FeishuError(99992402, "field validation failed: container_id_type is chat|thread")
             if sort == "ByCreateTimeDesc":
@@ -248,7 +317,7 @@ class FeishuStore:
             page = copy.deepcopy(items[offset:offset + size])
         data: dict[str, Any] = {"has_more": offset + size < len(items), "items": page}
         if data["has_more"]:
-            data["page_token"] = _encode_page(offset + size, sort)
+            data["page_token"] = encode_page(offset + size, sort)
         return data
 
     def _top_level(self, msg: dict[str, Any]) -> bool:
@@ -257,27 +326,11 @@ class FeishuStore:
         return not thread_id or self.thread_roots.get(thread_id) == msg["message_id"]
 
 
-def _encode_page(offset: int, sort: str) -> str:
-    return base64.urlsafe_b64encode(json.dumps([offset, sort]).encode()).decode()
 
-
-def _decode_page(token: str | None, sort: str) -> tuple[int, str]:
-    if sort not in ("ByCreateTimeAsc", "ByCreateTimeDesc"):
-        raise FeishuError(99992402, "field validation failed: sort_type")
-    if not token:
-        return 0, sort
-    try:
-        offset, first_sort = json.loads(base64.urlsafe_b64decode(token.encode()))
-        return int(offset), str(first_sort)  # a page_token keeps the first request's sort order
-    except (ValueError, TypeError):
-        raise FeishuError(99992402, "field validation failed: page_token") from None
-
-
-def _time_filter(items: list[dict[str, Any]], start: str | None, end: str | None) -> list[dict[str, Any]]:
-    """start_time/end_time are unix seconds (inclusive) while create_time is in milliseconds."""
-    try:
-        lo = int(start) * 1000 if start else 0
-        hi = int(end) * 1000 + 999 if end else None
-    except ValueError:
-        raise FeishuError(99992402, "field validation failed: start_time/end_time") from None
-    return [m for m in items if int(m["create_time"]) >= lo and (hi is None or int(m["create_time"]) <= hi)]
+def _peak(times: list[float], window: float) -> int:
+    best = start = 0
+    for end, t in enumerate(times):
+        while t - times[start] >= window:
+            start += 1
+        best = max(best, end - start + 1)
+    return best

@@ -1,29 +1,68 @@
-"""Shared plumbing for the loopback stand-ins: threaded serving, JSON responses, faults and polling."""
+"""Shared plumbing for the loopback stand-ins: threaded serving, JSON responses, dropped connections, polling."""
 
 from __future__ import annotations
 
 import json
 import os
+import socket
+import struct
 import threading
 import time
-from collections import deque
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Self, TypeVar
 
-from flask import Flask, Request, Response
+from flask import Flask, Request, Response, request
 from werkzeug.exceptions import HTTPException
 from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 
 T = TypeVar("T")
+LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})
 ErrorRenderer = Callable[[int, str], tuple[dict[str, Any], int]]
+WsgiApp = Callable[[dict[str, Any], Any], Iterable[bytes]]
+_DROP = "sandbox.drop_connection"
+
+
+class DropConnection(ConnectionResetError):
+    """Raised past Flask so werkzeug treats the request as a dropped connection and writes nothing."""
 
 
 class _QuietHandler(WSGIRequestHandler):
-    """Request handler that does not print an access-log line per request (tests make thousands)."""
+    """No access-log line per request (tests make thousands); resets the socket for dropped connections."""
+
+    _reset = False
 
     def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
         pass
+
+    def connection_dropped(self, error: BaseException, environ: Any = None) -> None:
+        if isinstance(error, DropConnection):
+            # Linger 0 makes close() send RST: the client sees "connection reset", never a response.
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.close_connection = True
+            self._reset = True
+
+    def finish(self) -> None:
+        super().finish()
+        if self._reset:  # close now, before socketserver's shutdown(SHUT_WR) would send a polite FIN
+            self.connection.close()
+
+
+def drop_connection() -> None:
+    """Answer the current request by resetting its connection (the view's own response is discarded)."""
+    request.environ[_DROP] = True
+
+
+def _droppable(wsgi_app: WsgiApp) -> WsgiApp:
+    def app(environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
+        result = wsgi_app(environ, start_response)
+        if environ.get(_DROP):
+            close = getattr(result, "close", None)
+            if close is not None:
+                close()
+            raise DropConnection("sandbox: connection dropped on purpose")
+        return result
+
+    return app
 
 
 def new_id(prefix: str, nbytes: int = 12) -> str:
@@ -52,6 +91,31 @@ def parse_json_body(request: Request) -> Any:
         return None
 
 
+def control_body() -> dict[str, Any]:
+    """A /_sandbox/ request's JSON object body ({} when empty)."""
+    body = parse_json_body(request)
+    if body is None:
+        return {}
+    if not isinstance(body, dict):
+        raise ValueError("body must be a JSON object")
+    return body
+
+
+def guarded(action: Callable[[], Any]) -> Callable[[], Response]:
+    """Wrap a /_sandbox/ control action: loopback callers only; bad arguments → 400 with the reason."""
+
+    def view() -> Response:
+        if request.remote_addr not in LOOPBACK:
+            return json_response({"code": 403, "msg": "the sandbox control API is loopback-only"}, 403)
+        try:
+            return json_response(action())
+        except (ValueError, TypeError, KeyError) as exc:
+            return json_response({"code": 400, "msg": f"bad request: {exc}"}, 400)
+
+    view.__name__ = action.__name__
+    return view
+
+
 def install_json_errors(app: Flask, render: ErrorRenderer) -> None:
     """Make 404/405/500 answers JSON too: a client SDK that meets HTML here crashes instead of failing."""
 
@@ -64,46 +128,6 @@ def install_json_errors(app: Flask, render: ErrorRenderer) -> None:
     def _crash(exc: Exception) -> Response:
         body, status = render(500, f"sandbox internal error: {type(exc).__name__}: {exc}")
         return json_response(body, status)
-
-
-@dataclass
-class Fault:
-    """One injected failure: the response to send instead of the real one, for `remaining` more calls."""
-
-    status: int
-    body: dict[str, Any]
-    headers: dict[str, str] = field(default_factory=dict)
-    remaining: int = 1
-
-
-class FaultBook:
-    """Thread-safe queues of pending faults, keyed by operation name."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._queues: dict[str, deque[Fault]] = {}
-
-    def add(self, op: str, fault: Fault) -> None:
-        if fault.remaining < 1:
-            return
-        with self._lock:
-            self._queues.setdefault(op, deque()).append(fault)
-
-    def take(self, op: str) -> Fault | None:
-        """Consume one use of the oldest fault for `op`, if any."""
-        with self._lock:
-            queue = self._queues.get(op)
-            if not queue:
-                return None
-            fault = queue[0]
-            fault.remaining -= 1
-            if fault.remaining <= 0:
-                queue.popleft()
-            return fault
-
-    def clear(self) -> None:
-        with self._lock:
-            self._queues.clear()
 
 
 def wait_for(
@@ -127,6 +151,7 @@ class LoopbackServer:
     """A Flask app served by werkzeug in a daemon thread; subclasses build the app and the state."""
 
     def __init__(self, app: Flask, host: str = "127.0.0.1", port: int = 0) -> None:
+        app.wsgi_app = _droppable(app.wsgi_app)  # type: ignore[method-assign,assignment]
         self.app = app
         self.host = host
         self.port = port
@@ -143,7 +168,8 @@ class LoopbackServer:
         )
         self.port = self._server.server_port
         name = f"{type(self).__name__}:{self.port}"
-        self._thread = threading.Thread(target=self._server.serve_forever, name=name, daemon=True)
+        server = self._server  # a short poll interval makes stop() quick (tests stop servers often)
+        self._thread = threading.Thread(target=lambda: server.serve_forever(0.05), name=name, daemon=True)
         self._thread.start()
         return self
 
