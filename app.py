@@ -8,10 +8,11 @@ from typing import Any
 
 from flask import Flask
 
-from bot import identity, logs
+from bot import admin, identity, logs
 from bot.ingress import Ingress
 from bot.settings import Settings, load_settings
 from bot.web import bp
+from jobs.runtime import Runtime
 from memory.keys import Keys
 from memory.store import resolve_url, state_client
 
@@ -27,6 +28,7 @@ def create_app(settings: Settings | None = None) -> Flask:
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     app.extensions["feishu_ingress"] = ingress
     app.register_blueprint(bp)
+    admin.init_app(app, Runtime(settings, url))
     threading.Thread(target=_warm_identity, args=(settings, ingress), daemon=True).start()
     return app
 

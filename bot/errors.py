@@ -1,15 +1,31 @@
-"""Our own failure types: adapters turn SDK failures into these two, the drain job decides from them."""
+"""Our own failure types: adapters turn SDK failures into these, the drain job decides from them."""
 
 from __future__ import annotations
 
 
-class Retryable(Exception):
+class AdapterError(Exception):
+    """A failure of an outside system; `source` is `model` or `feishu`, `code` its status or error code."""
+
+    def __init__(self, message: str, *, source: str = "", code: str = "") -> None:
+        super().__init__(message)
+        self.source, self.code = source, code
+
+
+class Retryable(AdapterError):
     """Worth trying again later (rate limits, overload, timeouts, 5xx)."""
 
-    def __init__(self, message: str, retry_after: float | None = None) -> None:
-        super().__init__(message)
+    def __init__(self, message: str, retry_after: float | None = None, *, source: str = "", code: str = "") -> None:
+        super().__init__(message, source=source, code=code)
         self.retry_after = retry_after
 
 
-class Permanent(Exception):
-    """Trying again will not help (bad request, target gone, no permission)."""
+class Permanent(AdapterError):
+    """This message cannot succeed, however often it is tried (bad request, target gone)."""
+
+
+class Paused(AdapterError):
+    """The service itself cannot work (revoked key, app credentials, missing scope): an operator must act.
+
+    Not the message's fault: its batch is kept, work on the component pauses, admins are told, and
+    everything is answered once a probe sees the credential work again.
+    """

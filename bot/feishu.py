@@ -8,10 +8,16 @@ from typing import Any
 
 import lark_oapi as lark
 import redis
-from lark_oapi.api.im.v1 import ReplyMessageRequest, ReplyMessageRequestBody
+from lark_oapi.api.im.v1 import (
+    CreateMessageRequest,
+    CreateMessageRequestBody,
+    ReplyMessageRequest,
+    ReplyMessageRequestBody,
+)
 from lark_oapi.core.cache import ICache
+from lark_oapi.core.exception import ObtainAccessTokenException
 
-from bot.errors import Permanent, Retryable
+from bot.errors import Paused, Permanent, Retryable
 from bot.settings import Settings
 from memory.keys import Keys
 
@@ -20,6 +26,9 @@ log = logging.getLogger(__name__)
 TOKEN_INVALID = {99991663, 99991664, 99991665}
 RATE_LIMITED = {99991400, 230020, 11232}  # docs: both 99991400 and 230020 are frequency limits
 MESSAGE_BUSY = {230049}
+# The app itself cannot work (wrong credentials, disabled app, IP allowlist, missing scope, quota,
+# bot ability off): an operator must fix it, so work pauses instead of failing users' messages.
+APP_FAULTS = {10003, 10014, 99991401, 99991403, 99991662, 99991672, 230006}
 
 
 class RedisTokenCache(ICache):
@@ -38,14 +47,24 @@ class RedisTokenCache(ICache):
         self.r.delete(self.keys.lark_cache(key))
 
 
+def _reset_after(headers: dict[str, str]) -> float | None:
+    lowered = {k.lower(): v for k, v in headers.items()}
+    try:
+        return float(lowered["x-ogw-ratelimit-reset"])
+    except (KeyError, ValueError):
+        return None
+
+
 def _classify(code: int, http_status: int, msg: str, headers: dict[str, str]) -> Exception:
     text = f"feishu error {code} (HTTP {http_status}): {msg}"
+    tag = str(code)
+    if code in APP_FAULTS:
+        return Paused(text, source="feishu", code=tag)
     if code in RATE_LIMITED or http_status == 429:
-        reset = headers.get("x-ogw-ratelimit-reset") or headers.get("X-Ogw-Ratelimit-Reset")
-        return Retryable(text, retry_after=float(reset) if reset and reset.isdigit() else None)
-    if code in MESSAGE_BUSY or http_status >= 500 or code in TOKEN_INVALID:
-        return Retryable(text)
-    return Permanent(text)
+        return Retryable(text, retry_after=_reset_after(headers), source="feishu", code=tag)
+    if code in MESSAGE_BUSY or http_status >= 500 or code in TOKEN_INVALID or code < 0:
+        return Retryable(text, source="feishu", code=tag)
+    return Permanent(text, source="feishu", code=tag)
 
 
 class FeishuApi:
@@ -63,8 +82,11 @@ class FeishuApi:
         for attempt in (1, 2):
             try:
                 resp = fn(request)
+            except ObtainAccessTokenException as exc:  # lark-oapi raises when the token call fails
+                raise _classify(int(exc.code or -1), 0, str(exc.msg), {}) from exc
             except Exception as exc:  # transport failures and non-JSON bodies surface as exceptions
-                raise Retryable(f"feishu transport error: {exc.__class__.__name__}") from exc
+                raise Retryable(f"feishu transport error: {exc.__class__.__name__}", source="feishu",
+                                code="transport") from exc
             if resp.success():
                 return resp
             if resp.code in TOKEN_INVALID and attempt == 1:
@@ -81,6 +103,14 @@ class FeishuApi:
         resp = self._call(self.client.im.v1.message.reply, req)
         return str(resp.data.message_id)
 
+    def send_text(self, chat_id: str, text: str, *, uuid: str) -> str:
+        """A new message in a chat (admin alerts); `uuid` makes a retried send post at most once."""
+        body = (CreateMessageRequestBody.builder().receive_id(chat_id).msg_type("text")
+                .content(json.dumps({"text": text}, ensure_ascii=False)).uuid(uuid).build())
+        req = CreateMessageRequest.builder().receive_id_type("chat_id").request_body(body).build()
+        resp = self._call(self.client.im.v1.message.create, req)
+        return str(resp.data.message_id)
+
     def bot_open_id(self) -> str:
         req = (lark.BaseRequest.builder().http_method(lark.HttpMethod.GET).uri("/open-apis/bot/v3/info")
                .token_types({lark.AccessTokenType.TENANT}).build())
@@ -88,5 +118,5 @@ class FeishuApi:
         body = json.loads(resp.raw.content)
         open_id = (body.get("bot") or {}).get("open_id")  # top level, not under data
         if not open_id:
-            raise Permanent("bot/v3/info returned no open_id")
+            raise Permanent("bot/v3/info returned no open_id", source="feishu", code="no_open_id")
         return str(open_id)

@@ -7,8 +7,12 @@ from typing import Any
 
 import anthropic
 
-from bot.errors import Permanent, Retryable
+from bot.errors import Paused, Permanent, Retryable
 from bot.settings import Settings
+
+# The key or the account is the problem, not the message: pause and tell an operator.
+PAUSING = (401, 402, 403)
+RETRY_STATUSES = (408, 409, 429)
 
 
 @dataclass(frozen=True)
@@ -21,11 +25,30 @@ class Completion:
 
 
 def _retry_after(exc: anthropic.APIStatusError) -> float | None:
-    value = exc.response.headers.get("retry-after")
-    try:
-        return float(value) if value else None
-    except ValueError:
-        return None
+    headers = exc.response.headers
+    for name, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
+        try:
+            value = headers.get(name)
+            if value:
+                return float(value) / scale
+        except ValueError:
+            continue
+    return None
+
+
+def _mapped(exc: Exception) -> Exception:
+    """Our failure type for an SDK exception; `code` is the HTTP status or the connection error kind."""
+    if isinstance(exc, anthropic.APIConnectionError):
+        kind = "timeout" if isinstance(exc, anthropic.APITimeoutError) else "connection"
+        return Retryable(f"model {kind} failed: {exc.__class__.__name__}", source="model", code=kind)
+    if not isinstance(exc, anthropic.APIStatusError):
+        return exc
+    status, code = exc.status_code, str(exc.status_code)
+    if status in PAUSING:
+        return Paused(f"model refused our credentials: HTTP {status}", source="model", code=code)
+    if status >= 500 or status in RETRY_STATUSES:
+        return Retryable(f"model unavailable: HTTP {status}", _retry_after(exc), source="model", code=code)
+    return Permanent(f"model rejected the request: HTTP {status}", source="model", code=code)
 
 
 class Claude:
@@ -43,17 +66,20 @@ class Claude:
             msg = self.client.messages.create(
                 model=self.model, max_tokens=self.max_tokens, system=system, messages=messages  # type: ignore[arg-type]
             )
-        except (anthropic.RateLimitError, anthropic.InternalServerError) as exc:
-            raise Retryable(f"model unavailable: {exc.status_code}", _retry_after(exc)) from exc
-        except anthropic.APIConnectionError as exc:
-            raise Retryable(f"model connection failed: {exc.__class__.__name__}") from exc
-        except anthropic.APIStatusError as exc:
-            if exc.status_code in (408, 409):
-                raise Retryable(f"model busy: {exc.status_code}") from exc
-            raise Permanent(f"model rejected the request: {exc.status_code}") from exc
+        except anthropic.AnthropicError as exc:
+            raise _mapped(exc) from exc
         text = "".join(getattr(block, "text", "") for block in msg.content if block.type == "text")
         usage = msg.usage
         return Completion(
             text=text.strip(), input_tokens=usage.input_tokens or 0, output_tokens=usage.output_tokens or 0,
             cache_read_tokens=usage.cache_read_input_tokens or 0, stop_reason=msg.stop_reason,
         )
+
+    def probe(self) -> None:
+        """A free call that needs valid credentials (count_tokens); raises our failure types."""
+        try:
+            self.client.with_options(max_retries=0, timeout=15).messages.count_tokens(
+                model=self.model, messages=[{"role": "user", "content": "ping"}]
+            )
+        except anthropic.AnthropicError as exc:
+            raise _mapped(exc) from exc

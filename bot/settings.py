@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Annotated, Literal
 
@@ -43,7 +44,7 @@ class Settings(BaseSettings):
     """Every variable the code reads. `.env.example` documents each one."""
 
     model_config = SettingsConfigDict(
-        env_file=".env", env_ignore_empty=True, extra="ignore", validate_default=True
+        env_file=None, env_ignore_empty=True, extra="ignore", validate_default=True  # dotenv: see load_settings
     )
 
     feishu_app_id: str | None = None
@@ -83,7 +84,13 @@ class Settings(BaseSettings):
     run_lease_seconds: float = Field(30.0, gt=0)
     run_retry_delays: CsvList = ("2", "10", "30", "60", "120")
     dead_letter_after: int = Field(5, ge=1)
+    run_budget_seconds: float = Field(600.0, gt=0)
+    worker_concurrency: int = Field(8, ge=1, le=256)
     sweep_interval_seconds: float = Field(15.0, gt=0)
+    pause_probe_seconds: float = Field(30.0, gt=0)
+    admin_chat_id: str | None = None
+    feishu_chat_qps: int = Field(5, ge=1)
+    feishu_app_qps: int = Field(50, ge=1)
     transcript_turns: int = Field(20, ge=0)
     max_output_tokens: int = Field(2048, ge=64)
     llm_timeout_seconds: float = Field(120.0, gt=0)
@@ -178,9 +185,14 @@ def describe_errors(error: ValidationError) -> list[str]:
 
 
 def load_settings(**overrides: object) -> Settings:
-    """Load from the environment (and .env); on bad config print every problem and exit(2)."""
+    """Load from the environment and the dotenv file; on bad config print every problem and exit(2).
+
+    The dotenv file is `ENV_FILE` (default `.env` in the working directory; a missing file is skipped),
+    so tests and tools can point it away from a developer's real credentials. Real env vars win over it.
+    """
+    env_file = os.environ.get("ENV_FILE") or ".env"
     try:
-        return Settings(**overrides)  # type: ignore[arg-type]
+        return Settings(_env_file=env_file, **overrides)  # type: ignore[arg-type,call-arg]
     except ValidationError as exc:
         print("Configuration error — fix these environment variables:", file=sys.stderr)
         for line in describe_errors(exc):

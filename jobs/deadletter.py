@@ -1,52 +1,88 @@
-"""Dead letters: list them, and replay one back into its route (`python -m jobs.deadletter list|replay N`)."""
+"""Dead letters: list, inspect and replay them (`python -m jobs.deadletter list|show ID|replay ID`).
+
+A replay puts the batch's events back in front of their route's inbox in one atomic step; a second
+replay of the same dead letter finds it gone and changes nothing. Each replayed event carries a replay
+count, so its batch gets a new id: a fresh answer, and a fresh notice should it fail again (Feishu
+would swallow a notice that reused the first one's uuid).
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+import sys
+from typing import Any, Literal
 
 from jobs.runtime import Runtime, current
 
-
-def records(rt: Runtime) -> list[dict[str, Any]]:
-    return [json.loads(raw) for raw in rt.state.lrange(rt.keys.dead_letters, 0, -1)]
+ReplayResult = Literal["replayed", "already-replayed", "unknown"]
 
 
-def replay(rt: Runtime, index: int) -> str:
-    """Put a buried batch back at the front of its route's inbox and kick a run; returns the route key."""
-    raw = rt.state.lindex(rt.keys.dead_letters, index)
-    if raw is None:
-        raise IndexError(f"no dead letter at index {index}")
-    raw = str(raw)
-    record = json.loads(raw)
+def records(rt: Runtime, limit: int = 1000) -> list[dict[str, Any]]:
+    """Dead letters, oldest first."""
+    ids = [str(i) for i in rt.state.zrange(rt.keys.dead_order, 0, limit - 1)]
+    if not ids:
+        return []
+    raws = rt.state.hmget(rt.keys.dead, ids)
+    return [json.loads(raw) for raw in raws if raw]
+
+
+def get(rt: Runtime, dead_id: str) -> dict[str, Any] | None:
+    raw = rt.state.hget(rt.keys.dead, dead_id)
+    return json.loads(raw) if raw else None
+
+
+def summary(record: dict[str, Any]) -> dict[str, Any]:
+    """What a list shows: everything but the raw events."""
+    return {k: v for k, v in record.items() if k != "events"} | {"events": len(record.get("events", []))}
+
+
+def with_replay_count(raw: str) -> str:
+    """The event with its replay count raised by one (entries that are not JSON objects stay as they are)."""
+    try:
+        event = json.loads(raw)
+    except ValueError:
+        return raw
+    if not isinstance(event, dict):
+        return raw
+    event["replay"] = int(event.get("replay") or 0) + 1
+    return json.dumps(event, ensure_ascii=False, separators=(",", ":"))
+
+
+def replay(rt: Runtime, dead_id: str) -> ReplayResult:
+    record = get(rt, dead_id)
+    if record is None:
+        return "already-replayed" if rt.state.exists(rt.keys.dead_replayed(dead_id)) else "unknown"
     rk = record["route_key"]
-    pipe = rt.state.pipeline()
-    pipe.lpush(rt.keys.inbox(rk), *reversed(record["events"]))  # keep their original order, before newer mail
-    pipe.zadd(rt.keys.dirty, {rk: 0}, nx=True)
-    pipe.lrem(rt.keys.dead_letters, 1, raw)
-    pipe.execute()
-    token = rt.inbox.kick(rk)
-    if token:
-        rt.start_run(rk, token)
-    return str(rk)
+    events = [with_replay_count(raw) for raw in record["events"]]
+    if not rt.inbox.replay(dead_id, rk, rt.queue_of(rk), events):
+        return "already-replayed"  # another replay won the race
+    from bot import metrics
+
+    metrics.count(rt.state, rt.keys, "replays")
+    return "replayed"
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("list", help="print dead letters, newest last")
-    rp = sub.add_parser("replay", help="replay the dead letter at INDEX (as shown by list)")
-    rp.add_argument("index", type=int)
+    sub.add_parser("list", help="print dead letters, oldest first")
+    sub.add_parser("show", help="print one dead letter as JSON").add_argument("id")
+    sub.add_parser("replay", help="replay one dead letter into its route").add_argument("id")
     args = parser.parse_args(argv)
     rt = current()
     if args.command == "list":
-        for i, record in enumerate(records(rt)):
-            print(f"[{i}] {record['route_key']} batch={record['batch_id']} attempts={record['attempts']} "
-                  f"events={len(record['events'])} reason={record['reason']}")
-    else:
-        print(f"replayed into {replay(rt, args.index)}")
+        for r in records(rt):
+            print(f"{r['id']}  {r['route_key']}  events={len(r['events'])}  reason={r['reason']}")
+        return 0
+    if args.command == "show":
+        record = get(rt, args.id)
+        print(json.dumps(record, ensure_ascii=False, indent=2) if record else f"no dead letter {args.id}")
+        return 0 if record else 1
+    result = replay(rt, args.id)
+    print(f"{args.id}: {result}")
+    return 0 if result == "replayed" else 1
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

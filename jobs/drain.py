@@ -1,20 +1,38 @@
-"""The drain job: own the route's lease, run one turn per batch, commit, release without lost wake-ups."""
+"""The drain job: own the route's lease, run one turn per batch, commit, release without lost wake-ups.
+
+Failure handling, per batch:
+- a retryable failure (model overload, Open API 5xx, …) is counted and the route is handed to a
+  successor after a backoff (`RUN_RETRY_DELAYS`); after `DEAD_LETTER_AFTER` failures the batch gives up;
+- a permanent failure gives up at once;
+- giving up on a batch of several messages splits it: each message is tried on its own, so one poison
+  message is dead-lettered (its sender told once) and the others are answered;
+- a credential or permission failure (`Paused`) is the service's fault: the batch is kept, the route
+  released, work paused until the sweeper's probe sees the credential work again;
+- a run that dies (SIGKILL, OOM) counts as a start, not a failure; only a batch that kills its runs
+  `CRASH_LIMIT` times gives up. A batch whose answer is already stored is never given up.
+"""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
+import os
 import threading
 import time
-import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
+from rq import get_current_job
 
+from bot import metrics
 from bot.envelope import Inbound
-from bot.errors import Permanent
+from bot.errors import AdapterError, Paused, Permanent, Retryable
 from bot.texts import say
-from jobs.inbox import KICK_TTL_MS, new_token
+from jobs import shutdown
+from jobs.alerts import alert
+from jobs.inbox import Commit
 from jobs.outbox import LeaseLost
 from jobs.runtime import Runtime, current
 from jobs.turn import run_turn
@@ -22,6 +40,7 @@ from routing.keys import kind_of
 
 log = logging.getLogger(__name__)
 MAX_BATCHES_PER_RUN = 5  # then hand the route over, so one chatty route cannot hog a worker
+CRASH_LIMIT = 10  # runs of one batch that died without an outcome before the batch gives up
 
 
 class DrainPayload(BaseModel):
@@ -49,41 +68,64 @@ class LeaseKeeper(threading.Thread):
 
 def drain(payload: dict[str, Any]) -> str:
     job = DrainPayload.model_validate(payload)
-    return Drain(current(), job.route_key).run(job.kick_token)
+    shutdown.install()
+    rq_job = get_current_job()
+    return Drain(current(), job.route_key, rq_job.id if rq_job else "").run(job.kick_token)
 
 
 def batch_id_of(raw: list[str]) -> str:
     return hashlib.sha256("\x1f".join(raw).encode("utf-8")).hexdigest()[:24]
 
 
+@dataclass(frozen=True)
+class Parsed:
+    readable: list[Inbound]
+    unreadable: list[str]
+
+
+def parse(raw: list[str]) -> Parsed:
+    readable, unreadable = [], []
+    for item in raw:
+        try:
+            readable.append(Inbound.model_validate_json(item))
+        except (ValidationError, ValueError):
+            unreadable.append(item)
+    return Parsed(readable, unreadable)
+
+
 class Drain:
-    def __init__(self, rt: Runtime, route_key: str) -> None:
-        self.rt, self.rk = rt, route_key
-        self.exec_id = uuid.uuid4().hex  # per execution: RQ may re-run a job while an orphan still runs
+    def __init__(self, rt: Runtime, route_key: str, job_id: str = "") -> None:
+        self.rt, self.rk, self.job_id = rt, route_key, job_id
+        self.exec_id = uuid_hex()  # per execution: RQ may re-run a job while an orphan still runs
         self.kind = kind_of(route_key)
+        self.queue = rt.queue_of(route_key)
+        self.log = {"route_key": route_key, "exec_id": self.exec_id, "job_id": job_id}
 
     def fence(self) -> bool:
         return self.rt.inbox.holds(self.rk, self.exec_id)
 
     def run(self, kick_token: str) -> str:
+        if self.rt.state.exists(self.rt.keys.paused):
+            return "paused"  # the sweeper kicks the route again once work resumes
         if not self.rt.inbox.acquire(self.rk, kick_token, self.exec_id):
             return "not-owner"
         keeper = LeaseKeeper(self.rt, self.rk, self.exec_id)
         keeper.start()
         try:
-            return self._loop(kick_token)
+            return self._loop()
         except LeaseLost:
             return "lost-lease"
-        except Exception:
-            self._handover_for_retry(kick_token)
-            raise
+        except shutdown.ShutdownRequested:
+            return self._hand_over("stopped")
         finally:
             keeper.stopped.set()
 
-    def _loop(self, kick_token: str) -> str:
+    def _loop(self) -> str:
         inbox = self.rt.inbox
         for _ in range(MAX_BATCHES_PER_RUN):
-            raw = inbox.take(self.rk, self.exec_id)
+            if shutdown.requested():
+                return self._hand_over("stopped")
+            raw = self._take()
             if raw is None:
                 return "lost-lease"
             if not raw:
@@ -93,78 +135,178 @@ class Drain:
                 if state == -1:
                     return "lost-lease"
                 continue
-            self._process(raw)
-        token = new_token()
-        if inbox.handover(self.rk, self.exec_id, token, KICK_TTL_MS):
-            self.rt.start_run(self.rk, token)
-        return "handed-over"
+            outcome = self._process(raw)
+            if outcome:
+                return outcome
+        return self._hand_over("handed-over")
 
-    def _process(self, raw: list[str]) -> None:
+    def _take(self) -> list[str] | None:
+        return self.rt.inbox.take(self.rk, self.exec_id, budget_s=self.rt.settings.run_budget_seconds,
+                                  job_id=self.job_id)
+
+    def _hand_over(self, outcome: str, delay_s: float = 0.0) -> str:
+        return outcome if self.rt.inbox.handover(self.rk, self.exec_id, self.queue, delay_s=delay_s) else "lost-lease"
+
+    # -- one batch ---------------------------------------------------------------------------------------
+
+    def _process(self, raw: list[str]) -> str | None:
+        """Answer, retry later, pause, split or bury one batch; None when it is done and the run goes on."""
         batch_id = batch_id_of(raw)
-        attempt = self.rt.inbox.bump_attempts(self.rk, batch_id)
-        extra = {"route_key": self.rk, "exec_id": self.exec_id, "batch": batch_id, "attempt": attempt}
-        if attempt > self.rt.settings.dead_letter_after:
-            self._bury(raw, batch_id, "too many attempts", attempt)
-            return
+        extra = {**self.log, "batch": batch_id, "message_id": _ids(raw)}
+        parsed = parse(raw)
+        if not parsed.readable:
+            self._commit(Commit(n=len(raw), batch_id=batch_id, dead=self._dead(parsed, batch_id)))
+            return None
+        starts = self.rt.inbox.bump(self.rk, batch_id, "s")
+        worn_out = self._worn_out(batch_id, starts)
+        if worn_out:
+            log.error("batch gives up before its turn", extra={**extra, "attempt": starts, "reason": worn_out})
+            return self._give_up(raw, batch_id, worn_out)
         try:
-            batch = [Inbound.model_validate_json(item) for item in raw]
-        except ValidationError:
-            self._bury(raw, batch_id, "unreadable inbox entry", attempt)
-            return
-        started = time.monotonic()
-        try:
-            result = run_turn(self.rt, self.rk, self.kind, batch, batch_id, self.fence)
+            result = run_turn(self.rt, self.rk, self.kind, parsed.readable, batch_id, self.fence)
+        except (LeaseLost, shutdown.ShutdownRequested):
+            self.rt.inbox.bump(self.rk, batch_id, "s", -1)
+            raise
+        except Paused as exc:
+            self.rt.inbox.bump(self.rk, batch_id, "s", -1)
+            return self._pause(exc, extra)
         except Permanent as exc:
+            _count_error(self.rt, exc)
             log.error("turn failed permanently", extra={**extra, "error": str(exc)})
-            self._bury(raw, batch_id, str(exc), attempt, notify=batch[-1])
-            return
+            return self._give_up(raw, batch_id, str(exc))
+        except Exception as exc:  # Retryable, and anything unexpected: both deserve another try
+            return self._failed(raw, batch_id, exc, extra)
+        c = result.completion
+        log.info("turn done", extra={**extra, "usage": {"in": c.input_tokens, "out": c.output_tokens,
+                                                        "cache_read": c.cache_read_tokens}})
+        metrics.count(self.rt.state, self.rt.keys, "turns", self.kind)
+        dead = self._dead(parsed, batch_id)
+        self._commit(Commit(n=len(raw), batch_id=batch_id, entries=result.entries, dead=dead))
+        return None
+
+    def _worn_out(self, batch_id: str, starts: int) -> str | None:
+        """Why the batch gives up without a turn: its runs keep dying, or the watchdog broke them too often.
+        Never when its answer is stored: then the turn only sends what is missing and commits."""
+        k = self.rt.keys
+        if self.rt.state.exists(k.answer(self.rk, batch_id)):
+            return None
+        fails = int(self.rt.state.hget(k.fails(self.rk), f"f:{batch_id}") or 0)
+        if fails >= self.rt.settings.dead_letter_after:
+            return f"failed {fails} times (runs broken by the watchdog)"
+        if starts > CRASH_LIMIT:
+            return f"its runs died {starts - 1} times"
+        return None
+
+    def _commit(self, c: Commit) -> None:
+        if not self.rt.inbox.commit(self.rk, self.exec_id, c):
+            raise LeaseLost(self.rk)
+
+    def _failed(self, raw: list[str], batch_id: str, exc: Exception, extra: dict[str, Any]) -> str | None:
+        _count_error(self.rt, exc)
+        fails = self.rt.inbox.bump(self.rk, batch_id, "f")
+        self.rt.inbox.bump(self.rk, batch_id, "s", -1)
+        error = f"{exc.__class__.__name__}: {exc}"
+        if fails >= self.rt.settings.dead_letter_after:
+            log.error("turn failed, giving up", extra={**extra, "attempt": fails, "error": error})
+            return self._give_up(raw, batch_id, f"failed {fails} times; last: {error}")
+        delays = self.rt.settings.retry_delays
+        delay = float(delays[min(fails, len(delays)) - 1])
+        if isinstance(exc, Retryable) and exc.retry_after:
+            delay = max(delay, exc.retry_after)
+        log.warning("turn failed, will retry", extra={**extra, "attempt": fails, "error": error,
+                                                      "duration_ms": int(delay * 1000)})
+        source, code = (exc.source, exc.code) if isinstance(exc, AdapterError) else ("internal", "error")
+        metrics.count(self.rt.state, self.rt.keys, "retries", source or "internal", code or "error")
+        return self._hand_over("retry-later", delay_s=delay)
+
+    def _pause(self, exc: Paused, extra: dict[str, Any]) -> str:
+        component = exc.source or "model"
+        reason = json.dumps({"reason": str(exc), "code": exc.code, "since": round(time.time(), 3)})
+        if self.rt.state.hsetnx(self.rt.keys.paused, component, reason):
+            log.error("work paused: an operator must fix a credential or permission",
+                      extra={**extra, "reason": component, "error": str(exc)})
+            metrics.count(self.rt.state, self.rt.keys, "pauses", component)
+            alert(self.rt, f"⚠️ 暂停处理：{component} 凭证或权限错误（{exc}）。消息已保留，修复后会自动继续。")
+        return "paused" if self.rt.inbox.release(self.rk, self.exec_id) else "lost-lease"
+
+    # -- giving up -----------------------------------------------------------------------------------------
+
+    def _give_up(self, raw: list[str], batch_id: str, reason: str) -> str | None:
+        if len(raw) > 1:
+            return self._split(raw, batch_id)
+        self._bury(raw, batch_id, reason)
+        return None
+
+    def _split(self, raw: list[str], batch_id: str) -> str | None:
+        """Try each message of the batch on its own, in order: only a bad one gets dead-lettered."""
+        log.warning("splitting a failed batch", extra={**self.log, "batch": batch_id, "message_id": _ids(raw)})
+        self.rt.inbox.forget(self.rk, batch_id)
+        for _ in raw:
+            remaining = self._take()  # re-registers the deadline; proc shrinks by one per commit
+            if remaining is None:
+                return "lost-lease"
+            if not remaining:
+                return None
+            outcome = self._process(remaining[:1])
+            if outcome:
+                return outcome
+        return None
+
+    def _bury(self, raw: list[str], batch_id: str, reason: str) -> None:
+        """Dead-letter the batch (for admin replay) and tell its senders once."""
+        parsed = parse(raw)
+        for message in _last_per_sender(parsed.readable):
+            self._notify(message, batch_id)
+        record = {"route_key": self.rk, "batch_id": batch_id, "events": raw, "reason": reason,
+                  "message_ids": [m.message_id for m in parsed.readable],
+                  "event_ids": [m.event_id for m in parsed.readable], "at": round(time.time(), 3)}
+        dead_id = f"{batch_id}-{os.urandom(3).hex()}"
+        self._commit(Commit(n=len(raw), batch_id=batch_id, dead=[(dead_id, json.dumps({"id": dead_id, **record},
+                                                                                      ensure_ascii=False))]))
+        log.error("batch dead-lettered", extra={**self.log, "batch": batch_id, "reason": reason,
+                                                "message_id": record["message_ids"],
+                                                "event_id": record["event_ids"]})
+        alert(self.rt, f"⚠️ 有消息处理失败，已进入死信（{dead_id}）：{reason[:200]}")
+
+    def _notify(self, message: Inbound, batch_id: str) -> None:
+        try:
+            self.rt.outbox.reply(self.rk, batch_id, message.message_id, say("dead_letter", message.text),
+                                 chat_id=message.chat_id, in_thread=self.kind == "topic", fence=self.fence,
+                                 uuid_key=f"dead-{batch_id}-{message.message_id}")
         except LeaseLost:
             raise
-        except Exception as exc:
-            log.warning("turn failed", extra={**extra, "error": f"{exc.__class__.__name__}: {exc}"})
-            if attempt >= self.rt.settings.dead_letter_after:
-                self._bury(raw, batch_id, f"{exc.__class__.__name__}: {exc}", attempt, notify=batch[-1])
-                return
-            raise
-        keep = self.rt.settings.transcript_turns * 2
-        if not self.rt.inbox.commit(self.rk, self.exec_id, len(raw), batch_id, result.entries, keep):
-            raise LeaseLost(self.rk)
-        c = result.completion
-        log.info("turn done", extra={**extra, "duration_ms": int((time.monotonic() - started) * 1000),
-                                     "usage": {"in": c.input_tokens, "out": c.output_tokens,
-                                               "cache_read": c.cache_read_tokens}})
+        except Exception as exc:  # the notice is best effort; the batch is kept either way
+            log.warning("dead-letter notice failed", extra={**self.log, "message_id": message.message_id,
+                                                            "error": f"{exc.__class__.__name__}: {exc}"})
 
-    def _bury(self, raw: list[str], batch_id: str, reason: str, attempt: int, notify: Inbound | None = None) -> None:
-        """Move the batch to the dead-letter list (for admin replay) and tell the user once."""
-        if notify is None:
-            notify = _last_readable(raw)
-        if notify is not None and self.fence():
-            try:
-                self.rt.outbox.reply(self.rk, f"dead-{batch_id}", notify.message_id,
-                                     say("dead_letter", notify.text), in_thread=self.kind == "topic",
-                                     fence=self.fence)
-            except Exception as exc:  # the notice is best effort; the batch is kept either way
-                log.warning("dead-letter notice failed", extra={"route_key": self.rk, "error": str(exc)})
-        record = {"route_key": self.rk, "batch_id": batch_id, "events": raw, "reason": reason,
-                  "attempts": attempt, "at": round(time.time(), 3)}
-        if not self.rt.inbox.dead_letter(self.rk, self.exec_id, batch_id, record):
-            raise LeaseLost(self.rk)
-        log.error("batch dead-lettered", extra={"route_key": self.rk, "batch": batch_id, "reason": reason})
-
-    def _handover_for_retry(self, kick_token: str) -> None:
-        """Give the lease back to this job's kick token so RQ's Retry of this job can take it again."""
-        ttl_ms = int((max(self.rt.settings.retry_delays) + 60) * 1000)
-        try:
-            self.rt.inbox.handover(self.rk, self.exec_id, kick_token, ttl_ms)
-        except Exception:
-            log.exception("handover failed; the sweeper will recover the route", extra={"route_key": self.rk})
+    def _dead(self, parsed: Parsed, batch_id: str) -> list[tuple[str, str]]:
+        """Dead-letter records for entries that are not readable events (kept verbatim for inspection)."""
+        out = []
+        for item in parsed.unreadable:
+            dead_id = f"{batch_id}-{os.urandom(3).hex()}"
+            record = {"id": dead_id, "route_key": self.rk, "batch_id": batch_id, "events": [item],
+                      "reason": "unreadable inbox entry", "message_ids": [], "event_ids": [],
+                      "at": round(time.time(), 3)}
+            out.append((dead_id, json.dumps(record, ensure_ascii=False)))
+            log.error("unreadable inbox entry dead-lettered", extra={**self.log, "batch": batch_id})
+        return out
 
 
+def uuid_hex() -> str:
+    return os.urandom(16).hex()
 
-def _last_readable(raw: list[str]) -> Inbound | None:
-    for item in reversed(raw):
-        try:
-            return Inbound.model_validate_json(item)
-        except ValidationError:
-            continue
-    return None
+
+def _ids(raw: list[str]) -> list[str]:
+    return [m.message_id for m in parse(raw).readable]
+
+
+def _last_per_sender(batch: list[Inbound]) -> list[Inbound]:
+    last: dict[str, Inbound] = {}
+    for m in batch:
+        last[m.sender_open_id] = m
+    return sorted(last.values(), key=batch.index)
+
+
+def _count_error(rt: Runtime, exc: Exception) -> None:
+    if isinstance(exc, AdapterError):
+        metrics.count(rt.state, rt.keys, "errors", exc.source or "internal", exc.code or "error")

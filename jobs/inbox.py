@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import redis
 
@@ -16,6 +16,7 @@ from memory.keys import Keys
 
 DEDUPE_TTL_S = 86400
 KICK_TTL_MS = 120_000
+MAX_BATCH = 50  # messages per turn; the rest waits for the next turn of the same run
 
 
 def new_token() -> str:
@@ -45,21 +46,102 @@ class Kick:
         return cls(route_key=data["route_key"], token=data["token"], queue=data["queue"])
 
 
+@dataclass(frozen=True)
+class Commit:
+    """What a finished batch leaves behind: `n` events consumed, transcript entries, dead letters."""
+
+    n: int
+    batch_id: str
+    entries: Sequence[str] = ()
+    dead: Sequence[tuple[str, str]] = ()  # (dead-letter id, record JSON)
+
+
 class Inbox:
-    def __init__(self, r: redis.Redis, keys: Keys, lease_ms: int) -> None:
-        self.r, self.k, self.lease_ms = r, keys, lease_ms
+    def __init__(self, r: redis.Redis, keys: Keys, lease_ms: int, keep: int = 40) -> None:
+        self.r, self.k, self.lease_ms, self.keep = r, keys, lease_ms, keep  # keep: transcript entries
         self._push = GroupCommit(r, scripts.PUSH)  # the webhook's hot path: concurrent pushes share a trip
         self._s = {name: r.register_script(getattr(scripts, name)) for name in (
-            "ACQUIRE", "TAKE", "COMMIT", "FINISH", "RENEW", "HANDOVER", "KICK", "DEAD_LETTER")}
+            "ACQUIRE", "TAKE", "COMMIT", "FINISH", "RENEW", "HANDOVER", "RELEASE", "KICK", "BREAK", "POP_DUE",
+            "REPLAY", "PACE", "FORGET_RUN")}
+
+    # -- the webhook -----------------------------------------------------------------------------------
 
     def push(self, rk: str, event: str, *, message_id: str, content_key: str, queue: str) -> PushResult:
         token = new_token()
         k = self.k
-        keys = [k.seen_message(message_id), k.seen_content(content_key), k.inbox(rk),
-                k.lease(rk), k.dirty, k.kicks]
+        keys = [k.seen_message(message_id), k.seen_content(content_key), k.inbox(rk), k.lease(rk), k.dirty,
+                k.kicks, k.metrics]
         kick = Kick(route_key=rk, token=token, queue=queue).dumps()
         res = self._push(keys, [event, token, KICK_TTL_MS, rk, time.time(), DEDUPE_TTL_S, kick])
         return PushResult(duplicate=res == -1, kicked=res == 1)
+
+    # -- a run -------------------------------------------------------------------------------------------
+
+    def acquire(self, rk: str, kick_token: str, exec_id: str) -> bool:
+        keys = [self.k.lease(rk), self.k.dirty]
+        return self._s["ACQUIRE"](keys, [kick_token, exec_id, self.lease_ms, rk, time.time()]) == 1
+
+    def take(self, rk: str, exec_id: str, *, budget_s: float, job_id: str = "") -> list[str] | None:
+        """The current batch (registered with the watchdog); None when the lease is no longer ours."""
+        k = self.k
+        info = json.dumps({"exec_id": exec_id, "job_id": job_id, "started": round(time.time(), 3)})
+        res = self._s["TAKE"]([k.inbox(rk), k.proc(rk), k.lease(rk), k.running, k.runinfo],
+                              [exec_id, self.lease_ms, rk, time.time() + budget_s, info, MAX_BATCH])
+        return None if res == -1 else list(res)
+
+    def commit(self, rk: str, exec_id: str, c: Commit) -> bool:
+        k = self.k
+        keys = [k.proc(rk), k.lease(rk), k.transcript(rk), k.fails(rk), k.answer(rk, c.batch_id),
+                k.sent(rk, c.batch_id), k.dead, k.dead_order, k.metrics]
+        dead = [part for pair in c.dead for part in pair]
+        head: list[str | int | float] = [exec_id, self.lease_ms, c.n, self.keep, c.batch_id, time.time()]
+        args = [*head, len(c.entries), *c.entries, *dead]
+        return self._s["COMMIT"](keys, args) == 1
+
+    def finish(self, rk: str, exec_id: str) -> int:
+        """1 released, 0 more work arrived, -1 lease lost."""
+        k = self.k
+        keys = [k.inbox(rk), k.proc(rk), k.lease(rk), k.dirty, k.running, k.runinfo]
+        return int(self._s["FINISH"](keys, [exec_id, rk]))
+
+    def renew(self, rk: str, exec_id: str) -> bool:
+        return self._s["RENEW"]([self.k.lease(rk)], [exec_id, self.lease_ms]) == 1
+
+    def holds(self, rk: str, exec_id: str) -> bool:
+        return self.r.get(self.k.lease(rk)) == exec_id
+
+    def handover(self, rk: str, exec_id: str, queue: str, *, delay_s: float = 0.0) -> bool:
+        """Pass the route to a fresh run: at once (kick record), or after `delay_s` (a backoff lease)."""
+        token = new_token()
+        k = self.k
+        record = Kick(route_key=rk, token=token, queue=queue).dumps()
+        if delay_s > 0:
+            value, ttl_ms, due = f"d:{token}", int(delay_s * 1000) + KICK_TTL_MS, time.time() + delay_s
+        else:
+            value, ttl_ms, due = f"k:{token}", KICK_TTL_MS, 0
+        keys = [k.lease(rk), k.running, k.runinfo, k.kicks, k.delayed]
+        return self._s["HANDOVER"](keys, [exec_id, value, ttl_ms, rk, record, due]) == 1
+
+    def release(self, rk: str, exec_id: str) -> bool:
+        """Give the route up, leaving it dirty (paused work); the sweep kicks it when work resumes."""
+        return self._s["RELEASE"]([self.k.lease(rk), self.k.running, self.k.runinfo], [exec_id, rk]) == 1
+
+    def bump(self, rk: str, batch_id: str, what: str, n: int = 1) -> int:
+        """Count a failure (`f`) or a start (`s`) of a batch; the counts go when the batch commits."""
+        key = self.k.fails(rk)
+        pipe = self.r.pipeline()
+        pipe.hincrby(key, f"{what}:{batch_id}", n)
+        pipe.expire(key, 7 * 86400)
+        return int(pipe.execute()[0])
+
+    def forget(self, rk: str, batch_id: str) -> None:
+        """Drop a batch's counters and caches when it is split into single messages."""
+        pipe = self.r.pipeline()
+        pipe.hdel(self.k.fails(rk), f"f:{batch_id}", f"s:{batch_id}")
+        pipe.delete(self.k.answer(rk, batch_id), self.k.sent(rk, batch_id))
+        pipe.execute()
+
+    # -- the sweeper -------------------------------------------------------------------------------------
 
     def next_kicks(self, timeout: float, most: int = 100) -> list[Kick]:
         """Block up to `timeout` seconds for kick records, then take up to `most` of them."""
@@ -69,48 +151,64 @@ class Inbox:
         rest = self.r.lpop(self.k.kicks, most - 1) or []
         return [Kick.loads(str(raw)) for raw in [first[1], *rest]]
 
-    def acquire(self, rk: str, kick_token: str, exec_id: str) -> bool:
-        return self._s["ACQUIRE"]([self.k.lease(rk)], [kick_token, exec_id, self.lease_ms]) == 1
+    def kick(self, rk: str, queue: str) -> bool:
+        """Queue a kick record when the route has work and no live lease."""
+        k = self.k
+        record = Kick(route_key=rk, token=(token := new_token()), queue=queue).dumps()
+        keys = [k.inbox(rk), k.proc(rk), k.lease(rk), k.dirty, k.kicks]
+        return self._s["KICK"](keys, [token, KICK_TTL_MS, rk, record, time.time()]) == 1
 
-    def take(self, rk: str, exec_id: str) -> list[str] | None:
-        """The current batch; None when the lease is no longer ours."""
-        res = self._s["TAKE"]([self.k.inbox(rk), self.k.proc(rk), self.k.lease(rk)], [exec_id, self.lease_ms])
-        return None if res == -1 else list(res)
+    def kick_many(self, routes: Sequence[tuple[str, str]]) -> int:
+        """`kick` for many (route, queue) pairs in one pipelined round trip; returns how many were kicked."""
+        k = self.k
+        pipe = self.r.pipeline(transaction=False)
+        for rk, queue in routes:
+            token = new_token()
+            record = Kick(route_key=rk, token=token, queue=queue).dumps()
+            self._s["KICK"]([k.inbox(rk), k.proc(rk), k.lease(rk), k.dirty, k.kicks],
+                            [token, KICK_TTL_MS, rk, record, time.time()], client=pipe)
+        return sum(1 for res in pipe.execute() if res == 1)
 
-    def commit(self, rk: str, exec_id: str, n: int, batch_id: str, entries: list[str], keep: int) -> bool:
-        keys = [self.k.proc(rk), self.k.lease(rk), self.k.transcript(rk), self.k.attempts(rk)]
-        return self._s["COMMIT"](keys, [exec_id, self.lease_ms, n, keep, batch_id, *entries]) == 1
+    def dirty_page(self, start: int, count: int) -> list[str]:
+        """Dirty routes by rank, oldest first; the sweep pages through all of them."""
+        return [str(rk) for rk in self.r.zrange(self.k.dirty, start, start + count - 1)]
 
-    def finish(self, rk: str, exec_id: str) -> int:
-        """1 released, 0 more work arrived, -1 lease lost."""
-        keys = [self.k.inbox(rk), self.k.proc(rk), self.k.lease(rk), self.k.dirty]
-        return int(self._s["FINISH"](keys, [exec_id, rk]))
+    def pop_due(self, limit: int = 500) -> int:
+        """Move retries whose backoff is over to the kick list."""
+        return int(self._s["POP_DUE"]([self.k.delayed, self.k.kicks], [time.time(), limit]))
 
-    def renew(self, rk: str, exec_id: str) -> bool:
-        return self._s["RENEW"]([self.k.lease(rk)], [exec_id, self.lease_ms]) == 1
-
-    def holds(self, rk: str, exec_id: str) -> bool:
-        return self.r.get(self.k.lease(rk)) == exec_id
-
-    def handover(self, rk: str, exec_id: str, kick_token: str, ttl_ms: int) -> bool:
-        return self._s["HANDOVER"]([self.k.lease(rk)], [exec_id, kick_token, ttl_ms]) == 1
-
-    def kick(self, rk: str) -> str | None:
-        """A kick token when the route has work and no live lease (the caller enqueues a run)."""
+    def break_run(self, rk: str, exec_id: str, batch_id: str, queue: str, delay_s: float) -> int:
+        """Fence out a stuck run and kick a successor; the batch's failure count, or -1 if it moved on."""
         token = new_token()
-        keys = [self.k.inbox(rk), self.k.proc(rk), self.k.lease(rk), self.k.dirty]
-        return token if self._s["KICK"](keys, [token, KICK_TTL_MS, rk]) == 1 else None
+        record = Kick(route_key=rk, token=token, queue=queue).dumps()
+        value, ttl_ms, due = (f"d:{token}", int(delay_s * 1000) + KICK_TTL_MS, time.time() + delay_s) \
+            if delay_s > 0 else (f"k:{token}", KICK_TTL_MS, 0)
+        k = self.k
+        keys = [k.lease(rk), k.running, k.runinfo, k.fails(rk), k.kicks, k.delayed, k.metrics]
+        return int(self._s["BREAK"](keys, [exec_id, value, ttl_ms, rk, batch_id, record, due]))
 
-    def bump_attempts(self, rk: str, batch_id: str) -> int:
-        key = self.k.attempts(rk)
-        pipe = self.r.pipeline()
-        pipe.hincrby(key, batch_id, 1)
-        pipe.expire(key, 7 * 86400)
-        return int(pipe.execute()[0])
+    def overdue_runs(self, now: float, most: int = 100) -> list[tuple[str, str]]:
+        """(route, run info JSON) of runs past their batch deadline."""
+        routes = [str(rk) for rk in self.r.zrangebyscore(self.k.running, "-inf", now, start=0, num=most)]
+        if not routes:
+            return []
+        infos = self.r.hmget(self.k.runinfo, routes)
+        return [(rk, str(info or "")) for rk, info in zip(routes, infos, strict=True)]
 
-    def dead_letter(self, rk: str, exec_id: str, batch_id: str, record: dict[str, Any]) -> bool:
-        keys = [self.k.proc(rk), self.k.lease(rk), self.k.dead_letters, self.k.attempts(rk)]
-        return self._s["DEAD_LETTER"](keys, [exec_id, json.dumps(record, ensure_ascii=False), batch_id]) == 1
+    def forget_run(self, rk: str, info: str) -> bool:
+        return self._s["FORGET_RUN"]([self.k.running, self.k.runinfo], [rk, info]) == 1
 
-    def dirty_routes(self, limit: int = 1000) -> list[str]:
-        return [str(rk) for rk in self.r.zrange(self.k.dirty, 0, limit - 1)]
+    # -- dead letters and pacing -------------------------------------------------------------------------
+
+    def replay(self, dead_id: str, rk: str, queue: str, events: Sequence[str]) -> bool:
+        token = new_token()
+        record = Kick(route_key=rk, token=token, queue=queue).dumps()
+        k = self.k
+        keys = [k.dead, k.dead_order, k.inbox(rk), k.lease(rk), k.dirty, k.kicks, k.dead_replayed(dead_id)]
+        args: list[str | int | float] = [dead_id, token, KICK_TTL_MS, rk, time.time(), record, 7 * 86400, *events]
+        return self._s["REPLAY"](keys, args) == 1
+
+    def pace(self, scope: str, limit: int, window_ms: int = 1000) -> float:
+        """Seconds to wait before the next send in `scope`; 0 means go (and the send is counted)."""
+        wait_ms = self._s["PACE"]([self.k.pace(scope)], [window_ms, limit, new_token()])
+        return int(wait_ms) / 1000

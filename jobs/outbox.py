@@ -1,17 +1,21 @@
-"""The fenced outbox: every reply carries a deterministic uuid and is recorded once delivered."""
+"""The fenced outbox: every reply carries a deterministic uuid, is paced per chat, and is recorded once delivered."""
 
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Callable
 
-import redis
 from lark_oapi.channel.outbound.sender import chunk_text
 
+from bot.errors import Retryable
 from bot.feishu import FeishuApi
+from jobs.inbox import Inbox
 from memory.keys import Keys
 
-DELIVERED_TTL_S = 2 * 86400
+BATCH_CACHE_TTL_S = 2 * 86400  # a batch's caches expire on their own even if it never commits
+INLINE_WAIT_MAX_S = 10.0  # a rate-limit wait up to this long happens in the run; longer ones go back to the queue
+SEND_TRIES = 3
 
 
 class LeaseLost(Exception):
@@ -24,24 +28,57 @@ def reply_uuid(route_key: str, batch_id: str, chunk: int) -> str:
 
 
 class Outbox:
-    def __init__(self, r: redis.Redis, keys: Keys, feishu: FeishuApi, chunk_chars: int) -> None:
-        self.r, self.k, self.feishu, self.chunk_chars = r, keys, feishu, chunk_chars
+    def __init__(self, inbox: Inbox, keys: Keys, feishu: FeishuApi, chunk_chars: int, *, chat_qps: int,
+                 app_qps: int) -> None:
+        self.inbox, self.r, self.k, self.feishu = inbox, inbox.r, keys, feishu
+        self.chunk_chars, self.chat_qps, self.app_qps = chunk_chars, chat_qps, app_qps
 
-    def reply(self, route_key: str, batch_id: str, target: str, text: str, *, in_thread: bool,
-              fence: Callable[[], bool]) -> list[str]:
-        """Post `text` as replies to `target`, skipping chunks already delivered by an earlier run."""
+    def reply(self, route_key: str, batch_id: str, target: str, text: str, *, chat_id: str, in_thread: bool,
+              fence: Callable[[], bool], uuid_key: str | None = None) -> list[str]:
+        """Post `text` as replies to `target`, skipping chunks an earlier run of this batch delivered."""
         sent = []
-        ledger = self.k.outbox(route_key)
+        ledger = self.k.sent(route_key, batch_id)
         for i, chunk in enumerate(chunk_text(text, limit=self.chunk_chars) or [text]):
-            uid = reply_uuid(route_key, batch_id, i)
+            uid = reply_uuid(route_key, uuid_key or batch_id, i)
             done = self.r.hget(ledger, uid)
             if done:
                 sent.append(str(done))
                 continue
-            if not fence():
-                raise LeaseLost(route_key)
-            message_id = self.feishu.reply_text(target, chunk, uuid=uid, in_thread=in_thread)
-            self.r.hset(ledger, uid, message_id)
-            self.r.expire(ledger, DELIVERED_TTL_S)
+            message_id = self._send(target, chunk, uid, chat_id=chat_id, in_thread=in_thread, fence=fence)
+            pipe = self.r.pipeline()
+            pipe.hset(ledger, uid, message_id)
+            pipe.expire(ledger, BATCH_CACHE_TTL_S)
+            pipe.execute()
             sent.append(message_id)
         return sent
+
+    def _send(self, target: str, chunk: str, uid: str, *, chat_id: str, in_thread: bool,
+              fence: Callable[[], bool]) -> str:
+        """One chunk, paced per chat and per app; short rate-limit waits are sat out here."""
+        for attempt in range(1, SEND_TRIES + 1):
+            self._wait_turn(chat_id, fence)
+            try:
+                return self.feishu.reply_text(target, chunk, uuid=uid, in_thread=in_thread)
+            except Retryable as exc:
+                wait = _inline_wait(exc)
+                if wait is None or attempt == SEND_TRIES:
+                    raise
+                time.sleep(wait)
+        raise AssertionError("unreachable")
+
+    def _wait_turn(self, chat_id: str, fence: Callable[[], bool]) -> None:
+        for scope, limit in ((f"chat:{chat_id}", self.chat_qps), ("app", self.app_qps)):
+            while (wait := self.inbox.pace(scope, limit)) > 0:
+                time.sleep(wait)
+        if not fence():  # checked last, right before the side effect
+            raise LeaseLost(chat_id)
+
+
+def _inline_wait(exc: Retryable) -> float | None:
+    """How long to wait before sending again in this run, or None to hand the batch back to the queue."""
+    if exc.code in ("99991400", "230020", "11232"):  # rate limits: Feishu says (or implies) how long
+        wait = exc.retry_after if exc.retry_after is not None else 1.0
+        return wait if wait <= INLINE_WAIT_MAX_S else None
+    if exc.code in ("99991663", "transport", "230049") or exc.code.startswith("-"):
+        return 0.5  # a stale token (refetched), a dropped connection or a busy message: soon again, same uuid
+    return None

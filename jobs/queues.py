@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 import redis
 from rq import Queue, Retry
 from rq.serializers import JSONSerializer
@@ -11,7 +9,7 @@ from rq.serializers import JSONSerializer
 from memory.keys import route_tag
 
 DRAIN = "jobs.drain.drain"
-JOB_TIMEOUT_S = 900
+JOB_TIMEOUT_S = 3600  # a backstop only: the watchdog breaks runs past RUN_BUDGET_SECONDS per batch
 
 
 def rq_queue_name(profile: str, name: str) -> str:
@@ -19,18 +17,15 @@ def rq_queue_name(profile: str, name: str) -> str:
     return f"{profile}-{name}"
 
 
-def enqueue_drain(connection: redis.Redis, profile: str, queue_name: str, route_key: str, kick_token: str,
-                  retry_delays: list[int], delay: float = 0.0) -> str:
-    """One drain run for `route_key`; the kick token lets exactly this run take the lease."""
+def enqueue_drain(connection: redis.Redis, profile: str, queue_name: str, route_key: str, kick_token: str) -> str:
+    """One drain run for `route_key`; the kick token lets this run take the route's lease.
+
+    Failures inside a run are retried by the run itself (a backoff lease and a delayed kick that the
+    sweeper dispatches), never by RQ's scheduler, whose lock a restarted worker can take minutes to
+    win back. RQ's `Retry` (immediate, no interval) only covers a work-horse that died.
+    """
     job_id = f"run-{route_tag(route_key)}-{kick_token[:12]}"
-    options = dict(
-        job_id=job_id, retry=Retry(max=len(retry_delays), interval=retry_delays),
-        job_timeout=JOB_TIMEOUT_S, result_ttl=300, failure_ttl=7 * 86400, description=f"drain {route_key}",
-    )
-    payload = {"route_key": route_key, "kick_token": kick_token}
     q = Queue(rq_queue_name(profile, queue_name), connection=connection, serializer=JSONSerializer)
-    if delay > 0:
-        q.enqueue_in(timedelta(seconds=delay), DRAIN, payload, **options)
-    else:
-        q.enqueue(DRAIN, payload, **options)
+    q.enqueue(DRAIN, {"route_key": route_key, "kick_token": kick_token}, job_id=job_id, retry=Retry(max=2),
+              job_timeout=JOB_TIMEOUT_S, result_ttl=60, failure_ttl=7 * 86400, description=f"drain {route_key}")
     return job_id

@@ -42,7 +42,8 @@ class Runtime:
 
     @cached_property
     def inbox(self) -> Inbox:
-        return Inbox(self.state, self.keys, int(self.settings.run_lease_seconds * 1000))
+        s = self.settings
+        return Inbox(self.state, self.keys, int(s.run_lease_seconds * 1000), keep=s.transcript_turns * 2)
 
     @cached_property
     def feishu(self) -> FeishuApi:
@@ -54,17 +55,21 @@ class Runtime:
 
     @cached_property
     def outbox(self) -> Outbox:
-        return Outbox(self.state, self.keys, self.feishu, self.settings.reply_chunk_chars)
+        s = self.settings
+        return Outbox(self.inbox, self.keys, self.feishu, s.reply_chunk_chars, chat_qps=s.feishu_chat_qps,
+                      app_qps=s.feishu_app_qps)
 
     @cached_property
     def policy(self) -> Policy:
         return policy_from(self.settings)
 
+    def queue_of(self, route_key: str) -> str:
+        return self.policy.queues[kind_of(route_key)]
+
     def start_run(self, route_key: str, kick_token: str, queue: str | None = None) -> str:
         """Enqueue the drain run a kick token stands for, on its route kind's queue."""
-        queue = queue or self.policy.queues[kind_of(route_key)]
-        s = self.settings
-        return enqueue_drain(self.rq, s.bot_profile, queue, route_key, kick_token, s.retry_delays)
+        return enqueue_drain(self.rq, self.settings.bot_profile, queue or self.queue_of(route_key), route_key,
+                             kick_token)
 
 
 def configure(settings: Settings) -> None:

@@ -1,65 +1,105 @@
-"""Lua scripts of the inbox/lease protocol (design.md). Each state transition is one atomic script."""
+"""Lua scripts of the inbox/lease protocol (design.md). Each state transition is one atomic script.
 
-# KEYS: seen_msg, seen_content, inbox, lease, dirty, kicks
+Lease values: absent = free; `k:<token>` = a run is queued (any drain job of the route may take it);
+`d:<token>` = a retry waits out its backoff (only the job of that token may take it); anything else
+= the execution id of the run that owns the route.
+
+Invariants (checked by tests/test_protocol.py against real Redis):
+- every route whose lease is held, by anyone, is in `dirty` (each script that creates a lease adds it);
+- every route with events in `inbox` or `proc` is in `dirty`;
+- an event leaves `proc` only in COMMIT, which records it in the transcript or the dead letters.
+"""
+
+# KEYS: seen_msg, seen_content, inbox, lease, dirty, kicks, metrics
 # ARGV: event, kick_token, kick_ttl_ms, route_key, now, dedupe_ttl_s, kick_record
 # Dedupe, append and kick are one step: a crash between them would lose the event and the
-# redelivery would then be deduped away. The kick record is turned into an RQ job by the sweeper.
-# A route holding a lease is always in `dirty` (only FINISH and an empty KICK remove it), so
-# only the push that takes the lease needs to add it.
+# redelivery would then be deduped away.
 PUSH = """
-if not redis.call('SET', KEYS[1], '1', 'NX', 'EX', ARGV[6]) then return -1 end
+if not redis.call('SET', KEYS[1], '1', 'NX', 'EX', ARGV[6]) then
+  redis.call('HINCRBY', KEYS[7], 'dedupe_hits', 1)
+  return -1
+end
 if not redis.call('SET', KEYS[2], '1', 'NX', 'EX', ARGV[6]) then
   redis.call('DEL', KEYS[1])  -- it did not exist a moment ago: leave no trace of this duplicate
+  redis.call('HINCRBY', KEYS[7], 'dedupe_hits', 1)
   return -1
 end
 redis.call('RPUSH', KEYS[3], ARGV[1])
+redis.call('ZADD', KEYS[5], 'NX', ARGV[5], ARGV[4])
+redis.call('HINCRBY', KEYS[7], 'events_queued', 1)
 if redis.call('SET', KEYS[4], 'k:' .. ARGV[2], 'NX', 'PX', ARGV[3]) then
-  redis.call('ZADD', KEYS[5], 'NX', ARGV[5], ARGV[4])
   redis.call('RPUSH', KEYS[6], ARGV[7])
   return 1
 end
 return 0
 """
 
-# KEYS: lease   ARGV: kick_token, exec_id, ttl_ms
+# KEYS: lease, dirty   ARGV: kick_token, exec_id, ttl_ms, route_key, now
+# A free lease or any queued kick may be taken: a job that waited in the queue longer than the kick
+# lease lived still runs the route instead of going to the back. A backoff lease only by its own job.
 ACQUIRE = """
 local v = redis.call('GET', KEYS[1])
-if (not v) or v == ('k:' .. ARGV[1]) then
+if (not v) or string.sub(v, 1, 2) == 'k:' or v == ('d:' .. ARGV[1]) then
   redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+  redis.call('ZADD', KEYS[2], 'NX', ARGV[5], ARGV[4])
   return 1
 end
 return 0
 """
 
-# KEYS: inbox, proc, lease   ARGV: exec_id, ttl_ms
+# KEYS: inbox, proc, lease, running, runinfo   ARGV: exec_id, ttl_ms, route_key, deadline, info, max_batch
 # A leftover proc list (from a crashed run) is retried as-is before new mail is taken.
 TAKE = """
 if redis.call('GET', KEYS[3]) ~= ARGV[1] then return -1 end
 redis.call('PEXPIRE', KEYS[3], ARGV[2])
-if redis.call('LLEN', KEYS[2]) == 0 and redis.call('LLEN', KEYS[1]) > 0 then
-  redis.call('RENAME', KEYS[1], KEYS[2])
+if redis.call('LLEN', KEYS[2]) == 0 then
+  local n = tonumber(ARGV[6])
+  local items = redis.call('LRANGE', KEYS[1], 0, n - 1)
+  if #items > 0 then
+    redis.call('RPUSH', KEYS[2], unpack(items))
+    redis.call('LTRIM', KEYS[1], #items, -1)
+  end
 end
-return redis.call('LRANGE', KEYS[2], 0, -1)
+local batch = redis.call('LRANGE', KEYS[2], 0, -1)
+if #batch > 0 then
+  redis.call('ZADD', KEYS[4], ARGV[4], ARGV[3])
+  redis.call('HSET', KEYS[5], ARGV[3], ARGV[5])
+end
+return batch
 """
 
-# KEYS: proc, lease, transcript, attempts   ARGV: exec_id, ttl_ms, n, keep, batch_id, entries...
-# The transcript is written in the same step that consumes the batch, so a retried batch can
-# never be recorded twice.
+# KEYS: proc, lease, transcript, fails, answer, sent, dead, dead_order, metrics
+# ARGV: exec_id, ttl_ms, n, keep, batch_id, now, n_entries, entries..., then (dead_id, record) pairs
+# Consumes the first n events of the batch and, in the same step, records each in the transcript or
+# the dead letters, and drops the batch's caches: a retried batch is never recorded twice, and
+# per-route state stays bounded.
 COMMIT = """
 if redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
 redis.call('LTRIM', KEYS[1], tonumber(ARGV[3]), -1)
-for i = 6, #ARGV do redis.call('RPUSH', KEYS[3], ARGV[i]) end
-local keep = tonumber(ARGV[4])
-if keep > 0 then redis.call('LTRIM', KEYS[3], -keep, -1) else redis.call('DEL', KEYS[3]) end
-redis.call('HDEL', KEYS[4], ARGV[5])
+local ne = tonumber(ARGV[7])
+for i = 8, 7 + ne do redis.call('RPUSH', KEYS[3], ARGV[i]) end
+if ne > 0 then
+  local keep = tonumber(ARGV[4])
+  if keep > 0 then redis.call('LTRIM', KEYS[3], -keep, -1) else redis.call('DEL', KEYS[3]) end
+end
+for i = 8 + ne, #ARGV, 2 do
+  redis.call('HSET', KEYS[7], ARGV[i], ARGV[i + 1])
+  redis.call('ZADD', KEYS[8], ARGV[6], ARGV[i])
+  redis.call('HINCRBY', KEYS[9], 'dead_lettered', 1)
+end
+redis.call('HDEL', KEYS[4], 'f:' .. ARGV[5], 's:' .. ARGV[5])
+if redis.call('LLEN', KEYS[1]) == 0 then redis.call('DEL', KEYS[4]) end
+redis.call('DEL', KEYS[5], KEYS[6])
 redis.call('PEXPIRE', KEYS[2], ARGV[2])
 return 1
 """
 
-# KEYS: inbox, proc, lease, dirty   ARGV: exec_id, route_key
+# KEYS: inbox, proc, lease, dirty, running, runinfo   ARGV: exec_id, route_key
 # "Empty? then release" in one step: a push that lands after this sees no lease and kicks a run.
 FINISH = """
 if redis.call('GET', KEYS[3]) ~= ARGV[1] then return -1 end
+redis.call('ZREM', KEYS[5], ARGV[2])
+redis.call('HDEL', KEYS[6], ARGV[2])
 if redis.call('LLEN', KEYS[1]) > 0 or redis.call('LLEN', KEYS[2]) > 0 then return 0 end
 redis.call('DEL', KEYS[3])
 redis.call('ZREM', KEYS[4], ARGV[2])
@@ -73,29 +113,113 @@ redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1
 """
 
-# KEYS: lease   ARGV: exec_id, kick_token, ttl_ms
-# Hand the route to a (possibly delayed) successor run without letting anyone else in between.
+# KEYS: lease, running, runinfo, kicks, delayed
+# ARGV: exec_id, lease_value, ttl_ms, route_key, kick_record, due (0 = at once)
+# Hand the route to a successor run (at once, or after a backoff) without letting anyone else in.
 HANDOVER = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-redis.call('SET', KEYS[1], 'k:' .. ARGV[2], 'PX', ARGV[3])
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+redis.call('ZREM', KEYS[2], ARGV[4])
+redis.call('HDEL', KEYS[3], ARGV[4])
+if tonumber(ARGV[6]) > 0 then
+  redis.call('ZADD', KEYS[5], ARGV[6], ARGV[5])
+else
+  redis.call('RPUSH', KEYS[4], ARGV[5])
+end
 return 1
 """
 
-# KEYS: inbox, proc, lease, dirty   ARGV: kick_token, ttl_ms, route_key
+# KEYS: lease, running, runinfo   ARGV: exec_id, route_key
+# Give the route up and leave it dirty (work paused for an operator): the sweep kicks it later.
+RELEASE = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+redis.call('ZREM', KEYS[2], ARGV[2])
+redis.call('HDEL', KEYS[3], ARGV[2])
+return 1
+"""
+
+# KEYS: inbox, proc, lease, dirty, kicks   ARGV: kick_token, ttl_ms, route_key, kick_record, now
+# The sweep's repair: a dirty route with work and no live lease gets a kick; one without work leaves.
 KICK = """
 if redis.call('LLEN', KEYS[1]) == 0 and redis.call('LLEN', KEYS[2]) == 0 then
   if redis.call('EXISTS', KEYS[3]) == 0 then redis.call('ZREM', KEYS[4], ARGV[3]) end
   return -1
 end
-if redis.call('SET', KEYS[3], 'k:' .. ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
+if redis.call('SET', KEYS[3], 'k:' .. ARGV[1], 'NX', 'PX', ARGV[2]) then
+  redis.call('ZADD', KEYS[4], 'NX', ARGV[5], ARGV[3])
+  redis.call('RPUSH', KEYS[5], ARGV[4])
+  return 1
+end
 return 0
 """
 
-# KEYS: proc, lease, dead_letters, attempts   ARGV: exec_id, record, batch_id
-DEAD_LETTER = """
-if redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
-redis.call('RPUSH', KEYS[3], ARGV[2])
-redis.call('DEL', KEYS[1])
-redis.call('HDEL', KEYS[4], ARGV[3])
+# KEYS: lease, running, runinfo, fails, kicks, delayed, metrics
+# ARGV: exec_id, lease_value, ttl_ms, route_key, batch_id, kick_record, due
+# The watchdog breaks a run stuck past its budget: the lease moves on (the stuck run is fenced out),
+# the batch is charged one failure, and a successor is kicked (after a backoff when due > 0).
+BREAK = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
+local fails = redis.call('HINCRBY', KEYS[4], 'f:' .. ARGV[5], 1)
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+redis.call('ZREM', KEYS[2], ARGV[4])
+redis.call('HDEL', KEYS[3], ARGV[4])
+redis.call('HINCRBY', KEYS[7], 'stuck_runs', 1)
+if tonumber(ARGV[7]) > 0 then
+  redis.call('ZADD', KEYS[6], ARGV[7], ARGV[6])
+else
+  redis.call('RPUSH', KEYS[5], ARGV[6])
+end
+return fails
+"""
+
+# KEYS: delayed, kicks   ARGV: now, limit
+# Due retries move to the kick list in one step, so a sweeper crash cannot lose them.
+POP_DUE = """
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
+for _, record in ipairs(due) do
+  redis.call('ZREM', KEYS[1], record)
+  redis.call('RPUSH', KEYS[2], record)
+end
+return #due
+"""
+
+# KEYS: dead, dead_order, inbox, lease, dirty, kicks, replayed
+# ARGV: dead_id, kick_token, ttl_ms, route_key, now, kick_record, replayed_ttl_s, events...
+# Exactly one replay of a dead letter wins; its events go back in front of the route's newer mail.
+REPLAY = """
+if redis.call('HDEL', KEYS[1], ARGV[1]) == 0 then return 0 end
+redis.call('ZREM', KEYS[2], ARGV[1])
+for i = #ARGV, 8, -1 do redis.call('LPUSH', KEYS[3], ARGV[i]) end
+redis.call('ZADD', KEYS[5], 'NX', ARGV[5], ARGV[4])
+if redis.call('SET', KEYS[4], 'k:' .. ARGV[2], 'NX', 'PX', ARGV[3]) then
+  redis.call('RPUSH', KEYS[6], ARGV[6])
+end
+redis.call('SET', KEYS[7], ARGV[5], 'EX', ARGV[7])
+return 1
+"""
+
+# KEYS: window   ARGV: window_ms, limit, member
+# A sliding-window limiter on Redis time: 0 = go ahead (recorded), else milliseconds to wait.
+PACE = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local window = tonumber(ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
+if redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[2]) then
+  redis.call('ZADD', KEYS[1], now, ARGV[3])
+  redis.call('PEXPIRE', KEYS[1], window)
+  return 0
+end
+local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+return math.max(1, tonumber(oldest[2]) + window - now)
+"""
+
+# KEYS: running, runinfo   ARGV: route_key, info
+# The watchdog drops a registration whose run is gone, unless the route has been re-registered since.
+FORGET_RUN = """
+if redis.call('HGET', KEYS[2], ARGV[1]) ~= ARGV[2] then return 0 end
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('HDEL', KEYS[2], ARGV[1])
 return 1
 """

@@ -1,12 +1,17 @@
-"""The sweeper process: turns kick records into RQ drain runs, re-kicks stalled routes, keeps the bot identity.
+"""The sweeper process: turns kick records into RQ drain runs and keeps the protocol moving.
 
 The webhook's PUSH script queues a kick record in the same atomic step that stores the event, so the
-request path costs one Redis round trip and never builds RQ jobs. Several sweepers may run: a kick is
-popped by exactly one of them, and KICK takes a route's lease with SET NX.
+request path costs one Redis round trip and never builds RQ jobs. The main loop only talks to Redis
+and RQ: it dispatches kicks, moves due retries to the kick list, sweeps every dirty route (a full ZSCAN
+per sweep, so none waits longer than one sweep), runs the watchdog and, while work is paused, probes
+the failed credential. Calls to the Open API (bot identity, admin alerts) run on a side thread, so a
+Feishu outage never holds up dispatch. Several sweepers may run: a kick is popped by exactly one of
+them, and KICK takes a route's lease with SET NX.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import signal
 import threading
@@ -14,13 +19,17 @@ import time
 
 from bot import identity, logs
 from bot.settings import load_settings
-from jobs import runtime
+from jobs import alerts, runtime, watchdog
+from jobs.alerts import alert
 from jobs.runtime import Runtime
+from memory.store import server_checks
 
 log = logging.getLogger(__name__)
 IDENTITY_REFRESH_S = 3600
 IDENTITY_RETRY_S = 2.0
-MAX_WAIT_S = 1.0  # upper bound on a blocking pop, so a stop request is seen quickly
+HEALTH_CHECK_S = 3600
+MAX_WAIT_S = 1.0  # upper bound on a blocking pop, so due retries and a stop request are seen quickly
+SWEEP_PAGE = 500
 
 
 def dispatch(rt: Runtime, timeout: float) -> int:
@@ -32,15 +41,81 @@ def dispatch(rt: Runtime, timeout: float) -> int:
 
 
 def sweep_once(rt: Runtime) -> int:
-    """Kick every dirty route whose lease is gone (crashed run, lost kick or job, exhausted retries)."""
-    kicked = 0
-    for rk in rt.inbox.dirty_routes():
-        token = rt.inbox.kick(rk)
-        if token:
-            rt.start_run(rk, token)
-            log.warning("route re-kicked", extra={"route_key": rk})
-            kicked += 1
+    """Kick every dirty route whose lease is gone (crashed run, lost kick or job, expired backoff)."""
+    kicked, page = 0, []
+    for rk, _score in rt.state.zscan_iter(rt.keys.dirty, count=SWEEP_PAGE):
+        page.append((str(rk), rt.queue_of(str(rk))))
+        if len(page) >= SWEEP_PAGE:
+            kicked += rt.inbox.kick_many(page)
+            page = []
+    if page:
+        kicked += rt.inbox.kick_many(page)
+    if kicked:
+        log.warning("routes re-kicked by the sweep", extra={"reason": f"{kicked} routes"})
     return kicked
+
+
+def check_redis(rt: Runtime) -> dict[str, str]:
+    """Warn loudly (log, metric, /readyz) when Redis could lose or evict our state."""
+    checks = server_checks(rt.state)
+    rt.state.hset(rt.keys.health, mapping=dict(checks))  # type: ignore[arg-type]
+    for name, verdict in checks.items():
+        if verdict != "ok":
+            log.error("redis is not safe for production", extra={"reason": name, "error": verdict})
+    return checks
+
+
+class Paused:
+    """While a credential is broken: no dispatch, a probe every PAUSE_PROBE_SECONDS, resume when it works."""
+
+    def __init__(self, rt: Runtime) -> None:
+        self.rt = rt
+        self.next_probe = 0.0
+
+    def components(self) -> dict[str, str]:
+        return {str(k): str(v) for k, v in self.rt.state.hgetall(self.rt.keys.paused).items()}
+
+    def probe(self, now: float) -> bool:
+        """True when work may resume (nothing paused, or every paused credential works again)."""
+        paused = self.components()
+        if not paused or now < self.next_probe:
+            return not paused
+        self.next_probe = now + self.rt.settings.pause_probe_seconds
+        for component in paused:
+            try:
+                if component == "model":
+                    self.rt.llm.probe()
+                else:
+                    self.rt.feishu.bot_open_id()
+            except Exception as exc:
+                log.warning("still paused", extra={"reason": component, "error": f"{exc.__class__.__name__}: {exc}"})
+                continue
+            self.rt.state.hdel(self.rt.keys.paused, component)
+            since = json.loads(paused[component]).get("since", now)
+            log.warning("work resumed", extra={"reason": component, "duration_ms": int((now - since) * 1000)})
+            alert(self.rt, f"✅ {component} 已恢复，暂停期间保留的消息正在处理。")
+        return not self.components()
+
+
+class SideTasks(threading.Thread):
+    """Open API work off the dispatch loop: the bot's identity and admin alerts."""
+
+    def __init__(self, rt: Runtime, stop: threading.Event) -> None:
+        super().__init__(daemon=True, name="sweeper-side")
+        self.rt, self.stop = rt, stop
+
+    def run(self) -> None:
+        next_identity = 0.0
+        while not self.stop.is_set():
+            now = time.monotonic()
+            if now >= next_identity:
+                ok = _refresh_identity(self.rt)
+                next_identity = now + (IDENTITY_REFRESH_S if ok else IDENTITY_RETRY_S)
+            try:
+                alerts.post_pending(self.rt)
+            except Exception as exc:
+                log.warning("alerts not posted", extra={"error": f"{exc.__class__.__name__}: {exc}"})
+            self.stop.wait(1.0)
 
 
 def _refresh_identity(rt: Runtime) -> bool:
@@ -56,21 +131,28 @@ class Sweeper:
     def __init__(self, rt: Runtime) -> None:
         self.rt = rt
         self.stop = threading.Event()
-        self.next_sweep = self.next_identity = 0.0
+        self.paused = Paused(rt)
+        self.next_sweep = self.next_health = 0.0
 
     def tick(self) -> None:
         now = time.monotonic()
-        if now >= self.next_identity:
-            ok = _refresh_identity(self.rt)
-            self.next_identity = now + (IDENTITY_REFRESH_S if ok else IDENTITY_RETRY_S)
+        if now >= self.next_health:
+            check_redis(self.rt)
+            self.next_health = now + HEALTH_CHECK_S
+        if not self.paused.probe(time.time()):
+            self.stop.wait(MAX_WAIT_S)  # kicks wait in their list; routes stay dirty; nothing is lost
+            return
+        self.rt.inbox.pop_due()
         if now >= self.next_sweep:
+            watchdog.check(self.rt)
             sweep_once(self.rt)
             self.next_sweep = now + self.rt.settings.sweep_interval_seconds
-        wait = min(self.next_sweep, self.next_identity) - time.monotonic()
+        wait = self.next_sweep - time.monotonic()
         dispatch(self.rt, timeout=max(0.05, min(wait, MAX_WAIT_S)))
 
     def serve(self) -> None:
         log.info("sweeper started")
+        SideTasks(self.rt, self.stop).start()
         while not self.stop.is_set():
             try:
                 self.tick()

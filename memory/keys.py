@@ -1,4 +1,9 @@
-"""Every Redis key we write, built in one place; per-route keys carry a `{tag}` hash tag for Cluster."""
+"""Every Redis key we write, built in one place.
+
+Per-route keys carry a `{tag}` hash tag so a route's keys sit together, but the service targets one
+Redis primary (with replica/Sentinel), not Redis Cluster: RQ needs one primary, and the protocol's
+scripts touch profile-wide keys (dedupe markers, `dirty`, `kicks`, dead letters) next to per-route ones.
+"""
 
 from __future__ import annotations
 
@@ -23,6 +28,8 @@ class Keys:
     def _route(self, kind: str, route_key: str) -> str:
         return f"{self.prefix}:{kind}:{{{route_tag(route_key)}}}"
 
+    # -- per route: the inbox/lease protocol ---------------------------------------------------------
+
     def inbox(self, rk: str) -> str:
         return self._route("inbox", rk)
 
@@ -32,14 +39,22 @@ class Keys:
     def lease(self, rk: str) -> str:
         return self._route("lease", rk)
 
-    def attempts(self, rk: str) -> str:
-        return self._route("attempts", rk)
+    def fails(self, rk: str) -> str:
+        """Hash of the batches now in `proc`: `f:<batch>` failures and `s:<batch>` starts."""
+        return self._route("fails", rk)
 
     def transcript(self, rk: str) -> str:
         return self._route("transcript", rk)
 
-    def outbox(self, rk: str) -> str:
-        return self._route("outbox", rk)
+    # -- per batch: caches a run writes, deleted when the batch commits (and expiring on their own) ------
+
+    def answer(self, rk: str, batch_id: str) -> str:
+        return f"{self._route('answer', rk)}:{batch_id}"
+
+    def sent(self, rk: str, batch_id: str) -> str:
+        return f"{self._route('sent', rk)}:{batch_id}"
+
+    # -- per profile ---------------------------------------------------------------------------------
 
     # Dedupe markers are per profile, not per route: a redelivery must stay a duplicate after a
     # routing-policy change sends the same message to another route.
@@ -51,15 +66,65 @@ class Keys:
 
     @property
     def dirty(self) -> str:
+        """ZSET route → time it last became dirty: every route with pending work or a held lease."""
         return f"{self.prefix}:dirty"
 
     @property
     def kicks(self) -> str:
+        """LIST of kick records the sweeper turns into RQ drain jobs."""
         return f"{self.prefix}:kicks"
 
     @property
-    def dead_letters(self) -> str:
-        return f"{self.prefix}:deadletter"
+    def delayed(self) -> str:
+        """ZSET kick record → due time: retries after a backoff, dispatched by the sweeper."""
+        return f"{self.prefix}:delayed"
+
+    @property
+    def running(self) -> str:
+        """ZSET route → deadline of the batch its run is working on (the watchdog's view)."""
+        return f"{self.prefix}:running"
+
+    @property
+    def runinfo(self) -> str:
+        """HASH route → JSON {exec_id, job_id, started} of the run working on it."""
+        return f"{self.prefix}:runinfo"
+
+    @property
+    def dead(self) -> str:
+        """HASH dead-letter id → record."""
+        return f"{self.prefix}:dead"
+
+    @property
+    def dead_order(self) -> str:
+        """ZSET dead-letter id → time it was buried (listing order)."""
+        return f"{self.prefix}:dead:order"
+
+    def dead_replayed(self, dead_id: str) -> str:
+        return f"{self.prefix}:dead:replayed:{dead_id}"
+
+    @property
+    def paused(self) -> str:
+        """HASH component (`model`, `feishu`) → JSON reason: work paused for an operator to fix."""
+        return f"{self.prefix}:paused"
+
+    @property
+    def alerts(self) -> str:
+        """LIST of admin alerts the sweeper posts to ADMIN_CHAT_ID."""
+        return f"{self.prefix}:alerts"
+
+    @property
+    def metrics(self) -> str:
+        """HASH of counters shared by every process (web, workers, sweeper)."""
+        return f"{self.prefix}:metrics"
+
+    @property
+    def health(self) -> str:
+        """HASH of start-up checks (Redis persistence and eviction policy)."""
+        return f"{self.prefix}:health"
+
+    def pace(self, scope: str) -> str:
+        """ZSET of recent Open API send times for one pacing scope (a chat, or the whole app)."""
+        return f"{self.prefix}:pace:{scope}"
 
     @property
     def rejected(self) -> str:

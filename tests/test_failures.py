@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 
+from jobs import deadletter
 from tests.harness import deliver, message_id, model_requests_with, reply_text, unique, wait_for
 
 
@@ -45,16 +46,16 @@ def test_repeated_failures_end_in_the_dead_letter_list(service, feishu, claude, 
     notice = feishu.wait_for(lambda: feishu.replies_to(message_id(env)), timeout=60)
     assert reply_text(notice[0]).startswith("Sorry")  # the user wrote English
     record = _dead_letter_for(r, keys, message_id(env))
-    assert record["attempts"] == 3
+    assert record["reason"].startswith("failed 3 times")
     rk = f"feishu:test:p2p:{chat}"
     wait_for(lambda: r.llen(keys.proc(rk)) == 0 and r.zscore(keys.dirty, rk) is None, what="route released")
 
 
 def _dead_letter_for(r, keys, mid: str) -> dict:
     def find() -> dict | None:
-        for raw in r.lrange(keys.dead_letters, 0, -1):
+        for raw in r.hvals(keys.dead):
             record = json.loads(raw)
-            if any(mid in e for e in record["events"]):
+            if mid in record["message_ids"]:
                 return record
         return None
 
@@ -74,26 +75,57 @@ def test_expired_tenant_token_is_refreshed_and_shared(service, feishu, claude) -
     assert feishu.token_requests == before + 1
 
 
-def test_admin_replays_a_dead_letter(service, feishu, claude, r, keys, env, workdir) -> None:
-    import subprocess
-    import sys
-
-    from tests.harness import subprocess_env
-
+def test_admin_replays_a_dead_letter_once_and_a_replay_can_succeed(service, feishu, claude, r, keys, env,
+                                                                    workdir) -> None:
     claude.fail(400, "invalid_request_error", times=1)
     chat = unique("oc_p2p")
     env_msg = deliver(service, feishu, chat_id=chat, chat_type="p2p", text="回放测试")
     feishu.wait_for(lambda: feishu.replies_to(message_id(env_msg)), timeout=30)  # the notice
     record = _dead_letter_for(r, keys, message_id(env_msg))
-    index = [json.loads(x)["batch_id"] for x in r.lrange(keys.dead_letters, 0, -1)].index(record["batch_id"])
-    out = subprocess.run([sys.executable, "-m", "jobs.deadletter", "replay", str(index)], cwd=workdir,
-                         env=subprocess_env(env), capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
-    assert f"feishu:test:p2p:{chat}" in out.stdout
-    wait_for(lambda: len(model_requests_with(claude, "回放测试")) == 2, timeout=30, what="replayed turn")
+    out = _cli(env, workdir, "replay", record["id"])
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert deadletter.replay(_runtime(env), record["id"]) == "already-replayed"  # a second replay changes nothing
     answers = feishu.wait_for(lambda: [m for m in feishu.replies_to(message_id(env_msg))
                                        if "回放测试" in reply_text(m)], timeout=30)
+    wait_for(lambda: r.zscore(keys.dirty, f"feishu:test:p2p:{chat}") is None, timeout=30, what="route idle")
     assert len(answers) == 1
+    assert len(model_requests_with(claude, "回放测试")) == 2  # the failed call and the replayed one
+    assert r.hget(keys.dead, record["id"]) is None
+
+
+def test_a_replay_that_fails_again_tells_the_user_again(service, feishu, claude, r, keys, env, workdir) -> None:
+    """The notice of a second failure must not reuse the first notice's uuid (Feishu would swallow it)."""
+    claude.fail(400, "invalid_request_error", times=1)
+    env_msg = deliver(service, feishu, chat_id=unique("oc_p2p"), chat_type="p2p", text="再次失败的回放")
+    mid = message_id(env_msg)
+    feishu.wait_for(lambda: feishu.replies_to(mid), timeout=30)
+    first = _dead_letter_for(r, keys, mid)
+    claude.fail(400, "invalid_request_error", times=1)
+    assert deadletter.replay(_runtime(env), first["id"]) == "replayed"
+    feishu.wait_for(lambda: len(feishu.replies_to(mid)) == 2, timeout=30)
+    second = wait_for(lambda: next((json.loads(x) for x in r.hvals(keys.dead)
+                                    if mid in json.loads(x)["message_ids"] and json.loads(x)["id"] != first["id"]),
+                                   None), timeout=30, what="second dead letter")
+    assert second["batch_id"] != first["batch_id"]
+    assert all("抱歉" in reply_text(m) for m in feishu.replies_to(mid))
+
+
+def _runtime(env):
+    from jobs.runtime import Runtime
+    from tests.harness import settings_from
+
+    settings = settings_from(env)
+    return Runtime(settings, settings.redis_url or "")
+
+
+def _cli(env, workdir, *args: str):
+    import subprocess
+    import sys
+
+    from tests.harness import subprocess_env
+
+    return subprocess.run([sys.executable, "-m", "jobs.deadletter", *args], cwd=workdir, env=subprocess_env(env),
+                          capture_output=True, text=True, timeout=60)
 
 
 def test_long_answers_are_chunked_in_order_with_distinct_uuids(service, feishu, claude) -> None:

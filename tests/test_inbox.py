@@ -8,7 +8,7 @@ import time
 import pytest
 import redis
 
-from jobs.inbox import Inbox, Kick
+from jobs.inbox import Commit, Inbox, Kick
 from memory.keys import Keys
 from tests.harness import unique
 
@@ -17,7 +17,7 @@ from tests.harness import unique
 def box(redis_url: str) -> tuple[Inbox, Keys, redis.Redis]:
     r = redis.Redis.from_url(redis_url, decode_responses=True)
     keys = Keys(unique("proto"))
-    return Inbox(r, keys, lease_ms=2000), keys, r
+    return Inbox(r, keys, lease_ms=2000, keep=4), keys, r
 
 
 def push(inbox: Inbox, rk: str, i: int) -> bool:
@@ -30,6 +30,14 @@ def running(inbox: Inbox, rk: str, exec_id: str) -> str:
     token = inbox.next_kicks(0.1)[0].token
     assert inbox.acquire(rk, token, exec_id)
     return token
+
+
+def take(inbox: Inbox, rk: str, exec_id: str) -> list[str] | None:
+    return inbox.take(rk, exec_id, budget_s=60)
+
+
+def commit(inbox: Inbox, rk: str, exec_id: str, n: int, batch: str, entries=(), dead=()) -> bool:
+    return inbox.commit(rk, exec_id, Commit(n=n, batch_id=batch, entries=list(entries), dead=list(dead)))
 
 
 def test_first_push_kicks_once_and_queues_a_kick_record(box) -> None:
@@ -65,28 +73,28 @@ def test_only_the_kicked_run_acquires_and_others_are_fenced_out(box) -> None:
     inbox, _, _ = box
     push(inbox, "rk", 1)
     token = inbox.next_kicks(0.1)[0].token
-    assert inbox.acquire("rk", "stale-token", "exec-x") is False
     assert inbox.acquire("rk", token, "exec-a") is True
     assert inbox.acquire("rk", token, "exec-b") is False  # a retry of the same job while the first still runs
-    assert inbox.take("rk", "exec-b") is None
-    assert inbox.take("rk", "exec-a") == ["event-1"]
-    assert inbox.commit("rk", "exec-b", 1, "b1", ["x"], keep=10) is False
+    assert inbox.acquire("rk", "stale-token", "exec-x") is False
+    assert take(inbox, "rk", "exec-b") is None
+    assert take(inbox, "rk", "exec-a") == ["event-1"]
+    assert commit(inbox, "rk", "exec-b", 1, "b1", ["x"]) is False
     assert inbox.holds("rk", "exec-a") and not inbox.holds("rk", "exec-b")
 
 
 def test_batching_commit_and_release_without_lost_wake_up(box) -> None:
     inbox, keys, r = box
     running(inbox, "rk", "exec")
-    assert inbox.take("rk", "exec") == ["event-1"]
+    assert take(inbox, "rk", "exec") == ["event-1"]
     push(inbox, "rk", 2)  # arrive during the run
     push(inbox, "rk", 3)
     assert inbox.next_kicks(0.05) == []  # the running route is not kicked again
-    assert inbox.take("rk", "exec") == ["event-1"]  # an uncommitted batch is retried as-is
-    assert inbox.commit("rk", "exec", 1, "b1", [json.dumps({"role": "user", "text": "1"})], keep=10)
+    assert take(inbox, "rk", "exec") == ["event-1"]  # an uncommitted batch is retried as-is
+    assert commit(inbox, "rk", "exec", 1, "b1", [json.dumps({"role": "user", "text": "1"})])
     assert inbox.finish("rk", "exec") == 0  # work arrived: do not release
-    assert inbox.take("rk", "exec") == ["event-2", "event-3"]
-    assert inbox.commit("rk", "exec", 2, "b2", [], keep=10)
-    assert inbox.take("rk", "exec") == []
+    assert take(inbox, "rk", "exec") == ["event-2", "event-3"]
+    assert commit(inbox, "rk", "exec", 2, "b2")
+    assert take(inbox, "rk", "exec") == []
     assert inbox.finish("rk", "exec") == 1
     assert r.get(keys.lease("rk")) is None and r.zscore(keys.dirty, "rk") is None
     assert push(inbox, "rk", 4) is True  # the next message kicks a fresh run
@@ -95,33 +103,71 @@ def test_batching_commit_and_release_without_lost_wake_up(box) -> None:
 def test_expired_lease_lets_the_sweep_kick_and_fences_the_old_run(box) -> None:
     inbox, keys, r = box
     running(inbox, "rk", "old")
-    inbox.take("rk", "old")
-    assert inbox.kick("rk") is None  # a live lease: the sweep leaves it alone
+    take(inbox, "rk", "old")
+    assert inbox.kick("rk", "q") is False  # a live lease: the sweep leaves it alone
     r.pexpire(keys.lease("rk"), 1)
     time.sleep(0.05)
-    new_token = inbox.kick("rk")
-    assert new_token and inbox.acquire("rk", new_token, "new")
-    assert inbox.take("rk", "new") == ["event-1"]  # the crashed run's batch, intact
-    assert inbox.renew("rk", "old") is False and inbox.commit("rk", "old", 1, "b", [], keep=10) is False
+    assert inbox.kick("rk", "q") is True
+    new_token = inbox.next_kicks(0.1)[-1].token
+    assert inbox.acquire("rk", new_token, "new")
+    assert take(inbox, "rk", "new") == ["event-1"]  # the crashed run's batch, intact
+    assert inbox.renew("rk", "old") is False and commit(inbox, "rk", "old", 1, "b") is False
 
 
-def test_handover_keeps_the_route_closed_to_others(box) -> None:
-    inbox, _, _ = box
+def test_backoff_handover_keeps_the_route_closed_to_others(box) -> None:
+    inbox, keys, r = box
     token = running(inbox, "rk", "exec")
-    assert inbox.handover("rk", "exec", "next", 5000)
-    assert inbox.kick("rk") is None
-    assert inbox.acquire("rk", token, "late") is False
-    assert inbox.acquire("rk", "next", "successor") is True
+    assert inbox.handover("rk", "exec", "q", delay_s=5)
+    assert inbox.kick("rk", "q") is False
+    assert inbox.acquire("rk", token, "late") is False  # a stale job must not skip the backoff
+    assert inbox.pop_due() == 0  # not due yet
+    successor = Kick.loads(r.zrange(keys.delayed, 0, -1)[0])
+    assert inbox.acquire("rk", successor.token, "successor") is True
 
 
-def test_dead_letter_moves_the_batch_and_clears_attempts(box) -> None:
+def test_immediate_handover_queues_a_kick_any_job_of_the_route_may_take(box) -> None:
     inbox, keys, r = box
     running(inbox, "rk", "exec")
-    inbox.take("rk", "exec")
-    assert [inbox.bump_attempts("rk", "b") for _ in range(3)] == [1, 2, 3]
-    assert inbox.dead_letter("rk", "exec", "b", {"route_key": "rk", "events": ["event-1"]})
-    assert r.llen(keys.proc("rk")) == 0 and r.hget(keys.attempts("rk"), "b") is None
-    assert json.loads(r.lindex(keys.dead_letters, -1))["events"] == ["event-1"]
+    assert inbox.handover("rk", "exec", "q")
+    kick = inbox.next_kicks(0.1)[0]
+    assert r.get(keys.lease("rk")) == f"k:{kick.token}"
+    assert inbox.acquire("rk", "some-older-kick", "stale-job") is True  # it runs the route now
+    assert inbox.acquire("rk", kick.token, "late") is False
+
+
+def test_a_job_that_outlived_its_kick_lease_still_marks_the_route_dirty(box) -> None:
+    """Defect 4: a stale job that takes a free lease must put the route in `dirty`."""
+    inbox, keys, r = box
+    assert inbox.acquire("rk", "stale", "exec") is True
+    assert r.zscore(keys.dirty, "rk") is not None
+    push(inbox, "rk", 1)  # arrives during the run: no kick, the run owns the route
+    r.delete(keys.lease("rk"))  # the run is killed and its lease expires
+    assert inbox.kick("rk", "q") is True  # the sweep still sees the route
+
+
+def test_commit_dead_letters_and_clears_the_batch_state(box) -> None:
+    inbox, keys, r = box
+    running(inbox, "rk", "exec")
+    take(inbox, "rk", "exec")
+    assert [inbox.bump("rk", "b", "f") for _ in range(3)] == [1, 2, 3]
+    r.set(keys.answer("rk", "b"), "{}")
+    r.hset(keys.sent("rk", "b"), "u0", "om_x")
+    record = json.dumps({"route_key": "rk", "events": ["event-1"]})
+    assert commit(inbox, "rk", "exec", 1, "b", dead=[("dead-1", record)])
+    assert r.llen(keys.proc("rk")) == 0 and not r.exists(keys.fails("rk"))
+    assert not r.exists(keys.answer("rk", "b")) and not r.exists(keys.sent("rk", "b"))
+    assert json.loads(r.hget(keys.dead, "dead-1"))["events"] == ["event-1"]
+    assert r.zscore(keys.dead_order, "dead-1") is not None
+
+
+def test_replay_is_atomic_and_happens_once(box) -> None:
+    inbox, keys, r = box
+    r.hset(keys.dead, "d1", "{}")
+    r.zadd(keys.dead_order, {"d1": 1})
+    assert inbox.replay("d1", "rk", "q", ["e1", "e2"]) is True
+    assert inbox.replay("d1", "rk", "q", ["e1", "e2"]) is False
+    assert r.lrange(keys.inbox("rk"), 0, -1) == ["e1", "e2"]
+    assert [k.route_key for k in inbox.next_kicks(0.1)] == ["rk"]
 
 
 def test_transcript_is_bounded_by_commit(box) -> None:
@@ -130,7 +176,7 @@ def test_transcript_is_bounded_by_commit(box) -> None:
         push(inbox, "rk", i)
     token = inbox.next_kicks(0.1)[0].token
     inbox.acquire("rk", token, "exec")
-    inbox.take("rk", "exec")
+    take(inbox, "rk", "exec")
     for i in range(6):
-        inbox.commit("rk", "exec", 1, f"b{i}", [f"u{i}", f"a{i}"], keep=4)
+        commit(inbox, "rk", "exec", 1, f"b{i}", [f"u{i}", f"a{i}"])
     assert r.lrange(keys.transcript("rk"), 0, -1) == ["u4", "a4", "u5", "a5"]

@@ -1,0 +1,98 @@
+"""The admin API (`/admin/api/*`, Bearer ADMIN_TOKEN): dead letters and route state. Redis only, like all web code.
+
+Without ADMIN_TOKEN every admin path answers 404, as if it did not exist. The token is compared in
+constant time; a missing or wrong one gets 401.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
+
+from flask import Blueprint, Response, current_app, jsonify, request
+
+from jobs import deadletter
+from jobs.runtime import Runtime
+
+bp = Blueprint("admin", __name__, url_prefix="/admin/api")
+RESULT_STATUS = {"replayed": 200, "already-replayed": 409, "unknown": 404}
+
+
+def _runtime() -> Runtime:
+    return current_app.extensions["admin_runtime"]
+
+
+def _token_ok() -> bool:
+    expected = _runtime().settings.secret("admin_token").encode()
+    given = request.headers.get("Authorization", "")
+    scheme, _, token = given.partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), expected)
+
+
+def guarded(view: Callable[..., tuple[Response, int]]) -> Callable[..., tuple[Response, int]]:
+    @wraps(view)
+    def wrapper(*args: Any, **kwargs: Any) -> tuple[Response, int]:
+        if not _runtime().settings.secret("admin_token"):
+            return jsonify(error="not found"), 404
+        if not _token_ok():
+            response = jsonify(error="missing or wrong admin token")
+            response.headers["WWW-Authenticate"] = "Bearer"
+            return response, 401
+        return view(*args, **kwargs)
+
+    return wrapper
+
+
+@bp.get("/deadletters")
+@guarded
+def list_dead_letters() -> tuple[Response, int]:
+    items = [deadletter.summary(r) for r in deadletter.records(_runtime())]
+    return jsonify(count=len(items), deadletters=items, replay="POST /admin/api/deadletters/<id>/replay"), 200
+
+
+@bp.get("/deadletters/<dead_id>")
+@guarded
+def show_dead_letter(dead_id: str) -> tuple[Response, int]:
+    record = deadletter.get(_runtime(), dead_id)
+    return (jsonify(record), 200) if record else (jsonify(error=f"no dead letter {dead_id}"), 404)
+
+
+@bp.post("/deadletters/<dead_id>/replay")
+@guarded
+def replay_dead_letter(dead_id: str) -> tuple[Response, int]:
+    result = deadletter.replay(_runtime(), dead_id)
+    return jsonify(id=dead_id, result=result), RESULT_STATUS[result]
+
+
+@bp.get("/routes/<path:route_key>")
+@guarded
+def route_state(route_key: str) -> tuple[Response, int]:
+    rt = _runtime()
+    k = rt.keys
+    pipe = rt.state.pipeline(transaction=False)
+    pipe.llen(k.inbox(route_key))
+    pipe.llen(k.proc(route_key))
+    pipe.get(k.lease(route_key))
+    pipe.zscore(k.dirty, route_key)
+    pipe.llen(k.transcript(route_key))
+    pending, in_turn, lease, dirty, transcript = pipe.execute()
+    return jsonify(
+        route_key=route_key, pending=pending, in_turn=in_turn, lease=_lease_state(lease), dirty=dirty is not None,
+        transcript_entries=transcript,
+        # Sessions and items arrive with the session engine and the Bitable work; until then a route
+        # has one implicit session.
+        session_id=None, generation=0, sessions=[], item_id=None,
+    ), 200
+
+
+def _lease_state(value: str | None) -> str:
+    if not value:
+        return "free"
+    return {"k:": "queued", "d:": "backoff"}.get(value[:2], "running")
+
+
+def init_app(app: Any, runtime: Runtime) -> None:
+    app.extensions["admin_runtime"] = runtime
+    app.register_blueprint(bp)
