@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import os
 import shutil
-import socket
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +19,7 @@ from tests.harness import (
     APP_ID,
     APP_SECRET,
     BOT_OPEN_ID,
+    NO_ENV_FILE,
     Proc,
     WebServer,
     service_env,
@@ -26,24 +27,24 @@ from tests.harness import (
     wait_for,
     worker_count,
 )
+from tests.netguard import sitecustomize as netguard
 
-_real_connect = socket.socket.connect
+# No test may reach the network: this process gets the guard here, every process a test starts gets it
+# from tests/netguard/sitecustomize.py (harness.subprocess_env). And no process reads a dotenv file:
+# in-process load_settings() calls see ENV_FILE too, so a developer's .env in the repo root is never used.
+netguard.install()
+os.environ["ENV_FILE"] = NO_ENV_FILE
 
-
-def _loopback_only(self: socket.socket, address: object) -> object:
-    """No test may reach the network: only loopback and unix sockets are allowed."""
-    if isinstance(address, tuple) and address[0] not in ("127.0.0.1", "localhost", "::1"):
-        raise RuntimeError(f"test tried to reach the network: {address!r}")
-    return _real_connect(self, address)  # type: ignore[arg-type]
-
-
-socket.socket.connect = _loopback_only  # type: ignore[method-assign]
+# Written into the service processes' working directory: if ENV_FILE were not honoured, every worker
+# and sweeper would read it and stop at start-up with a configuration error naming these variables.
+POISONED_DOTENV = "CONTEXT_BUDGET_TOKENS=read-from-a-dotenv-file\nTRANSCRIPT_TURNS=read-from-a-dotenv-file\n"
 
 
 @pytest.fixture(scope="session")
 def workdir() -> Iterator[Path]:
     # Short path: unix socket paths are limited to ~107 bytes.
     path = Path(tempfile.mkdtemp(prefix="fb-"))
+    (path / ".env").write_text(POISONED_DOTENV)
     yield path
     shutil.rmtree(path, ignore_errors=True)
 
@@ -93,7 +94,8 @@ def service(env: dict[str, str], workdir: Path, r: redis.Redis, keys: Keys) -> I
     ]
     procs.append(Proc(["-m", "jobs.sweeper"], env, str(workdir), workdir / "sweeper.log"))
     web = WebServer(settings_from(env))
-    wait_for(lambda: worker_count(redis.Redis.from_url(env["REDIS_URL"]), "test-runs") >= 2, 30, what="workers")
+    rq = redis.Redis.from_url(env["REDIS_URL"])
+    wait_for(lambda: all(p.alive() for p in procs) and worker_count(rq, "test-runs") >= 2, 60, what="workers")
     wait_for(lambda: r.get(keys.bot_open_id) == BOT_OPEN_ID, 30, what="bot identity cached by the sweeper")
     yield web
     web.stop()

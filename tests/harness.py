@@ -20,9 +20,12 @@ from werkzeug.serving import make_server
 
 from app import create_app
 from bot.settings import Settings
+from memory.keys import Keys
 from sandbox.events import signed_request
 
 ROOT = Path(__file__).resolve().parent.parent
+NETGUARD_DIR = Path(__file__).resolve().parent / "netguard"  # its sitecustomize.py guards every subprocess
+NO_ENV_FILE = os.devnull  # ENV_FILE for everything the tests run: a developer's .env is never read
 ENCRYPT_KEY = "test-encrypt-key"
 VERIFICATION_TOKEN = "test-verification-token"
 APP_ID = "cli_test"
@@ -51,7 +54,7 @@ def service_env(redis_url: str, feishu_url: str, model_url: str, **extra: str) -
 
 
 def settings_from(env: dict[str, str]) -> Settings:
-    return Settings(_env_file=None, **{k.lower(): v for k, v in env.items()})  # type: ignore[call-arg]
+    return Settings(_env_file=None, **{k.lower(): v for k, v in env.items()})  # type: ignore[call-arg,arg-type]
 
 
 class WebServer:
@@ -74,10 +77,18 @@ class WebServer:
                              timeout=10)
 
 
+# Service variables are never inherited from the developer's shell, only set by the test.
+_SERVICE_VARS = {name.upper() for name in Settings.model_fields} | {"WEB_CONCURRENCY", "WEB_THREADS", "ENV_FILE"}
+_SERVICE_PREFIXES = ("FEISHU_", "ANTHROPIC_", "ROUTING_", "BITABLE_")
+
+
 def subprocess_env(env: dict[str, str]) -> dict[str, str]:
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("FEISHU_", "ANTHROPIC_", "ROUTING_"))}
+    """The environment of every process a test starts: no dotenv file, loopback-only network guard."""
+    base = {k: v for k, v in os.environ.items() if k not in _SERVICE_VARS and not k.startswith(_SERVICE_PREFIXES)}
     bindir = str(Path(sys.executable).parent)
-    return {**base, **env, "PYTHONPATH": str(ROOT), "PATH": f"{bindir}:{base.get('PATH', '')}"}
+    path = os.pathsep.join([str(NETGUARD_DIR), str(ROOT)])
+    return {**base, "ENV_FILE": NO_ENV_FILE, **env, "TEST_NETGUARD": "1", "PYTHONPATH": path,
+            "PATH": f"{bindir}:{base.get('PATH', '')}"}
 
 
 class Proc:
@@ -106,11 +117,20 @@ class Proc:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         self.p.wait(timeout=10)
+        with contextlib.suppress(ProcessLookupError):  # a supervisor must not respawn while we collect
+            os.kill(self.p.pid, signal.SIGSTOP)
 
     def stop(self) -> None:
         if self.p.poll() is None:
             os.killpg(self.p.pid, signal.SIGTERM)
             try:
+    def alive(self) -> bool:
+        """True while running; an AssertionError with the log's tail once it has exited."""
+        if self.p.poll() is None:
+            return True
+        tail = self.log_path.read_bytes()[-2000:].decode("utf-8", "replace")
+        raise AssertionError(f"{self.p.args!r} exited with {self.p.returncode}:\n{tail}")
+
                 self.p.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 self.kill9()
@@ -139,6 +159,52 @@ def unique(prefix: str) -> str:
     import uuid
 
     return f"{prefix}_{uuid.uuid4().hex[:10]}"
+def route_key(kind: str, chat: str, *rest: str, profile: str = "test") -> str:
+    """README "Route keys": p2p `chat`; group `chat, sender`; topic `chat, thread`."""
+    return ":".join(["feishu", profile, kind, chat, *rest])
+
+
+def route_is_idle(r: redis.Redis, keys: Keys, rk: str) -> bool:
+    """No stored work (inbox, proc), no run or pending retry (lease), and not marked dirty."""
+    pipe = r.pipeline(transaction=True)
+    pipe.llen(keys.inbox(rk))
+    pipe.llen(keys.proc(rk))
+    pipe.exists(keys.lease(rk))
+    pipe.zscore(keys.dirty, rk)
+    inbox, proc, lease, dirty = pipe.execute()
+    return inbox == 0 and proc == 0 and lease == 0 and dirty is None
+
+
+def wait_route_idle(r: redis.Redis, keys: Keys, rk: str, timeout: float = 30.0, polls: int = 4,
+                    interval: float = 0.1) -> None:
+    """Barrier before counting "exactly once": the route is idle and still idle `polls` checks later.
+
+    Every redo path keeps the route busy until it has run: a crashed run's lease until it expires, a
+    retry's hand-over lease, a lost kick's dirty mark. So no wrong second call or reply can follow.
+    """
+    deadline = time.monotonic() + timeout
+    streak = 0
+    while streak < polls:
+        streak = streak + 1 if route_is_idle(r, keys, rk) else 0
+        if time.monotonic() > deadline:
+            raise AssertionError(f"route {rk} not idle after {timeout}s")
+        time.sleep(interval)
+
+
+def rq_jobs(redis_url: str, queue: str, state: str) -> list[Any]:
+    """RQ jobs of `queue` by state: "queued", "started", "finished" or "failed"."""
+    from rq import Queue
+    from rq.job import Job
+    from rq.serializers import JSONSerializer
+
+    conn = redis.Redis.from_url(redis_url)  # RQ needs a bytes client
+    q = Queue(queue, connection=conn, serializer=JSONSerializer)
+    registry = {"started": q.started_job_registry, "finished": q.finished_job_registry,
+                "failed": q.failed_job_registry}
+    ids = q.get_job_ids() if state == "queued" else registry[state].get_job_ids()
+    return [j for j in Job.fetch_many(ids, connection=conn, serializer=JSONSerializer) if j is not None]
+
+
 
 
 def deliver(service: WebServer, feishu: Any, *, expect: int = 200, **kw: Any) -> dict[str, Any]:

@@ -60,12 +60,42 @@ def test_sandbox_mode_needs_no_secrets(tmp_path) -> None:
     assert result.stdout.split() == ["True", "http://127.0.0.1:9901"]
 
 
+BOGUS_DOTENV = (  # valid values, so a process that reads the file starts fine and shows what it read
+    "FEISHU_APP_ID=cli_from_dotenv\nFEISHU_APP_SECRET=dotenv-secret\nFEISHU_VERIFICATION_TOKEN=dotenv-token\n"
+    "FEISHU_ENCRYPT_KEY=dotenv-key\nANTHROPIC_API_KEY=dotenv-key\nFEISHU_DOMAIN=http://127.0.0.1:1\n"
+    "BOT_PROFILE=from_dotenv\n"
+)
+SHOW = "from bot.settings import load_settings; s = load_settings(); print(s.bot_profile, s.sandbox, s.feishu_domain)"
+
+
+def test_a_dotenv_file_is_read_only_from_env_file(tmp_path) -> None:
+    """ENV_FILE picks the dotenv file; the tests' processes point it away from any `.env` in their cwd."""
+    (tmp_path / ".env").write_text(BOGUS_DOTENV)
+    guarded = start([sys.executable, "-c", SHOW], {}, tmp_path)  # subprocess_env: ENV_FILE=/dev/null
+    assert guarded.returncode == 0, guarded.stderr
+    assert guarded.stdout.split() == ["default", "True", "http://127.0.0.1:9901"]
+
+    missing = start([sys.executable, "-c", SHOW], {"ENV_FILE": str(tmp_path / "absent.env")}, tmp_path)
+    assert missing.stdout.split() == ["default", "True", "http://127.0.0.1:9901"], missing.stderr
+
+    # Controls: the same file is read when ENV_FILE names it, and by default (`.env` in the cwd).
+    named_dir = tmp_path / "elsewhere"
+    named_dir.mkdir()
+    named = start([sys.executable, "-c", SHOW], {"ENV_FILE": str(tmp_path / ".env")}, named_dir)
+    assert named.stdout.split() == ["from_dotenv", "False", "http://127.0.0.1:1"], named.stderr
+    default_env = subprocess_env({"VAR_DIR": str(tmp_path / "var")})
+    del default_env["ENV_FILE"]
+    default = subprocess.run([sys.executable, "-c", SHOW], env=default_env, cwd=tmp_path, capture_output=True,
+                             text=True, timeout=60)
+    assert default.stdout.split() == ["from_dotenv", "False", "http://127.0.0.1:1"], default.stderr
+
+
 def test_env_example_lists_every_variable_the_code_reads() -> None:
     import re
 
     from bot.settings import Settings
 
     listed = set(re.findall(r"^([A-Z][A-Z0-9_]+)=", (ROOT / ".env.example").read_text(), re.MULTILINE))
-    read = {name.upper() for name in Settings.model_fields} | {"WEB_CONCURRENCY", "WEB_THREADS"}
+    read = {name.upper() for name in Settings.model_fields} | {"WEB_CONCURRENCY", "WEB_THREADS", "ENV_FILE"}
     assert read - listed == set()
     assert listed - read == set()  # nothing documented that the code ignores
