@@ -13,19 +13,26 @@ from tests.harness import (
     message_id,
     model_requests_with,
     reply_text,
+    route_key,
     unique,
     wait_for,
+    wait_route_idle,
 )
 
 AT_BOT = [mention(BOT_OPEN_ID, "助手")]
-SETTLE = 1.0  # time for a wrong extra call or reply to show up before asserting "exactly one"
 
 
-def test_p2p_message_gets_one_model_call_and_one_reply(service, feishu, claude) -> None:
-    env = deliver(service, feishu, chat_id=unique("oc_p2p"), chat_type="p2p", text="登录页报错 500 怎么办")
+def new_batches(claude) -> list[str]:
+    """The new-batch part (the final user turn) of every model request; history comes before it."""
+    return [json.dumps(req["body"]["messages"][-1]["content"], ensure_ascii=False) for req in claude.requests]
+
+
+def test_p2p_message_gets_one_model_call_and_one_reply(service, feishu, claude, r, keys) -> None:
+    chat = unique("oc_p2p")
+    env = deliver(service, feishu, chat_id=chat, chat_type="p2p", text="登录页报错 500 怎么办")
     mid = message_id(env)
     replies = feishu.wait_for(lambda: feishu.replies_to(mid))
-    time.sleep(SETTLE)
+    wait_route_idle(r, keys, route_key("p2p", chat))
     assert len(feishu.replies_to(mid)) == 1
     assert len(model_requests_with(claude, "登录页报错 500 怎么办")) == 1
     reply_calls = [r for r in feishu.requests if r["op"] == "reply"]
@@ -34,38 +41,53 @@ def test_p2p_message_gets_one_model_call_and_one_reply(service, feishu, claude) 
     assert "登录页报错 500 怎么办" in reply_text(replies[0])  # the stand-in echoes what it was asked
 
 
-def test_group_without_mention_is_ignored(service, feishu, claude) -> None:
-    env = deliver(service, feishu, chat_id=unique("oc_grp"), chat_type="group", text="没有艾特机器人")
-    time.sleep(SETTLE)
-    assert model_requests_with(claude, "没有艾特机器人") == []
-    assert feishu.replies_to(message_id(env)) == []
+def _assert_ignored_before(service, feishu, claude, r, keys, ignored: dict, chat: str) -> None:
+    """Barrier for "nothing happened": a later message of the same sender and chat (so the same route,
+    behind the ignored one) is answered and the route goes idle; only then is the ignored one checked."""
+    later = deliver(service, feishu, chat_id=chat, chat_type="group", text="@_user_1 随后的正常提问",
+                    mentions=AT_BOT)
+    feishu.wait_for(lambda: feishu.replies_to(message_id(later)))
+    wait_route_idle(r, keys, route_key("group", chat, "ou_user"))
+    assert len(model_requests_with(claude, "随后的正常提问")) == 1
+    ignored_text = json.loads(ignored["event"]["message"]["content"])["text"]
+    assert model_requests_with(claude, ignored_text.removeprefix("@_all ")) == []
+    assert feishu.replies_to(message_id(ignored)) == []
+    assert len(feishu.bot_messages(chat_id=chat)) == 1
 
 
-def test_group_mention_gets_a_reply(service, feishu, claude) -> None:
-    env = deliver(service, feishu, chat_id=unique("oc_grp"), chat_type="group", text="@_user_1 看下这个",
-                  mentions=AT_BOT)
+def test_group_without_mention_is_ignored(service, feishu, claude, r, keys) -> None:
+    chat = unique("oc_grp")
+    env = deliver(service, feishu, chat_id=chat, chat_type="group", text="没有艾特机器人")
+    _assert_ignored_before(service, feishu, claude, r, keys, env, chat)
+
+
+def test_group_mention_gets_a_reply(service, feishu, claude, r, keys) -> None:
+    chat = unique("oc_grp")
+    env = deliver(service, feishu, chat_id=chat, chat_type="group", text="@_user_1 看下这个", mentions=AT_BOT)
     feishu.wait_for(lambda: feishu.replies_to(message_id(env)))
+    wait_route_idle(r, keys, route_key("group", chat, "ou_user"))
     assert len(model_requests_with(claude, "看下这个")) == 1
+    assert len(feishu.replies_to(message_id(env))) == 1
 
 
-def test_mention_all_alone_is_ignored(service, feishu, claude) -> None:
-    env = deliver(service, feishu, chat_id=unique("oc_grp"), chat_type="group", text="@_all 开会了",
-                  mentions=[mention_all()])
-    time.sleep(SETTLE)
-    assert model_requests_with(claude, "开会了") == []
-    assert feishu.replies_to(message_id(env)) == []
+def test_mention_all_alone_is_ignored(service, feishu, claude, r, keys) -> None:
+    chat = unique("oc_grp")
+    env = deliver(service, feishu, chat_id=chat, chat_type="group", text="@_all 开会了", mentions=[mention_all()])
+    _assert_ignored_before(service, feishu, claude, r, keys, env, chat)
 
 
-def test_post_message_with_mention_works(service, feishu, claude) -> None:
+def test_post_message_with_mention_works(service, feishu, claude, r, keys) -> None:
     content = post_content("报错截图", [[{"tag": "at", "user_id": "@_user_1", "user_name": "助手"},
                                          {"tag": "text", "text": " 富文本里的问题"}]])
-    env = deliver(service, feishu, chat_id=unique("oc_grp"), chat_type="group", message_type="post",
-                  content=content, mentions=AT_BOT)
+    chat = unique("oc_grp")
+    env = deliver(service, feishu, chat_id=chat, chat_type="group", message_type="post", content=content,
+                  mentions=AT_BOT)
     feishu.wait_for(lambda: feishu.replies_to(message_id(env)))
+    wait_route_idle(r, keys, route_key("group", chat, "ou_user"))
     assert len(model_requests_with(claude, "富文本里的问题")) == 1
 
 
-def test_topic_reply_stays_in_thread_and_topic_is_shared(service, feishu, claude) -> None:
+def test_topic_reply_stays_in_thread_and_topic_is_shared(service, feishu, claude, r, keys) -> None:
     chat, thread, root = unique("oc_topic"), unique("omt"), unique("om_root")
     feishu.add_message(root, chat, text="root", thread_id=thread)
     first = deliver(service, feishu, chat_id=chat, chat_type="group", thread_id=thread, root_id=root,
@@ -78,6 +100,7 @@ def test_topic_reply_stays_in_thread_and_topic_is_shared(service, feishu, claude
                      mentions=AT_BOT)
     reply2 = feishu.wait_for(lambda: feishu.replies_to(message_id(second)))[0]
     assert reply2["thread_id"] == thread
+    wait_route_idle(r, keys, route_key("topic", chat, thread))
     bob_calls = model_requests_with(claude, "只在夜里出现")
     assert len(bob_calls) == 1
     seen = json.dumps(bob_calls[0]["body"]["messages"], ensure_ascii=False)
@@ -86,7 +109,7 @@ def test_topic_reply_stays_in_thread_and_topic_is_shared(service, feishu, claude
     assert all(r["json"]["reply_in_thread"] is True for r in reply_calls)
 
 
-def test_quoted_reply_stays_in_senders_group_route(service, feishu, claude) -> None:
+def test_quoted_reply_stays_in_senders_group_route(service, feishu, claude, r, keys) -> None:
     chat = unique("oc_grp")
     alice = deliver(service, feishu, chat_id=chat, chat_type="group", sender_open_id="ou_alice",
                     text="@_user_1 Alice 的私事：预算表", mentions=AT_BOT)
@@ -96,29 +119,38 @@ def test_quoted_reply_stays_in_senders_group_route(service, feishu, claude) -> N
                   text="@_user_1 Bob 引用了一条消息", mentions=AT_BOT)
     reply = feishu.wait_for(lambda: feishu.replies_to(message_id(bob)))[0]
     assert not reply.get("thread_id")
+    wait_route_idle(r, keys, route_key("group", chat, "ou_bob"))
     bob_call = model_requests_with(claude, "Bob 引用了一条消息")
     assert len(bob_call) == 1
     assert "预算表" not in json.dumps(bob_call[0]["body"], ensure_ascii=False)
 
 
-def test_redeliveries_are_deduplicated(service, feishu, claude) -> None:
-    env = deliver(service, feishu, chat_id=unique("oc_p2p"), chat_type="p2p", text="重复投递测试")
-    again_same_event = service.post(env)
+def test_redeliveries_are_deduplicated(service, feishu, claude, r, keys) -> None:
+    """Feishu redelivers after we answered (it missed our 200): the same event, the same message under a
+    new event_id, and the same message under a new message_id too. Each must be dropped, not answered."""
+    chat, text = unique("oc_p2p"), unique("重复投递测试")
+    rk = route_key("p2p", chat)
+    env = deliver(service, feishu, chat_id=chat, chat_type="p2p", text=text)
+    feishu.wait_for(lambda: feishu.replies_to(message_id(env)))
+    wait_route_idle(r, keys, rk)
     new_event = json.loads(json.dumps(env))
     new_event["header"]["event_id"] = unique("ev")
-    again_new_event = service.post(new_event)
     renumbered = json.loads(json.dumps(env))  # Feishu has been seen to re-push with a new message_id
     renumbered["header"]["event_id"] = unique("ev")
     renumbered["event"]["message"]["message_id"] = unique("om")
-    again_new_message_id = service.post(renumbered)
-    assert [again_same_event.status_code, again_new_event.status_code, again_new_message_id.status_code] == [200] * 3
-    feishu.wait_for(lambda: feishu.replies_to(message_id(env)))
-    time.sleep(SETTLE)
-    assert len(model_requests_with(claude, "重复投递测试")) == 1
+    feishu.add_message(message_id(renumbered), chat, sender_open_id="ou_user", chat_mode="p2p",
+                       content=env["event"]["message"]["content"])  # so a wrong reply to it would succeed
+    for again in (env, new_event, renumbered):
+        assert service.post(again).status_code == 200
+        wait_route_idle(r, keys, rk)  # one at a time: each one alone would be a new batch, a new turn
+    assert sum(batch.count(text) for batch in new_batches(claude)) == 1
+    transcript = [json.loads(e) for e in r.lrange(keys.transcript(rk), 0, -1)]
+    assert sum(e["text"].count(text) for e in transcript if e["role"] == "user") == 1
+    assert len(feishu.bot_messages(chat_id=chat)) == 1
     assert len(feishu.replies_to(message_id(env))) == 1
 
 
-def test_two_groups_at_once_never_see_each_other(service, feishu, claude) -> None:
+def test_two_groups_at_once_never_see_each_other(service, feishu, claude, r, keys) -> None:
     claude.set_delay(0.3)
     g1, g2 = unique("oc_g1"), unique("oc_g2")
     envs: dict[str, dict] = {}
@@ -134,6 +166,7 @@ def test_two_groups_at_once_never_see_each_other(service, feishu, claude) -> Non
         t.join()
     for chat in (g1, g2):
         feishu.wait_for(lambda c=chat: feishu.replies_to(message_id(envs[c])))
+        wait_route_idle(r, keys, route_key("group", chat, "ou_same"))
     a, b = model_requests_with(claude, "甲组机密"), model_requests_with(claude, "乙组机密")
     assert len(a) == 1 and len(b) == 1
     assert "乙组机密" not in json.dumps(a[0]["body"], ensure_ascii=False)
@@ -141,7 +174,7 @@ def test_two_groups_at_once_never_see_each_other(service, feishu, claude) -> Non
     assert "乙组机密" not in reply_text(feishu.replies_to(message_id(envs[g1]))[0])
 
 
-def test_burst_is_batched_and_every_message_answered_once(service, feishu, claude) -> None:
+def test_burst_is_batched_and_every_message_answered_once(service, feishu, claude, r, keys) -> None:
     claude.set_delay(2.0)
     chat = unique("oc_p2p")
     texts = [f"连发第{i}条" for i in range(5)]
@@ -150,7 +183,7 @@ def test_burst_is_batched_and_every_message_answered_once(service, feishu, claud
         envs.append(deliver(service, feishu, chat_id=chat, chat_type="p2p", text=text))
         time.sleep(0.15)
     wait_for(lambda: _all_covered(claude, texts), timeout=30, what="every message reaches the model")
-    time.sleep(SETTLE)
+    wait_route_idle(r, keys, route_key("p2p", chat))
     calls = [r for r in claude.requests if any(t in json.dumps(r["body"]["messages"][-1], ensure_ascii=False)
                                                for t in texts)]
     assert len(calls) <= 3
