@@ -30,6 +30,10 @@ import redis
 
 from bench import loadgen
 from bench.loadgen import Phase, PhaseResult
+from bench.procstat import MachineCpu, child_pids, machine_json, proc_cpu, safe_cpu
+from bench.wrk import MISSING, WrkRunner, find_wrk
+from bench.wrk import print_table as wrk_print_table
+from bench.wrk import summarize as wrk_summarize
 from memory.embedded import ensure_server
 from memory.keys import Keys
 
@@ -46,7 +50,6 @@ BOT_OPEN_ID = "ou_bot"
 TARGET_RATIO = 0.6
 TARGET_P99_MS = 20.0
 WARMUP_S = 2.0
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 # --- processes we own ------------------------------------------------------------------------------------
@@ -55,24 +58,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def proc_cpu(pid: int, children: bool = False) -> float:
-    """CPU seconds of one process from /proc (with `children`, also its reaped children's)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    ticks = int(fields[11]) + int(fields[12]) + (int(fields[13]) + int(fields[14]) if children else 0)
-    return ticks / CLK_TCK
-
-
-def child_pids(parent: int) -> list[int]:
-    kids = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == parent:
-                kids.append(int(stat.parent.name))
-        except (OSError, ValueError, IndexError):
-            continue
-    return kids
 
 
 def server_env(redis_url: str, var_dir: Path, log_level: str) -> dict[str, str]:
@@ -132,7 +117,7 @@ class Server:
         """Master + live workers + workers already recycled (their time lands in the master's cutime)."""
         assert self.proc is not None
         pid = self.proc.pid
-        return proc_cpu(pid, children=True) + sum(_safe_cpu(k) for k in child_pids(pid))
+        return proc_cpu(pid, children=True) + sum(safe_cpu(k) for k in child_pids(pid))
 
     def boots(self) -> int:
         return self.log.read_text(errors="replace").count("Booting worker") if self.log.exists() else 0
@@ -163,13 +148,6 @@ def stop_servers(servers: list[Server]) -> None:
         s.reap(deadline)
 
 
-def _safe_cpu(pid: int) -> float:
-    try:
-        return proc_cpu(pid)
-    except (OSError, ValueError, IndexError):
-        return 0.0  # exited between listing and reading
-
-
 class Generators:
     """Client processes: Python load generation costs CPU, so it gets its own GILs, away from bookkeeping."""
 
@@ -194,6 +172,12 @@ class Generators:
         for pipe in self.pipes:
             pipe.send(("go", start))
         return [pipe.recv() for pipe in self.pipes]
+
+    def build(self, shares: list[Phase]) -> list[bytes]:
+        """Request pools for an outside driver (wrk), built in parallel, in `loadgen.pool_bytes` format."""
+        for pipe, share in zip(self.pipes, shares, strict=True):
+            pipe.send(("build", share))
+        return [pipe.recv_bytes() for pipe in self.pipes]
 
     def stop(self) -> None:
         for pipe in self.pipes:
@@ -224,6 +208,7 @@ class Sample:
     redis_cpu_s: float
     drain_jobs: int | None
     exhausted: bool
+    machine: MachineCpu
 
     @property
     def throughput(self) -> float:
@@ -246,6 +231,7 @@ class Sample:
             "server_cpu_ms_per_req": _r(self.per_request_ms(self.server_cpu_s), 4),
             "redis_cpu_ms_per_req": _r(self.per_request_ms(self.redis_cpu_s), 4),
             "drain_jobs_queued": self.drain_jobs,
+            **machine_json(self.machine, self.elapsed, self.server_cpu_s + self.redis_cpu_s + self.client_cpu_s),
         }
 
 
@@ -284,7 +270,7 @@ class Redis:
         return sum(int(self.client.llen(k)) for k in self.client.scan_iter("fb:*:kicks"))
 
     def cpu(self) -> float:
-        return _safe_cpu(self.pid)
+        return safe_cpu(self.pid)
 
     def stop(self) -> None:
         """SIGTERM (Redis saves and exits) to the server this run started. Not `stop_server`: its SHUTDOWN
@@ -335,13 +321,16 @@ class Bench:
             reconnects=sum(r.reconnects for r in results), client_cpu_s=sum(r.cpu_s for r in results),
             server_cpu_s=cpu1 - cpu0, redis_cpu_s=rcpu1 - rcpu0,
             drain_jobs=self.store.drain_jobs() if target == "ours" else None,
-            exhausted=any(r.exhausted for r in results),
+            exhausted=any(r.exhausted for r in results), machine=results[0].machine,
         )
 
+    def base_phase(self, port: int) -> Phase:
+        return Phase(port=port, mode="closed", duration=0, connections=0, requests=0, chats=self.args.chats,
+                     encrypt_key=ENCRYPT_KEY, token=VERIFICATION_TOKEN, app_id=APP_ID,
+                     connection_close=self.args.connection_close)
+
     def _shares(self, port: int, mode: str, duration: float, n: int) -> list[Phase]:
-        common = Phase(port=port, mode="closed", duration=duration, connections=0, requests=0,
-                       chats=self.args.chats, encrypt_key=ENCRYPT_KEY, token=VERIFICATION_TOKEN,
-                       app_id=APP_ID)
+        common = replace(self.base_phase(port), duration=duration)
         if mode == "closed":
             pool = math.ceil(self.cap_rps * duration / n)
             return [replace(common, connections=int(c), requests=pool)
@@ -519,6 +508,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="our app's LOG_LEVEL (default WARNING; INFO logs a JSON line per event)")
     p.add_argument("--recycle", action="store_true",
                    help="keep gunicorn.conf.py's max_requests worker recycling (off by default, for both)")
+    p.add_argument("--driver", default="both", choices=("python", "both", "wrk"),
+                   help="load generator: the in-tree Python one, wrk (keep-alive and Connection: close), or "
+                        "both, one after the other against the same servers (default both; without wrk "
+                        "installed its phases are skipped with a note)")
+    p.add_argument("--connection-close", action="store_true",
+                   help="Python driver: send `Connection: close`, one TCP connection per request")
+    p.add_argument("--wrk-threads", type=int, default=2, help="wrk threads (default 2)")
+    p.add_argument("--wrk-connections", type=int, default=0, help="wrk connections (default: --concurrency)")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"JSON report (default {DEFAULT_OUT})")
     args = p.parse_args(argv)
     numbers = (args.duration, args.concurrency, args.rate, args.repeats, args.clients, args.rate_connections)
@@ -558,6 +555,10 @@ def _raise_interrupt(signum: int, frame: object) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    wrk = find_wrk() if args.driver != "python" else None
+    if wrk is None and args.driver == "wrk":
+        print(MISSING)
+        return 0  # a fresh machine without root still runs `make bench`; nothing to measure here
     signal.signal(signal.SIGTERM, _raise_interrupt)
     started, t0 = machine(), time.monotonic()
     with ExitStack() as stack:
@@ -568,12 +569,26 @@ def main(argv: list[str] | None = None) -> int:
             stack.callback(gens.stop)
             print(f"starting redis + 2 gunicorn servers in {scratch} ...", file=sys.stderr, flush=True)
             bench = stack.enter_context(environment(stack, scratch, args, gens))
-            samples = bench.run()
-            report = build_report(args, samples, bench, started, time.monotonic() - t0)
+            samples = bench.run() if args.driver != "wrk" else []
+            wrk_samples, runner = [], None
+            if wrk is not None:
+                runner = WrkRunner(bench, wrk, scratch)
+                wrk_samples = runner.run()
+            report = build_report(args, samples, bench, started, time.monotonic() - t0) if samples else {}
+            if runner is not None:
+                report["wrk"] = wrk_summarize(wrk_samples, runner, args.repeats)
+            report.setdefault("machine", {**started, "loadavg_1m_end": round(os.getloadavg()[0], 2)})
+            report["wall_s"] = round(time.monotonic() - t0, 1)
         except KeyboardInterrupt:
             print("\ninterrupted; cleaning up", file=sys.stderr)
             return 130
-    print_table(report)
+    if samples:
+        print_table(report)
+    if "wrk" in report:
+        wrk_print_table(report["wrk"])
+    elif args.driver != "python":
+        print(f"\n{MISSING}")
+    print(f"total wall time {report['wall_s']:.0f} s")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     print(f"report: {args.out}")

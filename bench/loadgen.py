@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Literal
 
+from bench.procstat import MachineCpu
 from sandbox.events import message_event, signed_request
 
 PATH = "/feishu/events"
@@ -33,6 +34,7 @@ class Phase:
     encrypt_key: str = ""
     token: str = ""
     app_id: str = ""
+    connection_close: bool = False  # send `Connection: close`: a new TCP connection per request
 
 
 @dataclass
@@ -44,6 +46,7 @@ class PhaseResult:
     elapsed: float = 0.0
     cpu_s: float = 0.0  # this process's CPU while the phase ran (all threads)
     exhausted: bool = False
+    machine: MachineCpu = field(default_factory=lambda: MachineCpu(0.0, 0.0, 0.0))  # machine-wide, same span
 
 
 class _Closed(Exception):
@@ -61,6 +64,8 @@ def build_requests(phase: Phase) -> list[bytes]:
         body, headers = signed_request(event, encrypt_key=phase.encrypt_key)
         head = [f"POST {PATH} HTTP/1.1", f"Host: 127.0.0.1:{phase.port}", f"Content-Length: {len(body)}",
                 *(f"{k}: {v}" for k, v in headers.items())]
+        if phase.connection_close:
+            head.append("Connection: close")
         out.append(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body)
     return out
 
@@ -187,18 +192,25 @@ def run_phase(phase: Phase, pool: list[bytes], start: float) -> PhaseResult:
                    for k in range(phase.connections)]
     if (wait := start - time.monotonic()) > 0:
         time.sleep(wait)
-    cpu0 = time.process_time()
+    cpu0, machine0 = time.process_time(), MachineCpu.now()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     result.elapsed = time.monotonic() - start
     result.cpu_s = time.process_time() - cpu0
+    result.machine = MachineCpu.now() - machine0
     return result
 
 
+def pool_bytes(pool: list[bytes]) -> bytes:
+    """Requests for an outside driver (bench/wrk_pool.lua): each as `<length>\\n<raw request>`."""
+    return b"".join(b"%d\n%s" % (len(raw), raw) for raw in pool)
+
+
 def serve(pipe: Connection) -> None:
-    """Child process loop: ("prepare", Phase) → "ready"; ("go", start) → PhaseResult; ("stop",) → exit."""
+    """Child process loop: ("prepare", Phase) → "ready"; ("go", start) → PhaseResult;
+    ("build", Phase) → pool_bytes for an outside driver; ("stop",) → exit."""
     phase: Phase | None = None
     pool: list[bytes] = []
     try:
@@ -208,6 +220,8 @@ def serve(pipe: Connection) -> None:
                 phase = msg[1]
                 pool = build_requests(phase)  # just before the run: signatures expire after 300 s
                 pipe.send("ready")
+            elif msg[0] == "build":
+                pipe.send_bytes(pool_bytes(build_requests(msg[1])))
             elif msg[0] == "go" and phase is not None:
                 pipe.send(run_phase(phase, pool, msg[1]))
                 pool = []
