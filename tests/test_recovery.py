@@ -1,0 +1,166 @@
+"""Recovery paths through the real stack: crashes, restarts, graceful stops, stuck runs (issue defects 9, 14).
+
+A bot profile of its own, with its own sweeper, so the workers this module starts and kills are the
+only ones that can run its routes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import redis
+import requests
+
+from memory.keys import Keys
+from tests.harness import (
+    Proc,
+    WebServer,
+    deliver,
+    message_id,
+    model_requests_with,
+    reply_text,
+    settings_from,
+    unique,
+    wait_for,
+    wait_route_idle,
+    worker_count,
+)
+
+
+@dataclass
+class Rig:
+    web: WebServer
+    env: dict[str, str]
+    keys: Keys
+    workdir: Path
+    procs: list[Proc] = field(default_factory=list)
+
+    def start_worker(self) -> Proc:
+        """A fresh worker process (one RQ worker); the module's tests hand it on to each other."""
+        name = unique("rw")
+        proc = Proc(["-m", "jobs.worker", "--name", name], self.env, str(self.workdir), self.workdir / f"{name}.log")
+        self.procs.append(proc)
+        rq = redis.Redis.from_url(self.env["REDIS_URL"])
+        wait_for(lambda: any(w.name.startswith(name) for w in _workers(rq)), 40, what="worker registered")
+        return proc
+
+    @property
+    def worker(self) -> Proc:
+        live = [p for p in self.procs if p.p.poll() is None]
+        return live[-1] if live else self.start_worker()
+
+    def rk(self, chat: str) -> str:
+        return f"feishu:{self.env['BOT_PROFILE']}:p2p:{chat}"
+
+
+def _workers(rq: redis.Redis) -> list:
+    from rq import Worker
+
+    return Worker.all(connection=rq)
+
+
+@pytest.fixture(scope="module")
+def rig(env: dict[str, str], workdir: Path, r: redis.Redis) -> Iterator[Rig]:
+    profile = unique("rec")
+    own = {**env, "BOT_PROFILE": profile, "WORKER_CONCURRENCY": "1", "RUN_BUDGET_SECONDS": "6",
+           "LLM_TIMEOUT_SECONDS": "30", "PAUSE_PROBE_SECONDS": "1"}
+    rig = Rig(WebServer(settings_from(own)), own, Keys(profile), workdir)
+    sweeper = Proc(["-m", "jobs.sweeper"], own, str(workdir), workdir / f"{profile}-sweeper.log")
+    wait_for(lambda: r.get(rig.keys.bot_open_id), 40, what="the rig's sweeper")
+    yield rig
+    rig.web.stop()
+    for p in [*rig.procs, sweeper]:
+        p.stop()
+
+
+@pytest.fixture()
+def worker(rig: Rig) -> Proc:
+    """The module's live worker, started once and replaced by the tests that kill it."""
+    return rig.worker
+
+
+def _kill_on(event: threading.Event, proc: Proc) -> threading.Thread:
+    def run() -> None:
+        if event.wait(40):
+            proc.kill9()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_answered_then_killed_on_its_last_attempt_is_committed_not_buried(rig, worker, feishu, claude, r) -> None:
+    """Defect 9: two failed attempts, the third replies and dies before COMMIT; the next run commits."""
+    claude.fail(529, "overloaded_error", times=4)  # two attempts of two calls each (the SDK retries once)
+    replied = threading.Event()
+
+    def hold(record: dict) -> None:
+        if record.get("status") == 200 and "最后一次才成功" in json.loads(record["json"]["content"])["text"]:
+            replied.set()
+            time.sleep(1.0)  # the reply is stored at Feishu; the worker dies before it hears back
+
+    feishu.on("reply", hold, when="after")
+    killer = _kill_on(replied, worker)
+    chat = unique("oc_p2p")
+    env = deliver(rig.web, feishu, chat_id=chat, chat_type="p2p", text="最后一次才成功")
+    killer.join(45)
+    assert replied.is_set() and worker.p.poll() is not None
+    rig.start_worker()
+    wait_route_idle(r, rig.keys, rig.rk(chat), timeout=40)
+    replies = feishu.replies_to(message_id(env))
+    assert [("最后一次才成功" in reply_text(m)) for m in replies] == [True]  # the answer, and no failure notice
+    assert not any(message_id(env) in json.loads(x)["message_ids"] for x in r.hvals(rig.keys.dead))
+    assert len(model_requests_with(claude, "最后一次才成功")) == 5  # nothing asked again after the answer
+
+
+def test_retries_run_on_time_after_a_worker_is_killed_and_restarted(rig, worker, feishu, claude, r) -> None:
+    """Defect 14: a retry must not wait for RQ's scheduler lock, which a restarted worker cannot win back."""
+    worker.kill9()
+    rig.start_worker()
+    claude.fail(529, "overloaded_error", times=2)  # the first attempt fails; its retry is due after 1 s
+    chat = unique("oc_p2p")
+    env = deliver(rig.web, feishu, chat_id=chat, chat_type="p2p", text="重启后的重试")
+    replies = feishu.wait_for(lambda: feishu.replies_to(message_id(env)), timeout=25)
+    assert "重启后的重试" in reply_text(replies[0])
+    wait_route_idle(r, rig.keys, rig.rk(chat))
+    assert len(feishu.replies_to(message_id(env))) == 1
+
+
+def test_sigterm_hands_the_route_over_at_once_and_a_fresh_worker_answers(rig, worker, feishu, claude, r) -> None:
+    claude.inject_fault("timeout", times=1, timeout_seconds=25)  # the model takes 25 s for the first call
+    asked = threading.Event()
+    claude.on_request(lambda body: asked.set() if "部署时的消息" in json.dumps(body, ensure_ascii=False) else None)
+    chat = unique("oc_p2p")
+    env = deliver(rig.web, feishu, chat_id=chat, chat_type="p2p", text="部署时的消息")
+    assert asked.wait(40)
+    stopped_at = time.monotonic()
+    os.killpg(worker.p.pid, signal.SIGTERM)  # what honcho and systemd send
+    worker.p.wait(timeout=15)  # well before the model would have answered
+    assert time.monotonic() - stopped_at < 15
+    lease = r.get(rig.keys.lease(rig.rk(chat)))
+    assert lease is None or lease.startswith("k:")  # handed over, not left to expire
+    rig.start_worker()
+    replies = feishu.wait_for(lambda: feishu.replies_to(message_id(env)), timeout=30)
+    wait_route_idle(r, rig.keys, rig.rk(chat))
+    assert len(feishu.replies_to(message_id(env))) == 1 and "部署时的消息" in reply_text(replies[0])
+
+
+def test_watchdog_breaks_a_run_stuck_past_its_budget(rig, worker, feishu, claude, r) -> None:
+    claude.inject_fault("timeout", times=1, timeout_seconds=25)  # hangs far past RUN_BUDGET_SECONDS=6
+    chat = unique("oc_p2p")
+    env = deliver(rig.web, feishu, chat_id=chat, chat_type="p2p", text="卡住的一轮")
+    replies = feishu.wait_for(lambda: feishu.replies_to(message_id(env)), timeout=40)
+    wait_route_idle(r, rig.keys, rig.rk(chat))
+    assert len(feishu.replies_to(message_id(env))) == 1 and "卡住的一轮" in reply_text(replies[0])
+    assert int(r.hget(rig.keys.metrics, "stuck_runs") or 0) >= 1
+    metrics = requests.get(f"{rig.web.url}/metrics", timeout=5).text
+    assert "stuck_runs_total 1.0" in metrics
+    assert worker_count(redis.Redis.from_url(rig.env["REDIS_URL"]), f"{rig.env['BOT_PROFILE']}-runs") >= 1
