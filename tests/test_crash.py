@@ -1,4 +1,4 @@
-"""SIGKILL a worker mid-run: a later run completes the batch, the user gets one reply (acceptance 8)."""
+"""SIGKILL a worker mid-run: a fresh worker completes the batch, the user gets one reply (acceptance 8)."""
 
 from __future__ import annotations
 
@@ -7,82 +7,128 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from jobs.queues import rq_queue_name
+from memory.keys import Keys
 from tests.harness import (
     Proc,
     WebServer,
     deliver,
     message_id,
     model_requests_with,
+    route_key,
+    rq_jobs,
     settings_from,
     unique,
     wait_for,
+    wait_route_idle,
 )
 
 
+@dataclass
+class CrashRig:
+    """A bot profile of its own, with its own sweeper: the workers a test starts here (and kills) are the
+    only ones serving its RQ queue, and every re-kick of its routes lands on that queue."""
+
+    web: WebServer
+    env: dict[str, str]
+    workdir: Path
+    procs: list[Proc] = field(default_factory=list)
+
+    @property
+    def profile(self) -> str:
+        return self.env["BOT_PROFILE"]
+
+    @property
+    def keys(self) -> Keys:
+        return Keys(self.profile)
+
+    @property
+    def queue(self) -> str:
+        return rq_queue_name(self.profile, "runs")
+
+    def start_worker(self) -> tuple[Proc, str]:
+        name = unique("cw")
+        proc = Proc(["-m", "jobs.worker", "--name", name], self.env, str(self.workdir), self.workdir / f"{name}.log")
+        self.procs.append(proc)
+        return proc, name
+
+    def finishers(self, rk: str) -> list[str]:
+        """Names of the workers that completed a drain job of `rk` on the rig's queue."""
+        return [str(job.worker_name) for job in rq_jobs(self.env["REDIS_URL"], self.queue, "finished")
+                if _route_of(job) == rk]
+
+
+def _route_of(job: Any) -> str | None:
+    args = job.args or [{}]
+    return args[0].get("route_key") if isinstance(args[0], dict) else None
+
+
+@pytest.fixture(scope="module")
+def _rig(env: dict[str, str], workdir: Path) -> Iterator[CrashRig]:
+    own = {**env, "BOT_PROFILE": unique("crash"), "WORKER_CONCURRENCY": "1"}
+    rig = CrashRig(WebServer(settings_from(own)), own, workdir)
+    sweeper = Proc(["-m", "jobs.sweeper"], own, str(workdir), workdir / f"{rig.profile}-sweeper.log")
+    yield rig
+    rig.web.stop()
+    assert sweeper.alive()
+    sweeper.stop()
+
+
 @pytest.fixture()
-def crash_rig(env: dict[str, str], workdir: Path, service: WebServer) -> Iterator[tuple[WebServer, list[Proc]]]:
-    """A web app whose p2p routes go to their own queue, served by workers this test may kill.
-
-    `service` is requested so the session's sweeper is running: it is what notices the dead run.
-    """
-    queue = unique("crashq")
-    crash_env = {**env, "ROUTING_QUEUE_P2P": queue}
-    web = WebServer(settings_from(crash_env))
-    procs: list[Proc] = []
-
-    def start_worker() -> Proc:
-        p = Proc(["-m", "jobs.worker", "--queue", queue, "--name", unique("cw")], crash_env, str(workdir),
-                 workdir / f"{queue}.log")
-        procs.append(p)
-        return p
-
-    web.start_worker = start_worker  # type: ignore[attr-defined]
-    yield web, procs
-    web.stop()
-    for p in procs:
-        p.stop()
+def crash_rig(_rig: CrashRig) -> Iterator[CrashRig]:
+    """The module's rig; the workers a test starts are stopped after it, so none serves the next test."""
+    yield _rig
+    while _rig.procs:
+        _rig.procs.pop().stop()
 
 
-def _kill_when(event: threading.Event, proc: Proc) -> threading.Thread:
-    def run() -> None:
-        event.wait(30)
-        proc.kill9()
-
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    return t
+def _kill_when(event: threading.Event, proc: Proc, what: str) -> None:
+    """SIGKILL `proc` (and its work-horse) the moment `event` fires; fail, killing nothing, if it never does."""
+    if not event.wait(30):
+        pytest.fail(f"{what} never happened within 30 s: the worker was not killed, so no crash was tested")
+    proc.kill9()
+    assert proc.p.poll() is not None, "the worker should be dead"
 
 
-def test_worker_killed_while_the_model_thinks(crash_rig, feishu, claude, r, keys) -> None:
-    web, _ = crash_rig
-    worker = web.start_worker()
+def _assert_killed_mid_run(rig: CrashRig, rk: str, name: str) -> None:
+    """The killed worker was the one running the route: its job is left in RQ's started registry."""
+    running = [str(job.worker_name) for job in rq_jobs(rig.env["REDIS_URL"], rig.queue, "started")
+               if _route_of(job) == rk]
+    assert running and all(n.startswith(name) for n in running), running
+
+
+def test_worker_killed_while_the_model_thinks(crash_rig: CrashRig, feishu, claude, r) -> None:
+    worker, killed = crash_rig.start_worker()
     arrived = threading.Event()
     claude.on_request(lambda body: arrived.set() if "进程被杀测试" in json.dumps(body, ensure_ascii=False) else None)
     claude.set_delay(3.0)
-    killer = _kill_when(arrived, worker)
     chat = unique("oc_p2p")
-    env = deliver(web, feishu, chat_id=chat, chat_type="p2p", text="进程被杀测试")
-    killer.join(35)
-    assert worker.p.poll() is not None, "the worker should be dead"
+    env = deliver(crash_rig.web, feishu, chat_id=chat, chat_type="p2p", text="进程被杀测试")
+    _kill_when(arrived, worker, "the model request")
     claude.set_delay(0)
-    web.start_worker()  # a fresh worker; the sweeper re-kicks the route once the dead run's lease expires
-    replies = feishu.wait_for(lambda: feishu.replies_to(message_id(env)), timeout=40)
-    time.sleep(1.5)
+    rk = route_key("p2p", chat, profile=crash_rig.profile)
+    _assert_killed_mid_run(crash_rig, rk, killed)
+    _, fresh = crash_rig.start_worker()  # the rig's sweeper re-kicks the route once the dead run's lease expires
+    replies = feishu.wait_for(lambda: feishu.replies_to(message_id(env)), timeout=60)
+    wait_route_idle(r, crash_rig.keys, rk, timeout=40)
     assert len(feishu.replies_to(message_id(env))) == 1
+    assert replies[0]["parent_id"] == message_id(env)
     assert len(model_requests_with(claude, "进程被杀测试")) == 2  # the killed call and the completed one
-    transcript = r.lrange(keys.transcript(f"feishu:test:p2p:{chat}"), 0, -1)
+    transcript = r.lrange(crash_rig.keys.transcript(rk), 0, -1)
     user_turns = [e for e in map(json.loads, transcript) if e["role"] == "user"]
     assert [("进程被杀测试" in e["text"]) for e in user_turns] == [True]
-    assert replies[0]["parent_id"] == message_id(env)
+    finishers = crash_rig.finishers(rk)
+    assert finishers and all(name.startswith(fresh) for name in finishers), finishers
 
 
-def test_worker_killed_right_after_replying(crash_rig, feishu, claude, r, keys) -> None:
-    web, _ = crash_rig
-    worker = web.start_worker()
+def test_worker_killed_right_after_replying(crash_rig: CrashRig, feishu, claude, r) -> None:
+    worker, killed = crash_rig.start_worker()
     sent = threading.Event()
 
     def hold_answer(record: dict) -> None:
@@ -91,26 +137,27 @@ def test_worker_killed_right_after_replying(crash_rig, feishu, claude, r, keys) 
             time.sleep(1.0)
 
     feishu.on("reply", hold_answer, when="after")
-    killer = _kill_when(sent, worker)
     chat = unique("oc_p2p")
-    env = deliver(web, feishu, chat_id=chat, chat_type="p2p", text="回复后被杀测试")
-    killer.join(35)
-    assert worker.p.poll() is not None
-    web.start_worker()
-    rk = f"feishu:test:p2p:{chat}"
-    wait_for(lambda: r.llen(keys.proc(rk)) == 0 and r.llen(keys.inbox(rk)) == 0 and r.llen(keys.transcript(rk)),
-             timeout=40, what="the batch to be committed by a later run")
+    env = deliver(crash_rig.web, feishu, chat_id=chat, chat_type="p2p", text="回复后被杀测试")
+    _kill_when(sent, worker, "the reply")
+    rk = route_key("p2p", chat, profile=crash_rig.profile)
+    _assert_killed_mid_run(crash_rig, rk, killed)
+    _, fresh = crash_rig.start_worker()
+    wait_for(lambda: r.llen(crash_rig.keys.transcript(rk)), timeout=60, what="the batch committed by a later run")
+    wait_route_idle(r, crash_rig.keys, rk, timeout=40)
     assert len(feishu.replies_to(message_id(env))) == 1
     reply_calls = [q for q in feishu.requests if q["op"] == "reply"]
     assert len(reply_calls) >= 2 and len({q["json"]["uuid"] for q in reply_calls}) == 1
     assert len(model_requests_with(claude, "回复后被杀测试")) == 1  # the answer was kept, not asked again
+    finishers = crash_rig.finishers(rk)
+    assert finishers and all(name.startswith(fresh) for name in finishers), finishers
 
 
 @contextmanager
 def other_bot(env: dict[str, str], workdir: Path, prefix: str) -> Iterator[tuple[WebServer, str, Callable]]:
     """A second bot profile on the session's Redis; its sweeper and workers start only when the test says."""
     profile = unique(prefix)
-    own = {**env, "BOT_PROFILE": profile}
+    own = {**env, "BOT_PROFILE": profile, "WORKER_CONCURRENCY": "1"}
     web = WebServer(settings_from(own))
     procs: list[Proc] = []
 
@@ -127,30 +174,48 @@ def other_bot(env: dict[str, str], workdir: Path, prefix: str) -> Iterator[tuple
 
 def test_lost_kick_is_recovered_by_the_sweep(env, workdir, feishu, claude, r) -> None:
     """A kick record lost before it became an RQ job (dispatcher crash): the sweep re-kicks the route."""
-    from memory.keys import Keys
-
     with other_bot(env, workdir, "lost") as (web, profile, start):
         keys = Keys(profile)
         chat = unique("oc_p2p")
         env_msg = deliver(web, feishu, chat_id=chat, chat_type="p2p", text="丢失的启动信号")
-        rk = f"feishu:{profile}:p2p:{chat}"
+        rk = route_key("p2p", chat, profile=profile)
         assert r.llen(keys.kicks) == 1 and r.llen(keys.inbox(rk)) == 1
         r.delete(keys.kicks)  # the dispatcher popped it and died
         r.pexpire(keys.lease(rk), 1)  # ...and the kick lease has run out since
-        time.sleep(0.05)
+        wait_for(lambda: not r.exists(keys.lease(rk)), what="the kick lease to expire")
         start("jobs.worker")
         start("jobs.sweeper")
-        feishu.wait_for(lambda: feishu.replies_to(message_id(env_msg)), timeout=40)
+        feishu.wait_for(lambda: feishu.replies_to(message_id(env_msg)), timeout=60)
+        wait_route_idle(r, keys, rk)
         assert len(model_requests_with(claude, "丢失的启动信号")) == 1
+        assert len(feishu.replies_to(message_id(env_msg))) == 1
 
 
-def test_two_profiles_on_one_redis_never_run_each_others_routes(env, workdir, feishu, claude, service) -> None:
-    """BOT_PROFILE lets two bots share one Redis: the other bot's workers must not take this bot's runs."""
-    with other_bot(env, workdir, "other") as (web, _, start):
-        env_msg = deliver(web, feishu, chat_id=unique("oc_p2p"), chat_type="p2p", text="另一个机器人的消息")
+def test_two_profiles_on_one_redis_never_run_each_others_routes(env, workdir, feishu, claude, service, r,
+                                                                 keys) -> None:
+    """BOT_PROFILE lets two bots share one Redis: one bot's workers must not take the other bot's runs."""
+    with other_bot(env, workdir, "other") as (web, profile, start):
         start("jobs.sweeper")
-        time.sleep(3)  # the kick is dispatched; only the session's (profile "test") workers are listening
+        chat = unique("oc_p2p")
+        env_msg = deliver(web, feishu, chat_id=chat, chat_type="p2p", text="另一个机器人的消息")
+        rk = route_key("p2p", chat, profile=profile)
+        queue = rq_queue_name(profile, "runs")
+
+        def queued() -> list[Any]:
+            return [job for job in rq_jobs(env["REDIS_URL"], queue, "queued") if _route_of(job) == rk]
+
+        job = wait_for(queued, timeout=60, what="the other bot's drain job on its own RQ queue")[0]
+        # Barrier: the session's workers (profile "test") answer a message of their own sent after it.
+        own_chat = unique("oc_p2p")
+        mine = deliver(service, feishu, chat_id=own_chat, chat_type="p2p", text="本机器人随后的消息")
+        feishu.wait_for(lambda: feishu.replies_to(message_id(mine)))
+        wait_route_idle(r, keys, route_key("p2p", own_chat))
+        assert [j.id for j in queued()] == [job.id], "the other bot's job was taken by this bot's workers"
+        assert job.get_status(refresh=True) == "queued"
+        assert model_requests_with(claude, "另一个机器人的消息") == []
         assert feishu.replies_to(message_id(env_msg)) == []
         start("jobs.worker")
-        feishu.wait_for(lambda: feishu.replies_to(message_id(env_msg)), timeout=40)
+        feishu.wait_for(lambda: feishu.replies_to(message_id(env_msg)), timeout=60)
+        wait_route_idle(r, Keys(profile), rk)
         assert len(model_requests_with(claude, "另一个机器人的消息")) == 1
+        assert len(feishu.replies_to(message_id(env_msg))) == 1
