@@ -65,7 +65,8 @@ def register_control(app: Flask, standin: ClaudeStandin) -> None:
         return int(request.args.get("since", 0))
 
     def overlaps() -> list[tuple[int, int]]:
-        return standin.overlaps(request.args["pattern"])
+        include = request.args.get("include_timeouts", "0") not in ("0", "false")
+        return standin.overlaps(request.args["pattern"], include_timeouts=include)
 
     routes: list[tuple[str, str, Callable[[], Any]]] = [
         ("/_sandbox/delay", "POST", delay),

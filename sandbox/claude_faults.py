@@ -6,7 +6,7 @@ import re
 import threading
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sandbox.claude_wire import block_text, error_body
@@ -112,7 +112,7 @@ class PoisonBook:
             if rule is None:
                 return None
             self.hits[rule.marker] += 1
-            return rule.fault
+            return replace(rule.fault, remaining=1, kind="poison")  # counted and shown as poison
 
     def describe(self) -> list[dict[str, Any]]:
         with self._lock:
@@ -146,11 +146,11 @@ def overlaps(timeline: list[dict[str, Any]], key: TimelineKey) -> list[tuple[int
             groups.setdefault(k, []).append(entry)
     pairs: list[tuple[int, int]] = []
     for entries in groups.values():
-        entries.sort(key=lambda e: e["start"])
+        entries.sort(key=lambda e: (e["start"], e["seq"]))
         for i, first in enumerate(entries):
             end = first["end"] if first["end"] is not None else float("inf")
             for later in entries[i + 1:]:
                 if later["start"] >= end:
                     break
-                pairs.append((first["seq"], later["seq"]))
-    return pairs
+                pairs.append((min(first["seq"], later["seq"]), max(first["seq"], later["seq"])))
+    return sorted(pairs)

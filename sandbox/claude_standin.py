@@ -7,7 +7,6 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import replace
 from typing import Any
 
 from flask import Flask, Response, request
@@ -123,9 +122,9 @@ class ClaudeStandin(LoopbackServer):
         """Until cleared, every call whose last user turn contains `marker` fails: with this status and
         error type, or with a fault `kind` (then `options` as inject_fault)."""
         if kind is not None:
-            fault = replace(make_fault(check_kind(kind), fault_options(options)), kind="poison")
+            fault = make_fault(check_kind(kind), fault_options(options))
         else:
-            fault = error_fault(status, error_type, message, headers, kind="poison")
+            fault = error_fault(status, error_type, message, headers, kind="error")
         self._poison.add(marker, fault)
 
     def clear_fail_when(self, marker: str | None = None) -> None:
@@ -172,13 +171,15 @@ class ClaudeStandin(LoopbackServer):
         with self._lock:
             return [{k: e[k] for k in TIMELINE_FIELDS} for e in self._requests[max(cursor, 0):]]
 
-    def overlaps(self, key: str | TimelineKey) -> list[tuple[int, int]]:
-        """Pairs of seqs of calls with the same key that were answered at the same time.
+    def overlaps(self, key: str | TimelineKey, *, include_timeouts: bool = False) -> list[tuple[int, int]]:
+        """Pairs of seqs of calls with the same key that were being answered at the same time.
 
         key: a regex matched against the last user turn (first group, or the whole match), or a function
-        of a timeline entry. Calls with a timeout or reset fault count until their (late) end.
+        of a timeline entry. Calls given a timeout fault are left out unless include_timeouts: their
+        client gave up long before their late end, so a retry beside them is no overlap.
         """
-        return overlaps(self.timeline, key_by_pattern(key) if isinstance(key, str) else key)
+        timeline = [e for e in self.timeline if include_timeouts or e["fault"] != "timeout"]
+        return overlaps(timeline, key_by_pattern(key) if isinstance(key, str) else key)
 
     @property
     def stats(self) -> dict[str, Any]:
@@ -259,14 +260,14 @@ class ClaudeStandin(LoopbackServer):
     def _begin(self, body: Any) -> dict[str, Any]:
         """Record a /v1/messages call as it arrives; every key exists from the start (readers copy it)."""
         self._faults.counters.call(OP)
-        now = time.time()
         entry: dict[str, Any] = {
-            "headers": dict(request.headers), "body": body, "time": now, "request_id": new_id("req_"),
-            "start": now, "end": None, "status": None, "fault": None,
-            "stream": bool(isinstance(body, dict) and body.get("stream")), "last_user": last_user_text(body),
+            "headers": dict(request.headers), "body": body, "request_id": new_id("req_"), "end": None,
+            "status": None, "fault": None, "stream": bool(isinstance(body, dict) and body.get("stream")),
+            "last_user": last_user_text(body),
         }
-        with self._lock:
-            entry["seq"], entry["epoch"] = len(self._requests), self._epoch
+        with self._lock:  # stamped under the lock, so seq order is start order
+            now = time.time()
+            entry.update(time=now, start=now, seq=len(self._requests), epoch=self._epoch)
             self._requests.append(entry)
         return entry
 

@@ -79,6 +79,7 @@ class FeishuEmulator(LoopbackServer):
         options: reset_seconds (x-ogw-ratelimit-reset), timeout_seconds (how long a timeout holds the
         response; set it past the client's timeout), gateway_status (5xx for gateway kinds).
         """
+        _check_op(op)
         fault_kinds_for(op, {kind: 1.0})
         self._faults.add(op, make_fault(kind, fault_options(options), times))
 
@@ -115,7 +116,8 @@ class FeishuEmulator(LoopbackServer):
         """Call `callback(record)` on each `op` call.
 
         when="after": the effect is applied but the response is not sent yet (kill a worker "mid-reply");
-        when="before": before delay, auth and handling. After-hooks also see "status" and "response".
+        when="before": before delay, auth and handling. After-hooks also see "status" and "response";
+        with an injected timeout or reset they run before the wait or the reset.
         """
         _check_op(op)
         if when not in ("before", "after"):
@@ -318,8 +320,7 @@ def _bind(serve: Callable[..., Response], op: str, handler: Handler) -> Callable
 
 
 def _check_op(op: str) -> None:
-    if op not in OPS:
-        raise ValueError(f"unknown op {op!r}; expected one of {OPS}")
+    check_ops(op, OPS)
 
 
 def _render_http_error(status: int, message: str) -> tuple[dict[str, Any], int]:

@@ -306,22 +306,23 @@ def test_claude_poison_marker_fails_only_its_requests(standin: ClaudeStandin) ->
     assert control(standin, "GET", "fail_when")[0]["marker"] == "POISON-7"
     control(standin, "DELETE", "fail_when", params={"marker": "POISON-7"})
     assert ask(client, "POISON-7").endswith("POISON-7")
+    standin.fail_when("CUT-9", kind="reset")  # a poison can also be any fault kind
+    with pytest.raises(anthropic.APIConnectionError):
+        ask(client, "CUT-9")
     stats = standin.stats
-    assert stats["poison_hits"] == {"POISON-7": 2} and stats["faults"] == {"messages": {"poison": 2}}
+    assert stats["poison_hits"] == {"POISON-7": 2, "CUT-9": 1} and stats["faults"] == {"messages": {"poison": 3}}
+    assert [e["fault"] for e in standin.timeline] == ["poison", None, "poison", None, "poison"]
 
 
 def test_claude_timeline_shows_overlapping_calls_of_one_conversation(standin: ClaudeStandin) -> None:
     client = model(standin)
-    second_arrived = threading.Event()
+    both_arrived = threading.Barrier(2, timeout=5)
 
-    def hold_first(body: dict[str, Any]) -> None:  # a barrier: the first call waits for the second
-        text = body["messages"][-1]["content"]
-        if text == "route R1 first":
-            second_arrived.wait(5)
-        elif text == "route R1 second":
-            second_arrived.set()
+    def hold(body: dict[str, Any]) -> None:  # R1's two calls wait for each other: surely concurrent
+        if body["messages"][-1]["content"].startswith("route R1"):
+            both_arrived.wait()
 
-    standin.on_request(hold_first)
+    standin.on_request(hold)
     first = threading.Thread(target=ask, args=(client, "route R1 first"))
     first.start()
     ask(client, "route R1 second")
@@ -334,4 +335,10 @@ def test_claude_timeline_shows_overlapping_calls_of_one_conversation(standin: Cl
     assert [e["seq"] for e in control(standin, "GET", "timeline", params={"since": 2})] == [2, 3]
     assert control(standin, "GET", "overlaps", params={"pattern": r"route (R\d)"}) == [[0, 1]]
     assert standin.overlaps(lambda e: "R2" if "R2" in e["last_user"] else None) == []
-    assert standin.stats["calls"] == {"messages": 4} and standin.stats["in_flight"] == 0
+    standin.inject_fault("timeout", timeout_seconds=30)
+    with pytest.raises(anthropic.APITimeoutError):
+        ask(model(standin, timeout=0.3), "route R3 abandoned")
+    ask(client, "route R3 retried")  # the abandoned call is still "running" on the stand-in
+    assert standin.overlaps(r"route (R\d)") == [(0, 1)]
+    assert standin.overlaps(r"route (R\d)", include_timeouts=True) == [(0, 1), (4, 5)]
+    assert standin.stats["calls"] == {"messages": 6} and standin.stats["in_flight"] == 1
