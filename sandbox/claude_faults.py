@@ -1,9 +1,11 @@
-"""Fault kinds of the Claude stand-in, content-predicate ("poison") rules and the request timeline checks."""
+"""The Claude stand-in's fault kinds, content-predicate ("poison") rules and call log with its timeline."""
 
 from __future__ import annotations
 
+import copy
 import re
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -20,6 +22,7 @@ FAULT_OPTIONS = {"retry_after": 0.5, "timeout_seconds": 121.0}  # the service's 
 ERRORS = {"overloaded": (529, "overloaded_error"), "rate_limit": (429, "rate_limit_error"),
           "api_error": (500, "api_error")}
 TimelineKey = Callable[[dict[str, Any]], str | None]
+TIMELINE_FIELDS = ("seq", "request_id", "start", "end", "status", "fault", "stream", "last_user")
 
 
 def error_fault(status: int, error_type: str, message: str = "", headers: Mapping[str, str] | None = None,
@@ -122,6 +125,60 @@ class PoisonBook:
         with self._lock:
             self._rules.clear()
             self.hits.clear()
+
+
+class CallLog:
+    """Each /v1/messages call from arrival to answer: headers and body, plus its timeline entry."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._calls: list[dict[str, Any]] = []
+        self._responses: Counter[int] = Counter()
+        self._epoch = 0  # a call still sleeping through a timeout at clear() must not count afterwards
+
+    def begin(self, headers: dict[str, str], body: Any, request_id: str) -> dict[str, Any]:
+        """Record a call as it arrives; every key exists from the start (readers copy entries)."""
+        entry: dict[str, Any] = {
+            "headers": headers, "body": body, "request_id": request_id, "end": None, "status": None,
+            "fault": None, "stream": bool(isinstance(body, dict) and body.get("stream")),
+            "last_user": last_user_text(body),
+        }
+        with self._lock:  # stamped under the lock, so seq order is start order
+            now = time.time()
+            entry.update(time=now, start=now, seq=len(self._calls), epoch=self._epoch)
+            self._calls.append(entry)
+        return entry
+
+    def mark(self, entry: dict[str, Any], **fields: Any) -> None:
+        with self._lock:
+            entry.update(fields)
+
+    def finish(self, entry: dict[str, Any], status: int) -> None:
+        with self._lock:
+            entry["end"], entry["status"] = time.time(), status
+            self._responses[status] += entry["epoch"] == self._epoch
+
+    def calls_since(self, cursor: int) -> list[dict[str, Any]]:
+        with self._lock:
+            return copy.deepcopy(self._calls[max(cursor, 0):])
+
+    def timeline_since(self, cursor: int) -> list[dict[str, Any]]:
+        with self._lock:
+            return [{k: e[k] for k in TIMELINE_FIELDS} for e in self._calls[max(cursor, 0):]]
+
+    def stats(self) -> dict[str, Any]:
+        with self._lock:
+            in_flight = sum(1 for e in self._calls if e["end"] is None)
+            return {"responses": dict(self._responses), "in_flight": in_flight}
+
+    def __len__(self) -> int:
+        return len(self._calls)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._epoch += 1
+            self._calls.clear()
+            self._responses.clear()
 
 
 def key_by_pattern(pattern: str) -> TimelineKey:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -14,6 +13,7 @@ from flask import Flask, Response, request
 from sandbox import claude_wire as wire
 from sandbox.claude_control import register_control
 from sandbox.claude_faults import (
+    CallLog,
     PoisonBook,
     TimelineKey,
     check_kind,
@@ -21,7 +21,6 @@ from sandbox.claude_faults import (
     error_fault,
     fault_options,
     key_by_pattern,
-    last_user_text,
     make_fault,
     overlaps,
 )
@@ -39,7 +38,6 @@ Answer = str | list[dict[str, Any]] | dict[str, Any]
 Responder = Callable[[dict[str, Any]], Answer]
 RequestHook = Callable[[dict[str, Any]], object]
 OP = "messages"
-TIMELINE_FIELDS = ("seq", "request_id", "start", "end", "status", "fault", "stream", "last_user")
 
 
 class ClaudeStandin(LoopbackServer):
@@ -49,12 +47,10 @@ class ClaudeStandin(LoopbackServer):
         self._lock = threading.RLock()
         self._faults = FaultBook(make_fault)
         self._poison = PoisonBook()
-        self._responses: Counter[int] = Counter()
-        self._epoch = 0  # a call still sleeping through a timeout at reset() must not count afterwards
+        self._calls = CallLog()
         self._delay = 0.0
         self._responder: Responder | None = None
         self._hooks: list[RequestHook] = []
-        self._requests: list[dict[str, Any]] = []
         self._count_requests: list[dict[str, Any]] = []
         self._seen_prefixes: set[str] = set()
         app = Flask(f"claude_standin_{id(self)}")
@@ -70,13 +66,11 @@ class ClaudeStandin(LoopbackServer):
         """Forget requests, faults, profile, poison rules, stats, delay, responder, hooks and the prompt cache."""
         self._faults.clear()
         self._poison.clear()
+        self._calls.clear()
         with self._lock:
-            self._epoch += 1
-            self._responses.clear()
             self._delay = 0.0
             self._responder = None
             self._hooks.clear()
-            self._requests.clear()
             self._count_requests.clear()
             self._seen_prefixes.clear()
 
@@ -153,8 +147,7 @@ class ClaudeStandin(LoopbackServer):
 
     def requests_since(self, cursor: int = 0) -> list[dict[str, Any]]:
         """Recorded calls from position `cursor` on (the next cursor is cursor + len(result))."""
-        with self._lock:
-            return copy.deepcopy(self._requests[max(cursor, 0):])
+        return self._calls.calls_since(cursor)
 
     @property
     def count_requests(self) -> list[dict[str, Any]]:
@@ -168,8 +161,7 @@ class ClaudeStandin(LoopbackServer):
         return self.timeline_since(0)
 
     def timeline_since(self, cursor: int = 0) -> list[dict[str, Any]]:
-        with self._lock:
-            return [{k: e[k] for k in TIMELINE_FIELDS} for e in self._requests[max(cursor, 0):]]
+        return self._calls.timeline_since(cursor)
 
     def overlaps(self, key: str | TimelineKey, *, include_timeouts: bool = False) -> list[tuple[int, int]]:
         """Pairs of seqs of calls with the same key that were being answered at the same time.
@@ -184,21 +176,17 @@ class ClaudeStandin(LoopbackServer):
     @property
     def stats(self) -> dict[str, Any]:
         """Calls per endpoint, faults by kind, poison hits per marker, responses by status, in flight."""
-        with self._lock:
-            in_flight = sum(1 for e in self._requests if e["end"] is None)
-            extra = {"poison_hits": dict(self._poison.hits), "responses": dict(self._responses),
-                     "in_flight": in_flight}
-        return {**self._faults.counters.snapshot(), **extra}
+        return {**self._faults.counters.snapshot(), "poison_hits": dict(self._poison.hits), **self._calls.stats()}
 
     def describe(self) -> str:
-        with self._lock:
-            return f"claude stand-in: {len(self._requests)} /v1/messages requests"
+        return f"claude stand-in: {len(self._calls)} /v1/messages requests"
 
     # -- endpoints ----------------------------------------------------------------------------------
 
     def _messages(self) -> Response:
         body = parse_json_body(request)
-        entry = self._begin(body)
+        self._faults.counters.call(OP)
+        entry = self._calls.begin(dict(request.headers), body, new_id("req_"))
         with self._lock:
             hooks, delay = list(self._hooks), self._delay
         for hook in hooks:
@@ -224,8 +212,7 @@ class ClaudeStandin(LoopbackServer):
 
     def _fault_response(self, fault: Fault, entry: dict[str, Any]) -> Response | None:
         """The error or dropped connection for `fault`; None when the real answer follows (a timeout)."""
-        with self._lock:
-            entry["fault"] = fault.kind
+        self._calls.mark(entry, fault=fault.kind)
         self.sleep(fault.delay)  # a timeout: the client has given up by the time the answer is ready
         if fault.drop:
             drop_connection()
@@ -257,37 +244,17 @@ class ClaudeStandin(LoopbackServer):
             return json_response(err, exc.status, {"request-id": request_id})
         return json_response({"input_tokens": count}, 200, {"request-id": request_id})
 
-    def _begin(self, body: Any) -> dict[str, Any]:
-        """Record a /v1/messages call as it arrives; every key exists from the start (readers copy it)."""
-        self._faults.counters.call(OP)
-        entry: dict[str, Any] = {
-            "headers": dict(request.headers), "body": body, "request_id": new_id("req_"), "end": None,
-            "status": None, "fault": None, "stream": bool(isinstance(body, dict) and body.get("stream")),
-            "last_user": last_user_text(body),
-        }
-        with self._lock:  # stamped under the lock, so seq order is start order
-            now = time.time()
-            entry.update(time=now, start=now, seq=len(self._requests), epoch=self._epoch)
-            self._requests.append(entry)
-        return entry
-
     def _finish(self, entry: dict[str, Any], response: Response, status: int | None = None) -> Response:
-        code = response.status_code if status is None else status
-        with self._lock:
-            entry["end"], entry["status"] = time.time(), code
-            self._responses[code] += entry["epoch"] == self._epoch
+        self._calls.finish(entry, response.status_code if status is None else status)
         return response
 
     def _stamped(self, entry: dict[str, Any], frames: Iterator[str]) -> Iterator[str]:
         """Stream the frames; the call ends when the last one is written (or the client goes away)."""
-        with self._lock:
-            entry["status"] = 200
+        self._calls.mark(entry, status=200)
         try:
             yield from frames
         finally:
-            with self._lock:
-                entry["end"] = time.time()
-                self._responses[200] += entry["epoch"] == self._epoch
+            self._calls.finish(entry, 200)
 
     def _answer(self, body: dict[str, Any]) -> dict[str, Any]:
         with self._lock:
