@@ -141,3 +141,37 @@ def test_long_answers_are_chunked_in_order_with_distinct_uuids(service, feishu, 
     assert "\n".join(texts) == "\n".join(paragraphs)
     calls = [q for q in feishu.requests if q["op"] == "reply"]
     assert len({q["json"]["uuid"] for q in calls}) == len(replies)
+
+
+def test_a_poison_message_in_a_shared_topic_batch_buries_only_itself(service, feishu, claude, r, keys) -> None:
+    """Defect 2: the others in the batch are answered, only the poison is dead-lettered, its sender told once."""
+    from sandbox.events import mention
+    from tests.harness import BOT_OPEN_ID, wait_route_idle
+
+    at_bot = [mention(BOT_OPEN_ID, "助手")]
+    chat, thread, root = unique("oc_topic"), unique("omt"), unique("om_root")
+    feishu.add_message(root, chat, text="root", thread_id=thread)
+    claude.set_delay(1.5)  # Alice's turn holds the route while Bob and Carol write: they form one batch
+    claude.fail_when("毒药消息", 400, "invalid_request_error")
+
+    def say(sender: str, text: str) -> str:
+        return message_id(deliver(service, feishu, chat_id=chat, chat_type="group", thread_id=thread, root_id=root,
+                                  parent_id=root, sender_open_id=sender, text=f"@_user_1 {text}", mentions=at_bot))
+
+    alice = say("ou_alice", "爱丽丝的正常问题")
+    wait_for(lambda: model_requests_with(claude, "爱丽丝的正常问题"), timeout=20, what="Alice's turn started")
+    bob, carol = say("ou_bob", "毒药消息 请看"), say("ou_carol", "卡罗尔的正常问题")
+    rk = f"feishu:test:topic:{chat}:{thread}"
+    wait_route_idle(r, keys, rk, timeout=40)
+    dave = say("ou_dave", "之后的问题")
+    wait_route_idle(r, keys, rk, timeout=40)
+    for mid, text in ((alice, "爱丽丝的正常问题"), (carol, "卡罗尔的正常问题"), (dave, "之后的问题")):
+        assert [text in reply_text(m) for m in feishu.replies_to(mid)] == [True]
+    batched = [q for q in claude.requests if "毒药消息" in json.dumps(q["body"]["messages"][-1], ensure_ascii=False)
+               and "卡罗尔的正常问题" in json.dumps(q["body"]["messages"][-1], ensure_ascii=False)]
+    assert batched, "Bob and Carol should have reached the model as one batch first"
+    notices = feishu.replies_to(bob)
+    assert len(notices) == 1 and "抱歉" in reply_text(notices[0])
+    dead = [json.loads(x) for x in r.hvals(keys.dead)]
+    assert [d["message_ids"] for d in dead if bob in d["message_ids"] or carol in d["message_ids"]] == [[bob]]
+    assert r.hget(keys.metrics, "dead_lettered")
