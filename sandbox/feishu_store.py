@@ -151,7 +151,8 @@ class FeishuStore:
             self.thread_roots.setdefault(thread_id, msg["message_id"])
         if sender["sender_type"] == "app":
             self.bot_sent.append(msg)
-            self.bot_replies.setdefault(msg.get("parent_id") or "", []).append(msg)
+            if msg.get("parent_id"):
+                self.bot_replies.setdefault(msg["parent_id"], []).append(msg)
         return msg
 
     def add_user_message(
