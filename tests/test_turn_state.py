@@ -1,0 +1,60 @@
+"""A turn's own state on real Redis and the stand-ins: one answer per batch, and nothing left behind (defects 3, 7)."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+
+import pytest
+
+from jobs.runtime import Runtime
+from jobs.turn import _answer_for
+from tests.harness import deliver, message_id, settings_from, unique, wait_route_idle
+
+
+@pytest.fixture()
+def rt(env: dict[str, str]) -> Runtime:
+    settings = settings_from(env)
+    return Runtime(settings, settings.redis_url or "")
+
+
+def test_two_runs_of_one_batch_send_the_same_answer(rt: Runtime, claude) -> None:
+    """Defect 7: a run whose lease expired while the model was thinking must not overwrite the answer
+    a second run of the same batch already stored (the user would get chunks of two answers)."""
+    answers = itertools.count(1)
+    claude.set_responder(lambda body: f"第{next(answers)}个答案")
+    rk, batch = f"feishu:test:p2p:{unique('oc')}", unique("batch")
+    first_asked = threading.Event()
+    second_done = threading.Event()
+    results: dict[str, str] = {}
+
+    def slow_fence() -> bool:  # the first run passes its fence check, then stalls before storing
+        first_asked.set()
+        second_done.wait(10)
+        return True
+
+    def first() -> None:
+        results["first"] = _answer_for(rt, rk, "p2p", batch, "<message>问</message>", slow_fence).text
+
+    thread = threading.Thread(target=first)
+    thread.start()
+    assert first_asked.wait(10)
+    results["second"] = _answer_for(rt, rk, "p2p", batch, "<message>问</message>", lambda: True).text
+    second_done.set()
+    thread.join(10)
+    assert results["first"] == results["second"] == "第2个答案"
+
+
+def test_a_committed_route_keeps_no_per_batch_state(service, feishu, claude, r, keys) -> None:
+    """Defect 3: answers and delivered-chunk records go when their batch commits."""
+    chat = unique("oc_p2p")
+    rk = f"feishu:test:p2p:{chat}"
+    for i in range(3):
+        env = deliver(service, feishu, chat_id=chat, chat_type="p2p", text=f"第{i}个问题")
+        feishu.wait_for(lambda e=env: feishu.replies_to(message_id(e)), timeout=30)
+    wait_route_idle(r, keys, rk)
+    tag = keys.answer(rk, "x").rsplit(":", 1)[0]
+    assert list(r.scan_iter(f"{tag}:*")) == []
+    assert list(r.scan_iter(f"{keys.sent(rk, 'x').rsplit(':', 1)[0]}:*")) == []
+    assert not r.exists(keys.fails(rk))
+    assert r.llen(keys.transcript(rk)) == 6
