@@ -32,6 +32,9 @@ def test_procfile_service_answers_sandbox_messages(tmp_path: Path) -> None:
         "WEB_CONCURRENCY": "1", "REDIS_URL": "",
     })
     env.pop("REDIS_URL")  # unset: the service must start its own embedded Redis
+    # It runs in the repo root, next to a developer's real .env: honcho must not read it (-e), nor any
+    # process it starts (ENV_FILE from subprocess_env), or this test would talk to the real Feishu.
+    assert env["ENV_FILE"] == os.devnull and env["TEST_NETGUARD"] == "1"
     honcho = Path(sys.executable).parent / "honcho"
     empty_env_file = tmp_path / "empty.env"
     empty_env_file.write_text("")
