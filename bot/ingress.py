@@ -16,7 +16,16 @@ from pydantic import ValidationError
 from bot import identity, metrics
 from bot.admission import IDENTITY_UNKNOWN, admit
 from bot.crypto import SIGNATURE_HEADER, DecryptError, SignatureError, SignatureVerifier, decrypt
-from bot.envelope import MESSAGE_RECEIVE, Envelope, MessageEvent, dumps, to_inbound
+from bot.envelope import (
+    MESSAGE_RECEIVE,
+    ContentError,
+    Envelope,
+    Inbound,
+    MessageEvent,
+    dumps,
+    has_lone_surrogate,
+    to_inbound,
+)
 from bot.settings import Settings
 from jobs.inbox import Inbox
 from memory.keys import Keys
@@ -50,11 +59,26 @@ class Reject(Exception):
 def _json_object(raw: bytes | str, what: str) -> dict[str, Any]:
     try:
         value = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
+    except RecursionError:  # the decoder recurses per nesting level; the input decides how deep
+        raise Reject(400, f"{what} is nested too deeply") from None
+    except ValueError:  # includes UnicodeDecodeError
         raise Reject(400, f"{what} is not valid JSON") from None
     if not isinstance(value, dict):
         raise Reject(400, f"{what} is not a JSON object")
     return value
+
+
+def _why(exc: ValidationError) -> str:
+    """The first problem, by field path; never the offending value (it may be huge or sensitive)."""
+    err = exc.errors()[0]
+    return f"{'.'.join(str(p) for p in err['loc']) or 'value'}: {err['msg']}"
+
+
+@dataclass(frozen=True)
+class Authentic:
+    payload: dict[str, Any]
+    raw: bytes | str  # the JSON text `payload` was parsed from (decrypted when it came encrypted)
+    signed: bool
 
 
 class Ingress:
@@ -86,7 +110,8 @@ class Ingress:
         metrics.observe_ingest(response.status, ctx.get("outcome", "rejected"), time.perf_counter() - started)
         return response
 
-    def _authenticate(self, req: Request) -> tuple[dict[str, Any], bool]:
+    def _authenticate(self, req: Request) -> Authentic:
+        """401 only when authentication fails; a signed body we cannot read is malformed (400)."""
         outer = _json_object(req.body, "body")
         signed = bool(req.headers.get(SIGNATURE_HEADER))
         if signed:
@@ -94,28 +119,38 @@ class Ingress:
                 self.verifier.verify(req.headers, req.body)
             except SignatureError as exc:
                 raise Reject(401, f"bad signature: {exc}") from None
-        payload = outer
+        payload, raw = outer, req.body  # type: tuple[dict[str, Any], bytes | str]
         if "encrypt" in outer:
             try:
-                payload = _json_object(decrypt(str(outer["encrypt"]), self.encrypt_key), "decrypted body")
+                raw = decrypt(str(outer["encrypt"]), self.encrypt_key)
             except DecryptError:
-                raise Reject(401, "cannot decrypt: wrong encrypt key or tampered body") from None
+                if not signed:  # unsigned: nothing says it came from Feishu, so it is an authentication failure
+                    raise Reject(401, "cannot decrypt: wrong encrypt key or tampered body") from None
+                self._keep_rejected(outer)
+                raise Reject(400, "signed body whose encrypt field cannot be decrypted") from None
+            payload = _json_object(raw, "decrypted body")
         header = payload.get("header")
         header = header if isinstance(header, dict) else {}
         token = payload.get("token") or header.get("token") or ""
-        if not isinstance(token, str) or not hmac.compare_digest(token.encode(), self.token.encode()):
+        if not isinstance(token, str) or not hmac.compare_digest(token.encode("utf-8", "surrogatepass"),
+                                                                 self.token.encode()):
             raise Reject(401, "verification token mismatch")
-        return payload, signed
+        return Authentic(payload, raw, signed)
 
     def _handle(self, req: Request, ctx: dict[str, Any]) -> Response:
-        payload, signed = self._authenticate(req)
+        auth = self._authenticate(req)
+        payload = auth.payload
+        if has_lone_surrogate(auth.raw, payload):  # UTF-8 cannot carry it: Redis, logs and replies would fail
+            if auth.signed:
+                self._keep_rejected(payload)
+            raise Reject(400, "body contains a lone UTF-16 surrogate escape")
         if payload.get("type") == "url_verification":
             challenge = payload.get("challenge")
             if not isinstance(challenge, str):
                 raise Reject(400, "url_verification without a challenge")
             ctx["outcome"] = "challenge"
             return Response(200, {"challenge": challenge})
-        if not signed:
+        if not auth.signed:
             raise Reject(401, "missing signature headers")
         header = payload.get("header")
         if isinstance(header, dict) and isinstance(header.get("event_id"), str):
@@ -126,23 +161,27 @@ class Ingress:
             return Response(200)
         try:
             envelope = Envelope.model_validate(payload)
-        except ValidationError:
+        except ValidationError as exc:
             self._keep_rejected(payload)
-            raise Reject(400, "malformed schema 2.0 envelope") from None
+            raise Reject(400, f"malformed schema 2.0 envelope ({_why(exc)})") from None
         if envelope.header.event_type != MESSAGE_RECEIVE:
             ctx["outcome"] = "ignored"
             log.info("ignored event type", extra={**ctx, "reason": envelope.header.event_type})
             return Response(200)
         try:
             event = MessageEvent.model_validate(envelope.event)
-        except ValidationError:
+        except ValidationError as exc:
             self._keep_rejected(payload)
-            raise Reject(400, "malformed im.message.receive_v1 event") from None
-        return self._accept(envelope, event, ctx)
-
-    def _accept(self, envelope: Envelope, event: MessageEvent, ctx: dict[str, Any]) -> Response:
+            raise Reject(400, f"malformed im.message.receive_v1 event ({_why(exc)})") from None
         bot_open_id = self.bot_open_id.get()
-        inbound = to_inbound(envelope, event, bot_open_id)
+        try:
+            inbound = to_inbound(envelope, event, bot_open_id)
+        except ContentError as exc:
+            self._keep_rejected(payload)
+            raise Reject(400, f"malformed message content ({exc})") from None
+        return self._accept(inbound, bot_open_id, ctx)
+
+    def _accept(self, inbound: Inbound, bot_open_id: str | None, ctx: dict[str, Any]) -> Response:
         ctx["message_id"] = inbound.message_id
         decision = admit(inbound, self.policy, bot_open_id)
         if not decision.admit:
@@ -165,7 +204,22 @@ class Ingress:
         if isinstance(kept.get("header"), dict):
             kept["header"] = {k: v for k, v in kept["header"].items() if k != "token"}
         pipe = self.state.pipeline()
-        pipe.lpush(self.keys.rejected, json.dumps(kept, ensure_ascii=False))
+        pipe.lpush(self.keys.rejected, _storable(kept))
         pipe.ltrim(self.keys.rejected, 0, REJECTED_KEPT - 1)
         pipe.expire(self.keys.rejected, 7 * 86400)
         pipe.execute()
+
+
+def _storable(kept: dict[str, Any]) -> str:
+    """JSON for the rejected list, whatever the payload holds (lone surrogates, deep nesting)."""
+    try:
+        text = json.dumps(kept, ensure_ascii=False)
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return json.dumps(kept)  # ASCII escapes carry lone surrogates intact
+    except RecursionError:
+        header = kept.get("header")
+        event_id = header.get("event_id") if isinstance(header, dict) else None
+        return json.dumps({"event_id": event_id if isinstance(event_id, str) else None,
+                           "error": "too deeply nested to keep"})

@@ -34,15 +34,14 @@ def kind_of(route_key: str) -> Kind:
 
 
 def route_for(inbound: Inbound, policy: Policy, profile: str) -> Route:
+    """Per-sender routes end in `Inbound.sender_id`: the raw open_id, else union_id (`on_…`), else user_id."""
     kind = route_kind(inbound)
     rules = policy.for_chat(inbound.chat_id)
-    base = f"feishu:{profile}:{kind}:{inbound.chat_id}"
-    if kind == "p2p":
-        key = base
-    elif kind == "topic":
-        key = f"{base}:{inbound.thread_id}"
-        if rules.topic_scope == "per_sender":
-            key = f"{key}:{inbound.sender_open_id}"
-    else:
-        key = f"{base}:{inbound.sender_open_id}" if rules.group_scope == "per_sender" else base
+    key = f"feishu:{profile}:{kind}:{inbound.chat_id}"
+    if kind == "topic":
+        key = f"{key}:{inbound.thread_id}"
+    if (kind, rules.topic_scope) == ("topic", "per_sender") or (kind, rules.group_scope) == ("group", "per_sender"):
+        if not inbound.sender_id:  # admission refuses these; an empty suffix would merge strangers' histories
+            raise ValueError("a per-sender route needs a sender id")
+        key = f"{key}:{inbound.sender_id}"
     return Route(key=key, kind=kind, queue=policy.queues[kind])

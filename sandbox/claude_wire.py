@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import html
 import json
 import re
 from collections.abc import Iterator
@@ -98,9 +99,9 @@ _MESSAGE_TAG = re.compile(r"<message\b[^>]*>\n?(.*?)\n?</message>", re.DOTALL)
 
 
 def _unwrapped(text: str) -> str:
-    """The user's words without the attribution tags a chat bot wraps them in (keeps sandbox replies readable)."""
+    """The user's words without the attribution tags a chat bot wraps them in, unescaped (readable replies)."""
     inner = _MESSAGE_TAG.findall(text)
-    return " / ".join(part.strip() for part in inner) if inner else text
+    return " / ".join(html.unescape(part.strip()) for part in inner) if inner else text
 
 
 def input_tokens(body: dict[str, Any]) -> int:

@@ -49,6 +49,46 @@ def post_content(title: str, paragraphs: list[list[dict[str, Any]]]) -> str:
     return json.dumps({"title": title, "content": paragraphs}, ensure_ascii=False)
 
 
+# Received-format `content` of every documented message type, as feishu.md §2.3 shows it.
+SAMPLE_CONTENT: dict[str, dict[str, Any]] = {
+    "text": {"text": "@_user_1 hello"},
+    "post": {"title": "报错截图", "content": [
+        [{"tag": "text", "text": "加粗", "style": ["bold"]}, {"tag": "a", "href": "https://x.cn", "text": "链接"},
+         {"tag": "at", "user_id": "@_user_1", "user_name": "助手"}],
+        [{"tag": "img", "image_key": "img_v2_1"}, {"tag": "media", "file_key": "file_v2_1", "image_key": "img_v2_2"},
+         {"tag": "emotion", "emoji_type": "SMILE"}],
+        [{"tag": "hr"}], [{"tag": "code_block", "language": "GO", "text": "func main() {}"}],
+        [{"tag": "md", "text": "**md**"}],
+    ]},
+    "image": {"image_key": "img_v2_041b28e3"},
+    "file": {"file_key": "file_v2_1", "file_name": "test.txt"},
+    "audio": {"file_key": "file_v2_2", "duration": 2000},
+    "media": {"file_key": "file_v2_3", "image_key": "img_v2_3", "file_name": "测试.mp4", "duration": 2000},
+    "sticker": {"file_key": "file_v2_4"},
+    "folder": {"file_key": "file_v2_5", "file_name": "资料"},
+    "interactive": {"title": "卡片标题", "elements": [[{"tag": "text", "text": "卡片内容"}]]},
+    "merge_forward": {"content": "Merged and Forwarded Message"},
+    "share_chat": {"chat_id": "oc_0dd200d32fda15216d2c2ef1ddb32f76"},
+    "share_user": {"user_id": "ou_0dd200d32fda15216d2c2ef1ddb32f76"},
+    "system": {"template": "{from_user} invited {to_chatters} to this chat.", "from_user": ["Amy"],
+               "to_chatters": ["Bob", "Cai"], "divider_text": {"text": "", "i18n_text": {"zh_CN": ""}}},
+    "location": {"name": "北京天安门", "longitude": "116.397", "latitude": "39.909"},
+    "video_chat": {"topic": "周会", "start_time": "1700000000000"},
+    "todo": {"task_id": "e1d5f2c4", "summary": {"title": "修复登录", "content": [[{"tag": "text", "text": "周五前"}]]},
+             "due_time": "1700000000000"},
+    "vote": {"topic": "午饭吃什么", "options": ["面", "饭"]},
+    "hongbao": {"text": "恭喜发财"},
+    "share_calendar_event": {"summary": "评审会", "start_time": "1700000000000", "end_time": "1700003600000"},
+    "calendar": {"summary": "评审会", "start_time": "1700000000000", "end_time": "1700003600000"},
+    "general_calendar": {"summary": "评审会", "start_time": "1700000000000", "end_time": "1700003600000"},
+}
+
+
+def sample_content(message_type: str) -> str:
+    """The documented `content` string of `message_type`."""
+    return json.dumps(SAMPLE_CONTENT[message_type], ensure_ascii=False)
+
+
 def _content(message_type: str, text: str, content: str | None) -> str:
     if content is not None:
         return content
@@ -56,6 +96,8 @@ def _content(message_type: str, text: str, content: str | None) -> str:
         return json.dumps({"text": text}, ensure_ascii=False)
     if message_type == "post":
         return post_content("", [[{"tag": "text", "text": text}]])
+    if message_type in SAMPLE_CONTENT:
+        return sample_content(message_type)
     raise ValueError(f"content is required for message_type={message_type!r}")
 
 

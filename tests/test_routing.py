@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bot.admission import IDENTITY_UNKNOWN, admit
+from bot.admission import IDENTITY_UNKNOWN, NO_SENDER_ID, admit
 from bot.envelope import Inbound, Mention
 from bot.settings import ChatOverride
 from routing.keys import route_for
@@ -40,6 +40,45 @@ def test_route_keys(kw: dict[str, object], policy: Policy, expected: str) -> Non
     assert route_for(inbound(**kw), policy, "default").key == expected
 
 
+NO_OPEN_ID = {"sender_open_id": "", "sender_union_id": "on_u1", "sender_user_id": "e33ggbyz"}
+ONLY_USER_ID = {"sender_open_id": "", "sender_user_id": "e33ggbyz"}
+
+
+@pytest.mark.parametrize(("kw", "policy", "expected"), [
+    (NO_OPEN_ID, Policy(), "feishu:default:group:oc_g:on_u1"),
+    (ONLY_USER_ID, Policy(), "feishu:default:group:oc_g:e33ggbyz"),
+    ({**NO_OPEN_ID, "thread_id": "omt_1"}, Policy(topic_scope="per_sender"), "feishu:default:topic:oc_g:omt_1:on_u1"),
+    ({"sender_union_id": "on_u1"}, Policy(), "feishu:default:group:oc_g:ou_a"),  # open_id wins when present
+    ({"sender_open_id": ""}, Policy(group_scope="shared"), "feishu:default:group:oc_g"),
+])
+def test_senders_without_open_id_get_their_own_route(kw: dict[str, object], policy: Policy, expected: str) -> None:
+    assert route_for(inbound(**kw), policy, "default").key == expected
+
+
+def test_senders_without_open_id_do_not_share_a_route() -> None:
+    keys = {route_for(inbound(**kw), Policy(), "p").key for kw in (
+        {"sender_open_id": "", "sender_union_id": "on_1"}, {"sender_open_id": "", "sender_union_id": "on_2"},
+        {"sender_open_id": "", "sender_user_id": "u1"}, {"sender_open_id": "", "sender_user_id": "u2"})}
+    assert len(keys) == 4
+
+
+def test_a_per_sender_route_is_never_built_without_a_sender() -> None:
+    with pytest.raises(ValueError):
+        route_for(inbound(sender_open_id=""), Policy(), "p")
+
+
+def test_entries_queued_by_the_previous_release_still_parse() -> None:
+    old = ('{"event_id":"e","message_id":"om_1","chat_id":"oc_g","chat_type":"group","sender_open_id":"ou_a",'
+           '"sender_type":"user","message_type":"text","text":"hi","content":"{\\"text\\":\\"hi\\"}",'
+           '"create_time":"1700000000000","thread_id":null,"root_id":null,"parent_id":null,'
+           '"mentions":[{"key":"@_user_1","open_id":"ou_bot","name":"bot"}],"mentioned_all":false}')
+    parsed = Inbound.model_validate_json(old)
+    assert parsed.sender_id == "ou_a"
+    assert route_for(parsed, Policy(), "default").key == "feishu:default:group:oc_g:ou_a"
+    # the dedupe key of an open_id sender is what the previous release computed
+    assert parsed.content_key() == "aa804e6e1aa309f4b97336303931b359"
+
+
 @pytest.mark.parametrize("kw", [{"chat_type": "p2p"}, {}, {"thread_id": "omt_1"}])
 def test_kind_is_recoverable_from_the_key(kw: dict[str, object]) -> None:
     from routing.keys import kind_of
@@ -73,9 +112,24 @@ AT_OTHER = [Mention(key="@_user_1", open_id="ou_x", name="x")]
     ({}, Policy(require_mention=False), None, True, "admitted"),
     ({}, Policy(overrides={"oc_g": ChatOverride(require_mention=False)}), BOT, True, "admitted"),
     ({"sender_open_id": BOT, "chat_type": "p2p"}, Policy(), BOT, False, "own message"),
-    ({"sender_type": "app", "chat_type": "p2p"}, Policy(), BOT, False, "own message"),
+    ({"sender_open_id": BOT, "sender_type": "app", "mentions": AT_BOT}, Policy(bot_messages="allow"), BOT, False,
+     "own message"),
+    ({"sender_type": "app", "chat_type": "p2p"}, Policy(), BOT, False, "bot message"),
     ({"sender_type": "bot", "mentions": AT_BOT}, Policy(), BOT, False, "bot message"),
     ({"sender_type": "bot", "mentions": AT_BOT}, Policy(bot_messages="allow"), BOT, True, "mentioned"),
+    ({"sender_type": "app", "mentions": AT_BOT}, Policy(bot_messages="allow"), BOT, True, "mentioned"),
+    ({"sender_type": "app", "chat_type": "p2p"}, Policy(bot_messages="allow"), BOT, True, "admitted"),
+    ({"sender_type": "app", "mentions": AT_BOT}, Policy(bot_messages="allow", require_mention=False), None, False,
+     IDENTITY_UNKNOWN),
+    ({"sender_type": "app", "chat_type": "p2p"}, Policy(bot_messages="allow"), None, False, IDENTITY_UNKNOWN),
+    ({**NO_OPEN_ID, "sender_type": "bot", "mentions": AT_BOT}, Policy(bot_messages="allow"), BOT, False,
+     "bot sender without open_id"),
+    ({"sender_type": "anonymous", "chat_type": "p2p"}, Policy(), BOT, False, "bot message"),
+    ({"sender_open_id": "", "chat_type": "p2p"}, Policy(), BOT, False, NO_SENDER_ID),
+    ({"sender_open_id": "", "mentions": AT_BOT}, Policy(), None, False, NO_SENDER_ID),
+    ({**NO_OPEN_ID, "mentions": AT_BOT}, Policy(), BOT, True, "mentioned"),
+    ({**NO_OPEN_ID, "chat_type": "p2p"}, Policy(deny_users=frozenset({"on_u1"})), BOT, False, "user not allowed"),
+    ({**ONLY_USER_ID, "chat_type": "p2p"}, Policy(allow_users=frozenset({"e33ggbyz"})), BOT, True, "admitted"),
     ({"mentions": AT_BOT}, Policy(deny_chats=frozenset({"oc_g"})), BOT, False, "chat not allowed"),
     ({"mentions": AT_BOT}, Policy(allow_chats=frozenset({"oc_z"})), BOT, False, "chat not allowed"),
     ({"mentions": AT_BOT}, Policy(allow_chats=frozenset({"oc_g"})), BOT, True, "mentioned"),
