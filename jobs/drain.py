@@ -105,10 +105,10 @@ class Drain:
         return self.rt.inbox.holds(self.rk, self.exec_id)
 
     def run(self, kick_token: str) -> str:
-        if self.rt.state.exists(self.rt.keys.paused):
-            return "paused"  # the sweeper kicks the route again once work resumes
         if not self.rt.inbox.acquire(self.rk, kick_token, self.exec_id):
             return "not-owner"
+        if self.rt.state.exists(self.rt.keys.paused):  # released, not left to a kick lease that outlives the pause
+            return "paused" if self.rt.inbox.release(self.rk, self.exec_id) else "lost-lease"
         keeper = LeaseKeeper(self.rt, self.rk, self.exec_id)
         keeper.start()
         try:

@@ -61,6 +61,14 @@ def register_control(app: Flask, standin: ClaudeStandin) -> None:
         standin.clear_fail_when(request.args.get("marker") or None)
         return standin.poison
 
+    def revoke() -> dict[str, Any]:
+        standin.revoke_key(str(control_body()["api_key"]))
+        return {"ok": True}
+
+    def restore() -> dict[str, Any]:
+        standin.restore_keys()
+        return {"ok": True}
+
     def since() -> int:
         return int(request.args.get("since", 0))
 
@@ -82,6 +90,8 @@ def register_control(app: Flask, standin: ClaudeStandin) -> None:
         ("/_sandbox/stats", "GET", lambda: standin.stats),
         ("/_sandbox/timeline", "GET", lambda: standin.timeline_since(since())),
         ("/_sandbox/overlaps", "GET", overlaps),
+        ("/_sandbox/revoked_keys", "POST", revoke),
+        ("/_sandbox/revoked_keys", "DELETE", restore),
     ]
     for path, method, action in routes:
         app.add_url_rule(path, endpoint=f"sandbox_{method}_{path}", view_func=guarded(action), methods=[method])

@@ -53,6 +53,7 @@ class ClaudeStandin(LoopbackServer):
         self._hooks: list[RequestHook] = []
         self._count_requests: list[dict[str, Any]] = []
         self._seen_prefixes: set[str] = set()
+        self._revoked: set[str] = set()
         app = Flask(f"claude_standin_{id(self)}")
         install_json_errors(app, _render_http_error)
         app.add_url_rule("/v1/messages", "messages", self._messages, methods=["POST"])
@@ -73,6 +74,16 @@ class ClaudeStandin(LoopbackServer):
             self._hooks.clear()
             self._count_requests.clear()
             self._seen_prefixes.clear()
+            self._revoked.clear()
+
+    def revoke_key(self, api_key: str) -> None:
+        """Answer 401 authentication_error to this key on every endpoint, as a revoked key gets."""
+        with self._lock:
+            self._revoked.add(api_key)
+
+    def restore_keys(self) -> None:
+        with self._lock:
+            self._revoked.clear()
 
     def set_delay(self, seconds: float) -> None:
         with self._lock:
@@ -194,7 +205,7 @@ class ClaudeStandin(LoopbackServer):
         self.sleep(delay)
         request_id = entry["request_id"]
         try:
-            _authenticate()
+            _authenticate(self._revoked)
             fault = self._poisoned(entry["last_user"]) or self._faults.take(OP)  # poison wins
             if fault is not None:
                 response = self._fault_response(fault, entry)
@@ -237,7 +248,7 @@ class ClaudeStandin(LoopbackServer):
             self._count_requests.append(entry)
         request_id = new_id("req_")
         try:
-            _authenticate()
+            _authenticate(self._revoked)
             count = wire.input_tokens(wire.validate(body, needs_max_tokens=False))
         except wire.WireError as exc:
             err = wire.error_body(exc.error_type, exc.message, request_id)
@@ -292,14 +303,14 @@ class ClaudeStandin(LoopbackServer):
             "cache_read_input_tokens": read,
         }
 
-def _authenticate() -> None:
+def _authenticate(revoked: set[str]) -> None:
     """SDK ≥2.0 sends `Authorization: Bearer`, older clients `x-api-key`; either will do."""
     bearer = request.headers.get("Authorization", "")
-    if bearer.startswith("Bearer ") and bearer[7:].strip():
-        return
-    if request.headers.get("x-api-key", "").strip():
-        return
-    raise wire.WireError(401, "authentication_error", "x-api-key or Authorization: Bearer header is required")
+    key = bearer[7:].strip() if bearer.startswith("Bearer ") else request.headers.get("x-api-key", "").strip()
+    if not key:
+        raise wire.WireError(401, "authentication_error", "x-api-key or Authorization: Bearer header is required")
+    if key in revoked:
+        raise wire.WireError(401, "authentication_error", "invalid x-api-key")
 
 
 def _render_http_error(status: int, message: str) -> tuple[dict[str, Any], int]:

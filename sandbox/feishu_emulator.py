@@ -65,6 +65,10 @@ class FeishuEmulator(LoopbackServer):
             self._requests.clear()
         self.store.chat_qps = None
 
+    def clear_faults(self) -> None:
+        """Drop queued faults and profiles, keeping messages and tokens (an operator fixed the cause)."""
+        self._faults.clear()
+
     def inject(
         self, op: str, *, code: int, http_status: int = 400, times: int = 1,
         headers: dict[str, str] | None = None, msg: str = "",

@@ -164,3 +164,50 @@ def test_watchdog_breaks_a_run_stuck_past_its_budget(rig, worker, feishu, claude
     metrics = requests.get(f"{rig.web.url}/metrics", timeout=5).text
     assert "stuck_runs_total 1.0" in metrics
     assert worker_count(redis.Redis.from_url(rig.env["REDIS_URL"]), f"{rig.env['BOT_PROFILE']}-runs") >= 1
+
+
+def test_app_credential_error_pauses_work_keeps_messages_and_resumes(rig, worker, feishu, claude, r) -> None:
+    """Defect 13: a Feishu app credential error is the service's fault, not the message's."""
+    k = rig.keys
+    feishu.inject("token", code=10014, times=10_000)  # "app secret invalid" for every token fetch
+    r.delete(*r.keys(f"{k.prefix}:lark:*") or ["none"])
+    feishu.expire_tokens()
+    chat, other = unique("oc_p2p"), unique("oc_p2p")
+    first = deliver(rig.web, feishu, chat_id=chat, chat_type="p2p", text="凭证坏了的时候")
+    wait_for(lambda: r.hexists(k.paused, "feishu"), timeout=30, what="work paused")
+    second = deliver(rig.web, feishu, chat_id=other, chat_type="p2p", text="暂停期间的新消息")
+    metrics = requests.get(f"{rig.web.url}/metrics", timeout=5).text
+    assert 'paused{component="feishu"} 1.0' in metrics
+    assert r.llen(k.proc(rig.rk(chat))) == 1  # the batch is kept, not buried
+    assert not any(message_id(first) in x for x in r.hvals(k.dead))
+    time.sleep(2)  # a few probe intervals: still paused, nothing answered, nothing buried
+    assert feishu.replies_to(message_id(first)) == [] and feishu.replies_to(message_id(second)) == []
+    assert r.hexists(k.paused, "feishu") and r.hlen(k.dead) == 0
+    feishu.clear_faults()  # the operator fixes the secret
+    for env, chat_id, text in ((first, chat, "凭证坏了的时候"), (second, other, "暂停期间的新消息")):
+        replies = feishu.wait_for(lambda e=env: feishu.replies_to(message_id(e)), timeout=30)
+        wait_route_idle(r, k, rig.rk(chat_id))
+        assert [text in reply_text(m) for m in feishu.replies_to(message_id(env))] == [True]
+        assert replies
+    assert not r.exists(k.paused)
+    assert len(model_requests_with(claude, "凭证坏了的时候")) == 1  # its answer was kept while paused
+
+
+def test_a_revoked_model_key_pauses_work_and_everything_is_answered_once_it_works(rig, worker, feishu, claude,
+                                                                                  r) -> None:
+    """Defect 13: 401 from the model is an operator's problem: no dead letters, no 'failed' notices."""
+    k = rig.keys
+    claude.revoke_key(rig.env["ANTHROPIC_API_KEY"])
+    chats = [unique("oc_p2p") for _ in range(3)]
+    envs = [deliver(rig.web, feishu, chat_id=c, chat_type="p2p", text=f"钥匙失效第{i}条") for i, c in enumerate(chats)]
+    wait_for(lambda: r.hexists(k.paused, "model"), timeout=30, what="work paused")
+    time.sleep(2)  # probes keep failing: still paused, nothing answered, nothing buried
+    assert r.hexists(k.paused, "model") and r.hlen(k.dead) == 0
+    assert all(feishu.replies_to(message_id(e)) == [] for e in envs)
+    assert len(claude.count_requests) >= 1  # the sweeper probed the key
+    claude.restore_keys()  # the operator puts a working key in place
+    for i, (env, chat) in enumerate(zip(envs, chats, strict=True)):
+        feishu.wait_for(lambda e=env: feishu.replies_to(message_id(e)), timeout=30)
+        wait_route_idle(r, k, rig.rk(chat))
+        assert [f"钥匙失效第{i}条" in reply_text(m) for m in feishu.replies_to(message_id(env))] == [True]
+    assert not r.exists(k.paused) and r.hlen(k.dead) == 0
