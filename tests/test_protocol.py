@@ -1,0 +1,160 @@
+"""Randomized interleavings of the inbox/lease protocol against real Redis (issue defect 4).
+
+Pushes, kicks, acquires, takes, commits, finishes, hand-overs, crashes, lease expiries and sweeps in
+any order must keep the scripts' invariants after every step, and once the chaos stops, an honest
+recovery (the sweeper plus well-behaved runs) must commit every pushed event exactly once.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import time
+
+import redis
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, precondition, rule
+
+from jobs.inbox import Commit, Inbox, Kick
+from memory.keys import Keys
+from tests.harness import unique
+
+ROUTES = ("rk-a", "rk-b")
+_ids = itertools.count()
+
+
+class Protocol(RuleBasedStateMachine):
+    """The model: which runs exist (each with the batch it took) and which events were committed."""
+
+    runs = Bundle("runs")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.r = redis.Redis.from_url(os.environ["PROTOCOL_REDIS_URL"], decode_responses=True)
+        self.k = Keys(unique("proto"))
+        self.inbox = Inbox(self.r, self.k, lease_ms=60_000, keep=0)
+        self.pushed: list[str] = []
+        self.committed: list[str] = []
+        self.jobs: list[Kick] = []
+        self.batches: dict[str, list[str]] = {}  # exec id → batch it took
+
+    # -- the outside world -----------------------------------------------------------------------------
+
+    @rule(route=st.sampled_from(ROUTES))
+    def push(self, route: str) -> None:
+        event = json.dumps({"id": f"e{next(_ids)}", "route": route})
+        self.inbox.push(route, event, message_id=event, content_key=event, queue="q")
+        self.pushed.append(event)
+
+    @rule()
+    def dispatch(self) -> None:
+        self.jobs.extend(self.inbox.next_kicks(0.001, most=100) if self.r.llen(self.k.kicks) else [])
+
+    @rule()
+    def sweep(self) -> None:
+        self.inbox.pop_due()
+        self.inbox.kick_many([(str(rk), "q") for rk in self.r.zrange(self.k.dirty, 0, -1)])
+
+    @rule(route=st.sampled_from(ROUTES))
+    def lease_expires(self, route: str) -> None:
+        self.r.delete(self.k.lease(route))
+
+    @rule(route=st.sampled_from(ROUTES))
+    def stale_job(self, route: str) -> None:
+        """A job whose kick token is long gone (an RQ retry of an old job, say)."""
+        self.jobs.append(Kick(route_key=route, token="stale", queue="q"))
+
+    # -- runs --------------------------------------------------------------------------------------------
+
+    @precondition(lambda self: self.jobs)
+    @rule(target=runs, pick=st.integers(min_value=0, max_value=50))
+    def start_job(self, pick: int) -> tuple[str, str]:
+        job = self.jobs.pop(pick % len(self.jobs))
+        exec_id = f"x{next(_ids)}"
+        if self.inbox.acquire(job.route_key, job.token, exec_id):
+            return (job.route_key, exec_id)
+        return (job.route_key, "")  # not the owner: this job ends at once
+
+    @rule(run=runs)
+    def take(self, run: tuple[str, str]) -> None:
+        route, exec_id = run
+        if exec_id:
+            batch = self.inbox.take(route, exec_id, budget_s=60)
+            if batch is not None:
+                self.batches[exec_id] = batch
+
+    @rule(run=runs)
+    def commit(self, run: tuple[str, str]) -> None:
+        route, exec_id = run
+        batch = self.batches.pop(exec_id, None)
+        if batch and self.inbox.commit(route, exec_id, Commit(n=len(batch), batch_id=unique("b"), entries=[])):
+            self.committed.extend(batch)
+
+    @rule(run=runs)
+    def finish(self, run: tuple[str, str]) -> None:
+        route, exec_id = run
+        if exec_id and exec_id not in self.batches:
+            self.inbox.finish(route, exec_id)
+
+    @rule(run=consumes(runs), delay=st.sampled_from([0.0, 0.001]))
+    def hand_over(self, run: tuple[str, str], delay: float) -> None:
+        route, exec_id = run
+        if exec_id:
+            self.batches.pop(exec_id, None)
+            self.inbox.handover(route, exec_id, "q", delay_s=delay)
+
+    @rule(run=consumes(runs))
+    def crash(self, run: tuple[str, str]) -> None:
+        self.batches.pop(run[1], None)  # the process is gone; Redis keeps whatever it had written
+
+    # -- invariants --------------------------------------------------------------------------------------
+
+    @invariant()
+    def held_or_pending_routes_are_dirty(self) -> None:
+        for route in ROUTES:
+            busy = self.r.exists(self.k.lease(route)) or self.r.llen(self.k.inbox(route)) or self.r.llen(
+                self.k.proc(route))
+            assert not busy or self.r.zscore(self.k.dirty, route) is not None, route
+
+    @invariant()
+    def nothing_committed_twice(self) -> None:
+        assert len(self.committed) == len(set(self.committed))
+
+    def teardown(self) -> None:
+        """Stop the chaos: every lease of a vanished run expires, then sweeps and honest runs finish the work."""
+        for route in ROUTES:
+            self.r.delete(self.k.lease(route))
+        for _ in range(20):
+            time.sleep(0.002)  # due retries become due
+            self.sweep()
+            self.dispatch()
+            while self.jobs:
+                self._honest_run(self.jobs.pop(0))
+            if not self.r.zcard(self.k.dirty):
+                break
+        assert sorted(self.committed) == sorted(self.pushed), "an event was stranded or committed twice"
+        assert not self.r.zcard(self.k.dirty) and not self.r.llen(self.k.kicks)
+
+    def _honest_run(self, job: Kick) -> None:
+        exec_id = f"x{next(_ids)}"
+        if not self.inbox.acquire(job.route_key, job.token, exec_id):
+            return
+        while True:
+            batch = self.inbox.take(job.route_key, exec_id, budget_s=60)
+            assert batch is not None
+            if batch:
+                assert self.inbox.commit(job.route_key, exec_id, Commit(n=len(batch), batch_id=unique("b")))
+                self.committed.extend(batch)
+            elif self.inbox.finish(job.route_key, exec_id) == 1:
+                return
+
+
+Protocol.TestCase.settings = settings(max_examples=150, stateful_step_count=40, deadline=None,
+                                      suppress_health_check=[HealthCheck.too_slow])
+
+
+def test_protocol_never_strands_an_event(redis_url: str, monkeypatch) -> None:
+    monkeypatch.setenv("PROTOCOL_REDIS_URL", redis_url)
+    Protocol.TestCase("runTest").runTest()
