@@ -24,6 +24,7 @@ from tests.harness import (
     WebServer,
     service_env,
     settings_from,
+    stop_all,
     wait_for,
     worker_count,
 )
@@ -99,8 +100,7 @@ def service(env: dict[str, str], workdir: Path, r: redis.Redis, keys: Keys) -> I
     wait_for(lambda: r.get(keys.bot_open_id) == BOT_OPEN_ID, 30, what="bot identity cached by the sweeper")
     yield web
     web.stop()
-    for p in procs:
-        p.stop()
+    stop_all(procs)
 
 
 @pytest.fixture(autouse=True)

@@ -47,7 +47,7 @@ def service_env(redis_url: str, feishu_url: str, model_url: str, **extra: str) -
         "FEISHU_DOMAIN": feishu_url, "ANTHROPIC_API_KEY": "sk-test", "ANTHROPIC_BASE_URL": model_url,
         "ANTHROPIC_MODEL": "claude-sonnet-5-5", "REDIS_URL": redis_url, "BOT_PROFILE": "test",
         "RUN_LEASE_SECONDS": "3", "RUN_RETRY_DELAYS": "1,1,1", "DEAD_LETTER_AFTER": "3",
-        "SWEEP_INTERVAL_SECONDS": "0.5", "LOG_LEVEL": "INFO",
+        "SWEEP_INTERVAL_SECONDS": "0.5", "LOG_LEVEL": "INFO", "WORKER_CONCURRENCY": "2",
     }
     env.update(extra)
     return env
@@ -101,29 +101,29 @@ class Proc:
                                   stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
 
     def children(self) -> list[int]:
-        kids = []
+        """Every descendant: the supervisor's RQ workers, their work-horses and scheduler processes."""
+        parents: dict[int, int] = {}
         for stat in Path("/proc").glob("[0-9]*/stat"):
             try:
-                fields = stat.read_text().rsplit(")", 1)[1].split()
-            except OSError:
+                parents[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
                 continue
-            if int(fields[1]) == self.p.pid:
-                kids.append(int(stat.parent.name))
-        return kids
+        found, frontier = [], [self.p.pid]
+        while frontier:
+            kids = [pid for pid, ppid in parents.items() if ppid in frontier]
+            found.extend(kids)
+            frontier = kids
+        return found
 
     def kill9(self) -> None:
         """SIGKILL the process and its forked children (RQ work-horses live in their own group)."""
+        with contextlib.suppress(ProcessLookupError):  # a supervisor must not respawn while we collect
+            os.kill(self.p.pid, signal.SIGSTOP)
         for pid in [*self.children(), self.p.pid]:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         self.p.wait(timeout=10)
-        with contextlib.suppress(ProcessLookupError):  # a supervisor must not respawn while we collect
-            os.kill(self.p.pid, signal.SIGSTOP)
 
-    def stop(self) -> None:
-        if self.p.poll() is None:
-            os.killpg(self.p.pid, signal.SIGTERM)
-            try:
     def alive(self) -> bool:
         """True while running; an AssertionError with the log's tail once it has exited."""
         if self.p.poll() is None:
@@ -131,10 +131,27 @@ class Proc:
         tail = self.log_path.read_bytes()[-2000:].decode("utf-8", "replace")
         raise AssertionError(f"{self.p.args!r} exited with {self.p.returncode}:\n{tail}")
 
-                self.p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.kill9()
+    def terminate(self) -> None:
+        """Ask for a graceful stop (SIGTERM to its process group) without waiting for it."""
+        if self.p.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.p.pid, signal.SIGTERM)
+
+    def stop(self) -> None:
+        self.terminate()
+        try:
+            self.p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.kill9()
         self.log.close()
+
+
+def stop_all(procs: list[Proc]) -> None:
+    """Stop processes side by side: each graceful stop takes seconds, so ask all of them first."""
+    for p in procs:
+        p.terminate()
+    for p in procs:
+        p.stop()
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 20.0, interval: float = 0.05,
@@ -155,10 +172,6 @@ def worker_count(r: redis.Redis, queue: str) -> int:
     return sum(1 for w in Worker.all(connection=r) if queue in w.queue_names())
 
 
-def unique(prefix: str) -> str:
-    import uuid
-
-    return f"{prefix}_{uuid.uuid4().hex[:10]}"
 def route_key(kind: str, chat: str, *rest: str, profile: str = "test") -> str:
     """README "Route keys": p2p `chat`; group `chat, sender`; topic `chat, thread`."""
     return ":".join(["feishu", profile, kind, chat, *rest])
@@ -205,6 +218,10 @@ def rq_jobs(redis_url: str, queue: str, state: str) -> list[Any]:
     return [j for j in Job.fetch_many(ids, connection=conn, serializer=JSONSerializer) if j is not None]
 
 
+def unique(prefix: str) -> str:
+    import uuid
+
+    return f"{prefix}_{uuid.uuid4().hex[:10]}"
 
 
 def deliver(service: WebServer, feishu: Any, *, expect: int = 200, **kw: Any) -> dict[str, Any]:

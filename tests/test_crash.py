@@ -1,4 +1,4 @@
-"""SIGKILL a worker mid-run: a fresh worker completes the batch, the user gets one reply (acceptance 8)."""
+"""SIGKILL a worker mid-run: the other worker on its queue completes the batch, one reply (acceptance 8)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 
 from jobs.queues import rq_queue_name
 from memory.keys import Keys
@@ -24,6 +25,7 @@ from tests.harness import (
     route_key,
     rq_jobs,
     settings_from,
+    stop_all,
     unique,
     wait_for,
     wait_route_idle,
@@ -52,16 +54,35 @@ class CrashRig:
     def queue(self) -> str:
         return rq_queue_name(self.profile, "runs")
 
-    def start_worker(self) -> tuple[Proc, str]:
-        name = unique("cw")
-        proc = Proc(["-m", "jobs.worker", "--name", name], self.env, str(self.workdir), self.workdir / f"{name}.log")
-        self.procs.append(proc)
-        return proc, name
+    def start_workers(self, n: int) -> dict[str, Proc]:
+        """`n` worker processes by name, booted side by side and registered (each RQ worker's name starts with it)."""
+        workers = {}
+        for _ in range(n):
+            name = unique("cw")
+            workers[name] = Proc(["-m", "jobs.worker", "--name", name], self.env, str(self.workdir),
+                                 self.workdir / f"{name}.log")
+        self.procs.extend(workers.values())
+        conn = redis.Redis.from_url(self.env["REDIS_URL"])
+        wait_for(lambda: all(p.alive() for p in workers.values()) and
+                 all(any(w.startswith(name) for w in _worker_names(conn, self.queue)) for name in workers),
+                 timeout=90, what="the rig's workers to register")
+        return workers
+
+    def runners(self, rk: str) -> list[str]:
+        """Names of the workers holding a started (running or abandoned) drain job of `rk`."""
+        return [str(job.worker_name) for job in rq_jobs(self.env["REDIS_URL"], self.queue, "started")
+                if _route_of(job) == rk]
 
     def finishers(self, rk: str) -> list[str]:
         """Names of the workers that completed a drain job of `rk` on the rig's queue."""
         return [str(job.worker_name) for job in rq_jobs(self.env["REDIS_URL"], self.queue, "finished")
                 if _route_of(job) == rk]
+
+
+def _worker_names(conn: redis.Redis, queue: str) -> list[str]:
+    from rq import Worker
+
+    return [w.name for w in Worker.all(connection=conn) if queue in w.queue_names()]
 
 
 def _route_of(job: Any) -> str | None:
@@ -84,37 +105,37 @@ def _rig(env: dict[str, str], workdir: Path) -> Iterator[CrashRig]:
 def crash_rig(_rig: CrashRig) -> Iterator[CrashRig]:
     """The module's rig; the workers a test starts are stopped after it, so none serves the next test."""
     yield _rig
-    while _rig.procs:
-        _rig.procs.pop().stop()
+    stop_all(_rig.procs)
+    _rig.procs.clear()
 
 
-def _kill_when(event: threading.Event, proc: Proc, what: str) -> None:
-    """SIGKILL `proc` (and its work-horse) the moment `event` fires; fail, killing nothing, if it never does."""
+def _kill_when(event: threading.Event, rig: CrashRig, rk: str, workers: dict[str, Proc], what: str) -> str:
+    """When `event` fires, SIGKILL the worker running `rk` (and its work-horse); return the other one's name.
+
+    Fails, killing nothing, if the event never fires. Which of the two idle workers took the job is RQ's
+    choice; the started registry names it, and the killed job stays there, abandoned."""
     if not event.wait(30):
-        pytest.fail(f"{what} never happened within 30 s: the worker was not killed, so no crash was tested")
-    proc.kill9()
-    assert proc.p.poll() is not None, "the worker should be dead"
-
-
-def _assert_killed_mid_run(rig: CrashRig, rk: str, name: str) -> None:
-    """The killed worker was the one running the route: its job is left in RQ's started registry."""
-    running = [str(job.worker_name) for job in rq_jobs(rig.env["REDIS_URL"], rig.queue, "started")
-               if _route_of(job) == rk]
-    assert running and all(n.startswith(name) for n in running), running
+        pytest.fail(f"{what} never happened within 30 s: no worker was killed, so no crash was tested")
+    holder = wait_for(lambda: rig.runners(rk), timeout=5, what="the route's job in RQ's started registry")
+    killed = [name for name in workers if all(h.startswith(name) for h in holder)]
+    assert len(killed) == 1, (holder, list(workers))
+    workers[killed[0]].kill9()
+    assert workers[killed[0]].p.poll() is not None, "the worker should be dead"
+    assert rig.runners(rk) == holder
+    (fresh,) = set(workers) - set(killed)
+    return fresh
 
 
 def test_worker_killed_while_the_model_thinks(crash_rig: CrashRig, feishu, claude, r) -> None:
-    worker, killed = crash_rig.start_worker()
+    workers = crash_rig.start_workers(2)
     arrived = threading.Event()
     claude.on_request(lambda body: arrived.set() if "进程被杀测试" in json.dumps(body, ensure_ascii=False) else None)
     claude.set_delay(3.0)
     chat = unique("oc_p2p")
     env = deliver(crash_rig.web, feishu, chat_id=chat, chat_type="p2p", text="进程被杀测试")
-    _kill_when(arrived, worker, "the model request")
-    claude.set_delay(0)
     rk = route_key("p2p", chat, profile=crash_rig.profile)
-    _assert_killed_mid_run(crash_rig, rk, killed)
-    _, fresh = crash_rig.start_worker()  # the rig's sweeper re-kicks the route once the dead run's lease expires
+    fresh = _kill_when(arrived, crash_rig, rk, workers, "the model request")
+    claude.set_delay(0)  # the rig's sweeper re-kicks the route once the dead run's lease expires
     replies = feishu.wait_for(lambda: feishu.replies_to(message_id(env)), timeout=60)
     wait_route_idle(r, crash_rig.keys, rk, timeout=40)
     assert len(feishu.replies_to(message_id(env))) == 1
@@ -128,7 +149,7 @@ def test_worker_killed_while_the_model_thinks(crash_rig: CrashRig, feishu, claud
 
 
 def test_worker_killed_right_after_replying(crash_rig: CrashRig, feishu, claude, r) -> None:
-    worker, killed = crash_rig.start_worker()
+    workers = crash_rig.start_workers(2)
     sent = threading.Event()
 
     def hold_answer(record: dict) -> None:
@@ -139,10 +160,8 @@ def test_worker_killed_right_after_replying(crash_rig: CrashRig, feishu, claude,
     feishu.on("reply", hold_answer, when="after")
     chat = unique("oc_p2p")
     env = deliver(crash_rig.web, feishu, chat_id=chat, chat_type="p2p", text="回复后被杀测试")
-    _kill_when(sent, worker, "the reply")
     rk = route_key("p2p", chat, profile=crash_rig.profile)
-    _assert_killed_mid_run(crash_rig, rk, killed)
-    _, fresh = crash_rig.start_worker()
+    fresh = _kill_when(sent, crash_rig, rk, workers, "the reply")
     wait_for(lambda: r.llen(crash_rig.keys.transcript(rk)), timeout=60, what="the batch committed by a later run")
     wait_route_idle(r, crash_rig.keys, rk, timeout=40)
     assert len(feishu.replies_to(message_id(env))) == 1
@@ -168,8 +187,7 @@ def other_bot(env: dict[str, str], workdir: Path, prefix: str) -> Iterator[tuple
         yield web, profile, start
     finally:
         web.stop()
-        for p in procs:
-            p.stop()
+        stop_all(procs)
 
 
 def test_lost_kick_is_recovered_by_the_sweep(env, workdir, feishu, claude, r) -> None:
@@ -191,31 +209,30 @@ def test_lost_kick_is_recovered_by_the_sweep(env, workdir, feishu, claude, r) ->
         assert len(feishu.replies_to(message_id(env_msg))) == 1
 
 
-def test_two_profiles_on_one_redis_never_run_each_others_routes(env, workdir, feishu, claude, service, r,
+def test_two_profiles_on_one_redis_never_run_each_others_routes(crash_rig: CrashRig, feishu, claude, service, r,
                                                                  keys) -> None:
-    """BOT_PROFILE lets two bots share one Redis: one bot's workers must not take the other bot's runs."""
-    with other_bot(env, workdir, "other") as (web, profile, start):
-        start("jobs.sweeper")
-        chat = unique("oc_p2p")
-        env_msg = deliver(web, feishu, chat_id=chat, chat_type="p2p", text="另一个机器人的消息")
-        rk = route_key("p2p", chat, profile=profile)
-        queue = rq_queue_name(profile, "runs")
+    """BOT_PROFILE lets two bots share one Redis: one bot's workers must not take the other bot's runs.
 
-        def queued() -> list[Any]:
-            return [job for job in rq_jobs(env["REDIS_URL"], queue, "queued") if _route_of(job) == rk]
+    The rig is the other bot: its sweeper runs, none of its workers does until the test starts one."""
+    chat = unique("oc_p2p")
+    env_msg = deliver(crash_rig.web, feishu, chat_id=chat, chat_type="p2p", text="另一个机器人的消息")
+    rk = route_key("p2p", chat, profile=crash_rig.profile)
 
-        job = wait_for(queued, timeout=60, what="the other bot's drain job on its own RQ queue")[0]
-        # Barrier: the session's workers (profile "test") answer a message of their own sent after it.
-        own_chat = unique("oc_p2p")
-        mine = deliver(service, feishu, chat_id=own_chat, chat_type="p2p", text="本机器人随后的消息")
-        feishu.wait_for(lambda: feishu.replies_to(message_id(mine)))
-        wait_route_idle(r, keys, route_key("p2p", own_chat))
-        assert [j.id for j in queued()] == [job.id], "the other bot's job was taken by this bot's workers"
-        assert job.get_status(refresh=True) == "queued"
-        assert model_requests_with(claude, "另一个机器人的消息") == []
-        assert feishu.replies_to(message_id(env_msg)) == []
-        start("jobs.worker")
-        feishu.wait_for(lambda: feishu.replies_to(message_id(env_msg)), timeout=60)
-        wait_route_idle(r, Keys(profile), rk)
-        assert len(model_requests_with(claude, "另一个机器人的消息")) == 1
-        assert len(feishu.replies_to(message_id(env_msg))) == 1
+    def queued() -> list[Any]:
+        return [job for job in rq_jobs(crash_rig.env["REDIS_URL"], crash_rig.queue, "queued") if _route_of(job) == rk]
+
+    job = wait_for(queued, timeout=60, what="the other bot's drain job on its own RQ queue")[0]
+    # Barrier: the session's workers (profile "test") answer a message of their own sent after it.
+    own_chat = unique("oc_p2p")
+    mine = deliver(service, feishu, chat_id=own_chat, chat_type="p2p", text="本机器人随后的消息")
+    feishu.wait_for(lambda: feishu.replies_to(message_id(mine)))
+    wait_route_idle(r, keys, route_key("p2p", own_chat))
+    assert [j.id for j in queued()] == [job.id], "the other bot's job was taken by this bot's workers"
+    assert job.get_status(refresh=True) == "queued"
+    assert model_requests_with(claude, "另一个机器人的消息") == []
+    assert feishu.replies_to(message_id(env_msg)) == []
+    crash_rig.start_workers(1)
+    feishu.wait_for(lambda: feishu.replies_to(message_id(env_msg)), timeout=60)
+    wait_route_idle(r, crash_rig.keys, rk)
+    assert len(model_requests_with(claude, "另一个机器人的消息")) == 1
+    assert len(feishu.replies_to(message_id(env_msg))) == 1
