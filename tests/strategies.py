@@ -87,8 +87,14 @@ def content_objects(message_type: str, huge_bytes: int = 0) -> st.SearchStrategy
     return _content_schemas(huge_bytes).get(message_type, _ANY_OBJECT)
 
 
-# Undocumented types: any object.
-_ANY_OBJECT = st.dictionaries(odd_text(10), st.one_of(st.none(), st.booleans(), st.integers(), odd_text()), max_size=4)
+# Undocumented types: any object, often with the keys documented types use (whatever their values).
+_ANY_SCALAR = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), odd_text())
+_ANY_VALUE = st.one_of(_ANY_SCALAR, st.lists(_ANY_SCALAR, max_size=3), st.dictionaries(odd_text(5), _ANY_SCALAR,
+                                                                                       max_size=3))
+_ANY_OBJECT = st.builds(lambda known, extra: {**extra, **known},
+                        st.fixed_dictionaries({}, optional=dict.fromkeys(("text", "title", "content", "elements"),
+                                                                         _ANY_VALUE)),
+                        st.dictionaries(odd_text(10), _ANY_VALUE, max_size=3))
 
 
 @functools.cache  # building these is slow; drawing from them is not
@@ -129,8 +135,10 @@ def _content_schemas(huge_bytes: int) -> dict[str, st.SearchStrategy[dict[str, A
 def contents(huge_bytes: int = 0) -> st.SearchStrategy[tuple[str, str]]:
     """(message_type, content JSON string) over every documented type and some unknown ones."""
     unknown = nonempty(odd_text(12)).filter(lambda kind: kind not in CONTENT_SHAPES)
-    typed = [st.tuples(st.just(kind), content_objects(kind, huge_bytes)) for kind in DOCUMENTED_TYPES]
-    pairs = st.one_of(*typed, st.tuples(unknown, _ANY_OBJECT))
+    anything = st.tuples(unknown, _ANY_OBJECT)
+    kinds = st.sampled_from(DOCUMENTED_TYPES + ("",) * 5)  # "": a type we do not know (about one in five)
+    pairs = kinds.flatmap(lambda kind: st.tuples(st.just(kind), content_objects(kind, huge_bytes)) if kind
+                          else anything)
     return st.builds(lambda pair, ascii_: (pair[0], json.dumps(pair[1], ensure_ascii=ascii_)), pairs, st.booleans())
 
 
