@@ -303,7 +303,7 @@ def _ids(raw: list[str]) -> list[str]:
 def _last_per_sender(batch: list[Inbound]) -> list[Inbound]:
     last: dict[str, Inbound] = {}
     for m in batch:
-        last[m.sender_open_id] = m
+        last[m.sender_id] = m
     return sorted(last.values(), key=batch.index)
 
 

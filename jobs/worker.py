@@ -49,6 +49,7 @@ def run_one(settings: Settings, queue_name: str, url: str, name: str) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # RQ installs its own handlers in work()
     logs.setup(settings.log_level)
     runtime.configure(settings)
+    runtime.prepare()
     worker = RouteWorker([rq_queue_name(settings.bot_profile, queue_name)], connection=rq_client(url),
                          serializer=JSONSerializer, maintenance_interval=60, name=name)
     worker.work(with_scheduler=True, logging_level=settings.log_level)
