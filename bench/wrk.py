@@ -9,6 +9,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -49,6 +50,7 @@ class WrkSample:
     redis_cpu_s: float
     drain_jobs: int | None
     machine: MachineCpu
+    wall_s: float  # the wrk process from start to exit; far above `elapsed` means a slow start (suspect)
 
     @property
     def throughput(self) -> float:
@@ -62,7 +64,7 @@ class WrkSample:
             "ok": self.ok, "errors": self.errors, "elapsed_s": round(self.elapsed, 3),
             "throughput_rps": round(self.throughput, 1), "p50_ms": round(self.p50_ms, 2),
             "p99_ms": round(self.p99_ms, 2), "max_ms": round(self.max_ms, 1), "issued": self.issued,
-            "pool_wrapped": self.wrapped,
+            "pool_wrapped": self.wrapped, "wrk_wall_s": round(self.wall_s, 3),
             "client_cpu_cores": round(self.client_cpu_s / self.elapsed, 3) if self.elapsed else None,
             "client_cpu_ms_per_req": _r(self.per_request_ms(self.client_cpu_s), 4),
             "server_cpu_ms_per_req": _r(self.per_request_ms(self.server_cpu_s), 4),
@@ -86,12 +88,15 @@ class WrkRunner:
         self.cap_rps = 3000.0
 
     def _pool(self, port: int, close: bool, count: int) -> Path:
-        """Fresh events just before the phase (signatures expire after 300 s), built by the generators."""
+        """Fresh events just before the phase (signatures expire after 300 s), built by the generator processes,
+        one file per wrk thread (`<prefix>.<k>`)."""
         n = len(self.bench.gens.pipes)
         share = replace(self.bench.base_phase(port), requests=math.ceil(count / n), connection_close=close)
-        path = self.scratch / "wrk-pool.txt"
-        path.write_bytes(b"".join(self.bench.gens.build([share] * n)))
-        return path
+        records = b"".join(self.bench.gens.build([share] * n))
+        prefix = self.scratch / "wrk-pool"
+        for k, chunk in enumerate(_split_records(records, self.threads)):
+            Path(f"{prefix}.{k}").write_bytes(chunk)
+        return prefix
 
     def phase(self, target: str, mode: str, duration: int) -> WrkSample:
         b = self.bench
@@ -100,13 +105,14 @@ class WrkRunner:
         pool = self._pool(server.port, mode == "close", math.ceil(self.cap_rps * duration))
         cmd = [self.wrk, "-t", str(self.threads), "-c", str(self.connections), "-d", f"{duration}s",
                "--timeout", "5s", "-s", str(SCRIPT), f"http://127.0.0.1:{server.port}/feishu/events",
-               "--", str(pool), str(self.threads)]
+               "--", str(pool)]
         ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-        cpu0, rcpu0, machine0 = server.cpu(), b.store.cpu(), MachineCpu.now()
+        cpu0, rcpu0, machine0, t0 = server.cpu(), b.store.cpu(), MachineCpu.now(), time.monotonic()
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 60)
-        cpu1, rcpu1, machine1 = server.cpu(), b.store.cpu(), MachineCpu.now()
+        cpu1, rcpu1, machine1, wall = server.cpu(), b.store.cpu(), MachineCpu.now(), time.monotonic() - t0
         ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-        pool.unlink()
+        for k in range(self.threads):
+            Path(f"{pool}.{k}").unlink()
         stats = _parse(out.stdout, out.stderr)
         errors = {k: stats[k] for k in ("connect", "read", "write", "status", "timeout") if stats[k]}
         return WrkSample(
@@ -116,6 +122,7 @@ class WrkRunner:
             client_cpu_s=(ru1.ru_utime + ru1.ru_stime) - (ru0.ru_utime + ru0.ru_stime),
             server_cpu_s=cpu1 - cpu0, redis_cpu_s=rcpu1 - rcpu0,
             drain_jobs=b.store.drain_jobs() if target == "ours" else None, machine=machine1 - machine0,
+            wall_s=wall,
         )
 
     def run(self) -> list[WrkSample]:
@@ -134,6 +141,18 @@ class WrkRunner:
                     print(f"  [wrk {mode:9} #{rep + 1}] {target:8} {s.throughput:8.1f} req/s  errors={errs}"
                           f"{'  POOL WRAPPED' if s.wrapped else ''}", file=sys.stderr, flush=True)
         return samples
+
+
+def _split_records(data: bytes, parts: int) -> list[bytes]:
+    """Deal `<length>\\n<request>` records round-robin into `parts` byte strings of the same format."""
+    out: list[list[bytes]] = [[] for _ in range(parts)]
+    pos = k = 0
+    while pos < len(data):
+        nl = data.index(b"\n", pos)
+        end = nl + 1 + int(data[pos:nl])
+        out[k % parts].append(data[pos:end])
+        pos, k = end, k + 1
+    return [b"".join(chunk) for chunk in out]
 
 
 def _parse(stdout: str, stderr: str) -> dict[str, int]:

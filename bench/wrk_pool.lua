@@ -1,7 +1,8 @@
 -- wrk script for bench/wrk.py: replays pre-built signed+encrypted requests, each one once.
--- Usage: wrk ... -s wrk_pool.lua URL -- POOL_FILE THREADS
--- POOL_FILE holds `<length>\n<raw HTTP request>` records. Thread k of N keeps records k, k+N, k+2N, ...
--- so no two threads send the same event (a repeated event is deduped and would look cheaper).
+-- Usage: wrk -t N ... -s wrk_pool.lua URL -- POOL_PREFIX
+-- Thread k (0 .. N-1) reads POOL_PREFIX.k, records of `<length>\n<raw HTTP request>`: each thread has its own
+-- events, so no event is sent twice (a repeated event is deduped and would look cheaper). One small file per
+-- thread keeps init() short: wrk starts a thread's requests before the next thread's init() has run.
 
 local threads = {}
 local next_id = 0
@@ -17,19 +18,15 @@ local size, cursor = 0, 0
 sent, wrapped = 0, 0  -- globals, read by done() through thread:get
 
 function init(args)
-  local path, nthreads = args[1], tonumber(args[2])
-  local f = assert(io.open(path, "rb"))
+  local f = assert(io.open(args[1] .. "." .. tid, "rb"))
   local data = f:read("*a")
   f:close()
-  local pos, k = 1, 0
+  local pos = 1
   while pos <= #data do
     local nl = string.find(data, "\n", pos, true)
     local len = tonumber(string.sub(data, pos, nl - 1))
-    if k % nthreads == tid then
-      size = size + 1
-      pool[size] = string.sub(data, nl + 1, nl + len)
-    end
-    k = k + 1
+    size = size + 1
+    pool[size] = string.sub(data, nl + 1, nl + len)
     pos = nl + 1 + len
   end
 end
