@@ -333,3 +333,22 @@ def test_bot_message_before_identity_is_known_is_503(feishu, claude, redis_url) 
         assert web.post(payload).status_code == 503
     finally:
         web.stop()
+
+
+@pytest.mark.parametrize("where", ["header.create_time", "event.message.content", "event.message.mentions",
+                                   "event.sender.sender_id", "event.message.message_id", "event.extra"])
+def test_values_nested_right_up_to_the_parser_limit_are_400(web: WebServer, where: str) -> None:
+    """Depths the JSON decoder still accepts must not overflow the stack further down (validation, keeping)."""
+    statuses = []
+    for depth in range(940, 1001, 3):  # the decoder gives up near 970 here; both sides of it
+        payload = event(unique("oc_deep"))
+        *path, last = where.split(".")
+        target = payload
+        for step in path:
+            target = target[step]
+        target[last] = "NESTED"
+        body = json.dumps(payload).replace('"NESTED"', "[" * depth + '"\\ud83d\\ude00"' + "]" * depth).encode()
+        resp = post_raw(web, body, sign(body, ENCRYPT_KEY))
+        assert resp.status_code < 500, (depth, resp.text)
+        statuses.append(resp.status_code)
+    assert set(statuses) == {400} if where != "event.extra" else set(statuses) <= {200, 400}
