@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from html.parser import HTMLParser
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bot.envelope import Inbound
@@ -101,6 +101,7 @@ texts = st.one_of(odd_text(60), st.lists(st.sampled_from((*EDGE_STRINGS, "<", ">
                                          max_size=8).map("".join))
 
 
+@settings(deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(["ou_a", "ou_b", "on_c", "e33ggbyz", 'ou_"q"']), texts),
                 min_size=1, max_size=5))
 def test_one_element_per_message_with_its_sender(batch: list[tuple[str, str]]) -> None:

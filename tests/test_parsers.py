@@ -140,7 +140,7 @@ def test_empty_content_is_an_empty_object() -> None:
     assert content_object("text", "") == {}
 
 
-@settings(max_examples=150)
+@settings(max_examples=150, deadline=None)
 @given(st.sampled_from(DOCUMENTED_TYPES).flatmap(lambda t: st.tuples(st.just(t), content_objects(t))),
        mention_lists(BOT))
 def test_right_typed_content_of_every_type_always_parses(typed: tuple[str, dict[str, Any]], mentions: Any) -> None:
