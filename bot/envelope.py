@@ -226,7 +226,8 @@ def _depth(value: Any) -> int:
     return deepest
 
 
-def _first_error(exc: ValidationError) -> str:
+def first_error(exc: ValidationError) -> str:
+    """The first problem, by field path; never the offending value (it may be huge or sensitive)."""
     err = exc.errors()[0]
     return f"{'.'.join(str(p) for p in err['loc']) or 'value'}: {err['msg']}"
 
@@ -243,10 +244,10 @@ def content_object(message_type: str, raw: str) -> dict[str, Any]:
         raise ContentError("content is not valid JSON") from None
     if not isinstance(data, dict):
         raise ContentError("content is not a JSON object")
-    if has_lone_surrogate(raw, data):
-        raise ContentError("content contains a lone UTF-16 surrogate")
     if _depth(data) > MAX_CONTENT_DEPTH:
         raise ContentError("content is nested too deeply")
+    if has_lone_surrogate(raw, data):
+        raise ContentError("content contains a lone UTF-16 surrogate")
     shape = CONTENT_SHAPES.get(message_type)
     # A post may also come wrapped in locales ({"zh_cn": {...}}); lark-oapi reads each wrapped document.
     docs = [data] if message_type != "post" or "content" in data else [v for v in data.values() if isinstance(v, dict)]
@@ -254,7 +255,7 @@ def content_object(message_type: str, raw: str) -> dict[str, Any]:
         for doc in docs if shape else []:
             shape.model_validate(doc)  # type: ignore[union-attr]
     except ValidationError as exc:
-        raise ContentError(f"{message_type} content: {_first_error(exc)}") from None
+        raise ContentError(f"{message_type} content: {first_error(exc)}") from None
     return data
 
 

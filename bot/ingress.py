@@ -8,10 +8,10 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import redis
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from bot import identity, metrics
 from bot.admission import IDENTITY_UNKNOWN, admit
@@ -23,6 +23,7 @@ from bot.envelope import (
     Inbound,
     MessageEvent,
     dumps,
+    first_error,
     has_lone_surrogate,
     to_inbound,
 )
@@ -34,6 +35,7 @@ from routing.policy import policy_from
 
 log = logging.getLogger(__name__)
 REJECTED_KEPT = 1000
+M = TypeVar("M", bound=BaseModel)
 
 
 @dataclass(frozen=True)
@@ -66,12 +68,6 @@ def _json_object(raw: bytes | str, what: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise Reject(400, f"{what} is not a JSON object")
     return value
-
-
-def _why(exc: ValidationError) -> str:
-    """The first problem, by field path; never the offending value (it may be huge or sensitive)."""
-    err = exc.errors()[0]
-    return f"{'.'.join(str(p) for p in err['loc']) or 'value'}: {err['msg']}"
 
 
 @dataclass(frozen=True)
@@ -152,34 +148,40 @@ class Ingress:
             return Response(200, {"challenge": challenge})
         if not auth.signed:
             raise Reject(401, "missing signature headers")
+        parsed = self._message_event(payload, ctx)
+        if parsed is None:
+            return Response(200)
+        bot_open_id = self.bot_open_id.get()
+        try:
+            inbound = to_inbound(*parsed, bot_open_id)
+        except ContentError as exc:
+            self._keep_rejected(payload)
+            raise Reject(400, f"malformed message content ({exc})") from None
+        return self._accept(inbound, bot_open_id, ctx)
+
+    def _message_event(self, payload: dict[str, Any], ctx: dict[str, Any]) -> tuple[Envelope, MessageEvent] | None:
+        """The `im.message.receive_v1` event; None for events we ignore; 400 (and kept) when malformed."""
         header = payload.get("header")
         if isinstance(header, dict) and isinstance(header.get("event_id"), str):
             ctx["event_id"] = header["event_id"]
         if payload.get("schema") != "2.0":
             ctx["outcome"] = "ignored"
             log.info("ignored non-2.0 event", extra={**ctx, "reason": "schema"})
-            return Response(200)
-        try:
-            envelope = Envelope.model_validate(payload)
-        except ValidationError as exc:
-            self._keep_rejected(payload)
-            raise Reject(400, f"malformed schema 2.0 envelope ({_why(exc)})") from None
+            return None
+        envelope = self._validated(Envelope, payload, payload, "malformed schema 2.0 envelope")
         if envelope.header.event_type != MESSAGE_RECEIVE:
             ctx["outcome"] = "ignored"
             log.info("ignored event type", extra={**ctx, "reason": envelope.header.event_type})
-            return Response(200)
+            return None
+        event = self._validated(MessageEvent, envelope.event, payload, "malformed im.message.receive_v1 event")
+        return envelope, event
+
+    def _validated(self, model: type[M], value: Any, payload: dict[str, Any], what: str) -> M:
         try:
-            event = MessageEvent.model_validate(envelope.event)
+            return model.model_validate(value)
         except ValidationError as exc:
             self._keep_rejected(payload)
-            raise Reject(400, f"malformed im.message.receive_v1 event ({_why(exc)})") from None
-        bot_open_id = self.bot_open_id.get()
-        try:
-            inbound = to_inbound(envelope, event, bot_open_id)
-        except ContentError as exc:
-            self._keep_rejected(payload)
-            raise Reject(400, f"malformed message content ({exc})") from None
-        return self._accept(inbound, bot_open_id, ctx)
+            raise Reject(400, f"{what} ({first_error(exc)})") from None
 
     def _accept(self, inbound: Inbound, bot_open_id: str | None, ctx: dict[str, Any]) -> Response:
         ctx["message_id"] = inbound.message_id
