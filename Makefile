@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 PORT   ?= 8000
 
-.PHONY: run test lint bench stop clean
+.PHONY: run test lint bench chaos stop clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,9 @@ lint: $(VENV)/.dev
 
 bench: $(VENV)/.dev
 	$(BIN)/python -m bench.ingest
+
+chaos: $(VENV)/.dev
+	$(BIN)/python -m chaos
 
 stop: $(VENV)/.deps
 	$(BIN)/python -m memory.embedded stop

@@ -1,0 +1,276 @@
+"""The whole real service as processes (gunicorn web, worker supervisor, sweeper, embedded Redis) against the
+Feishu emulator and the Claude stand-in running in this process, with the kill and restart levers chaos needs."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import redis
+import requests
+
+from chaos.procs import Service, alive, children, memory_kb, proc_table, signal_pids
+from memory.embedded import ensure_server
+from memory.keys import Keys
+from sandbox.claude_standin import ClaudeStandin
+from sandbox.feishu_emulator import OPS, FeishuEmulator
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+NETGUARD = ROOT / "tests" / "netguard"  # loopback-only guard for every process we start (sitecustomize)
+APP_ID = "cli_chaos"
+BOT_OPEN_ID = "ou_chaos_bot"
+SERVICE_PREFIXES = ("FEISHU_", "ANTHROPIC_", "ROUTING_", "BITABLE_", "RUN_", "REDIS_", "WORKER_", "WEB_")
+
+
+@dataclass(frozen=True)
+class Secrets:
+    """Every secret the service holds, as canary strings: scenario 9 looks for them wherever they must not be."""
+
+    app_secret: str
+    encrypt_key: str
+    verification_token: str
+    api_key: str
+    admin_token: str
+
+    @classmethod
+    def canaries(cls) -> Secrets:
+        tag = os.urandom(4).hex()
+        return cls(*(f"canary{tag}{name}" for name in ("appsecret", "encryptkey", "verifytoken", "apikey",
+                                                         "admintoken")))
+
+    def by_env(self) -> dict[str, str]:
+        return {"FEISHU_APP_SECRET": self.app_secret, "FEISHU_ENCRYPT_KEY": self.encrypt_key,
+                "FEISHU_VERIFICATION_TOKEN": self.verification_token, "ANTHROPIC_API_KEY": self.api_key,
+                "ADMIN_TOKEN": self.admin_token}
+
+
+def service_env(redis_url: str, feishu_url: str, model_url: str, secrets: Secrets, profile: str,
+                var_dir: Path, netguard: bool, **extra: str) -> dict[str, str]:
+    """A deployment's environment pointed at the emulators, with short timers so faults play out in seconds."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith(SERVICE_PREFIXES)
+            and k not in ("BOT_PROFILE", "ADMIN_TOKEN", "ENV_FILE", "LOG_LEVEL", "PYTHONPATH")}
+    path = [str(NETGUARD), str(ROOT)] if netguard else [str(ROOT)]
+    env = {
+        **base, **secrets.by_env(), "FEISHU_APP_ID": APP_ID, "FEISHU_DOMAIN": feishu_url,
+        "ANTHROPIC_BASE_URL": model_url, "REDIS_URL": redis_url, "BOT_PROFILE": profile, "VAR_DIR": str(var_dir),
+        "ENV_FILE": os.devnull, "LOG_LEVEL": "INFO", "PYTHONPATH": os.pathsep.join(path),
+        "PATH": f"{BIN}:{base.get('PATH', '')}", "PYTHONUNBUFFERED": "1",
+        "RUN_LEASE_SECONDS": "3", "RUN_RETRY_DELAYS": "1,1,1,1", "DEAD_LETTER_AFTER": "4",
+        "RUN_BUDGET_SECONDS": "40", "SWEEP_INTERVAL_SECONDS": "0.5", "PAUSE_PROBE_SECONDS": "1",
+        "LLM_TIMEOUT_SECONDS": "3", "FEISHU_TIMEOUT_SECONDS": "2", "WORKER_CONCURRENCY": "8", "WEB_CONCURRENCY": "2",
+    }
+    if netguard:
+        env["TEST_NETGUARD"] = "1"
+    env.update(extra)
+    return env
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Stack:
+    def __init__(self, *, workers: int = 8, env: dict[str, str] | None = None, netguard: bool = True,
+                 keep: bool = False) -> None:
+        # Short path: unix socket paths are limited to ~107 bytes.
+        self.dir = Path(tempfile.mkdtemp(prefix="chaos-"))
+        self.var, self.logs = self.dir / "var", self.dir / "logs"
+        self.logs.mkdir()
+        self.keep, self.netguard = keep, netguard and NETGUARD.exists()
+        self.profile = f"chaos{os.urandom(3).hex()}"
+        self.keys = Keys(self.profile)
+        self.secrets = Secrets.canaries()
+        self.concurrency = workers
+        self.feishu = FeishuEmulator(app_id=APP_ID, app_secret=self.secrets.app_secret, bot_open_id=BOT_OPEN_ID)
+        self.claude = ClaudeStandin()
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.redis_url = ""
+        self._extra_env = dict(env or {})
+        self.env: dict[str, str] = {}
+        self.services: dict[str, Service] = {}
+        self._r: redis.Redis | None = None
+
+    # -- lifecycle -----------------------------------------------------------------------------------------
+
+    def start(self, timeout: float = 300.0) -> Stack:
+        self.start_redis()
+        self.feishu.start()
+        self.claude.start()
+        self.env = service_env(self.redis_url, self.feishu.url, self.claude.url, self.secrets, self.profile,
+                               self.var, netguard=self.netguard,
+                               WORKER_CONCURRENCY=str(self.concurrency), **self._extra_env)
+        py = str(BIN / "python")
+        commands = {
+            "web": [str(BIN / "gunicorn"), "app:app", "-c", str(ROOT / "gunicorn.conf.py"),
+                    "--bind", f"127.0.0.1:{self.port}"],
+            "worker": [py, "-m", "jobs.worker", "--name", f"{self.profile}-w"],
+            "sweeper": [py, "-m", "jobs.sweeper"],
+        }
+        for name, argv in commands.items():
+            self.services[name] = Service(name, argv, self.env, self.dir, self.logs)
+            self.services[name].start()
+        self.wait_ready(timeout)
+        return self
+
+    def close(self) -> None:
+        for service in self.services.values():
+            service.kill()
+        self.stop_redis(kill=True)
+        for server in (self.feishu, self.claude):
+            with contextlib.suppress(Exception):
+                server.stop()
+        if not self.keep:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self) -> Stack:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def r(self) -> redis.Redis:
+        if self._r is None:
+            self._r = redis.Redis.from_url(self.redis_url, decode_responses=True, socket_timeout=5)
+        return self._r
+
+    # -- readiness and health ------------------------------------------------------------------------------
+
+    def wait_ready(self, timeout: float = 300.0) -> None:
+        deadline = time.monotonic() + timeout
+        while problems := self.problems():
+            if time.monotonic() > deadline:
+                tails = "\n".join(f"== {s.name}\n{s.tail()}" for s in self.services.values())
+                raise RuntimeError(f"stack not ready after {timeout:.0f}s: {problems}\n{tails}")
+            time.sleep(0.2)
+
+    def problems(self) -> list[str]:
+        """What keeps the stack from serving: dead processes, missing workers, Redis or web not answering."""
+        found = [f"{name} exited" for name, s in self.services.items() if not s.running()]
+        try:
+            self.r.ping()
+        except redis.RedisError:
+            return [*found, "redis down"]
+        if "web" in self.services and self.services["web"].running() and self.http_status("/readyz") != 200:
+            found.append("web not ready")
+        if "worker" in self.services and len(self.registered_workers()) < self.concurrency:
+            found.append(f"{len(self.registered_workers())}/{self.concurrency} RQ workers")
+        sweeper = self.services.get("sweeper")
+        if sweeper and "sweeper started" not in sweeper.log_path.read_text(errors="replace"):
+            found.append("sweeper starting")
+        if self.r.get(self.keys.bot_open_id) != BOT_OPEN_ID:
+            found.append("bot identity not cached")
+        return found
+
+    def http_status(self, path: str, **kw: Any) -> int | None:
+        try:
+            return requests.get(f"{self.url}{path}", timeout=2, **kw).status_code
+        except requests.RequestException:
+            return None
+
+    def registered_workers(self) -> list[int]:
+        """Live RQ worker processes of the supervisor that have registered with Redis."""
+        from rq import Worker
+
+        live = set(self.rq_workers())
+        conn = redis.Redis.from_url(self.redis_url)
+        try:
+            return [w.pid for w in Worker.all(connection=conn) if w.pid in live]
+        finally:
+            conn.close()
+
+    # -- the worker tree -----------------------------------------------------------------------------------
+
+    def rq_workers(self) -> list[int]:
+        """The supervisor's children: one RQ worker process per slot."""
+        sup = self.services.get("worker")
+        return children(sup.pid) if sup and sup.running() else []
+
+    def horses(self) -> list[tuple[int, int]]:
+        """(horse, its RQ worker) for every busy slot. A horse leads its own process group (RQ calls setpgrp),
+        which tells it from the scheduler process an RQ worker may also have forked."""
+        table = proc_table()
+        out = []
+        for parent in self.rq_workers():
+            out += [(pid, parent) for pid in children(parent, table) if table[pid].pgid == pid]
+        return out
+
+    def orphans(self) -> list[int]:
+        """Processes of the worker session no longer under the supervisor (horses whose RQ worker died)."""
+        sup = self.services["worker"]
+        table = proc_table()
+        tree = {sup.pid}
+        frontier = [sup.pid]
+        while frontier:
+            frontier = [p.pid for p in table.values() if p.ppid in frontier]
+            tree.update(frontier)
+        return [pid for pid in sup.members() if pid not in tree]
+
+    def kill(self, pids: list[int]) -> list[int]:
+        return signal_pids(pids, signal.SIGKILL)
+
+    def worker_memory(self) -> dict[str, int]:
+        """Memory (kB) of the long-lived worker processes (supervisor + RQ workers), summed, and of busy horses."""
+        horses = {h for h, _ in self.horses()}
+        resident = [self.services["worker"].pid, *self.rq_workers()]
+        out = {"processes": len(resident), "horses": len(horses),
+               "horses_pss": sum(memory_kb(h)["pss"] for h in horses)}
+        for pid in resident:
+            for kind, kb in memory_kb(pid).items():
+                out[kind] = out.get(kind, 0) + kb
+        return out
+
+    # -- Redis ---------------------------------------------------------------------------------------------
+
+    def start_redis(self) -> None:
+        self.redis_url = ensure_server(str(self.var))
+
+    def redis_pid(self) -> int | None:
+        try:
+            pid = int((self.var / "redis.pid").read_text().strip())
+        except (OSError, ValueError):
+            return None
+        return pid if alive(pid) else None
+
+    def stop_redis(self, kill: bool = False, timeout: float = 15.0) -> None:
+        """SIGTERM: Redis writes its append-only file and exits (SIGKILL with kill=True)."""
+        if self._r is not None:
+            self._r.close()
+        pid = self.redis_pid()
+        if pid is None:
+            return
+        os.kill(pid, signal.SIGKILL if kill else signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    # -- emulators -----------------------------------------------------------------------------------------
+
+    def calm(self) -> None:
+        """No faults, delays, poison or pacing limits left over from a scenario."""
+        self.feishu.clear_faults()
+        self.feishu.set_chat_qps(None)
+        for op in OPS:
+            self.feishu.set_delay(op, 0)
+        self.claude.clear_profile()
+        self.claude.clear_fail_when()
+        self.claude.set_delay(0)
+        self.claude.set_responder(None)
+        self.claude.restore_keys()
+
+    def log_files(self) -> list[Path]:
+        return sorted([*self.logs.glob("*.log"), self.var / "redis.log"])
