@@ -96,8 +96,8 @@ def service(env: dict[str, str], workdir: Path, r: redis.Redis, keys: Keys) -> I
     procs.append(Proc(["-m", "jobs.sweeper"], env, str(workdir), workdir / "sweeper.log"))
     web = WebServer(settings_from(env))
     rq = redis.Redis.from_url(env["REDIS_URL"])
-    wait_for(lambda: all(p.alive() for p in procs) and worker_count(rq, "test-runs") >= 2, 60, what="workers")
-    wait_for(lambda: r.get(keys.bot_open_id) == BOT_OPEN_ID, 30, what="bot identity cached by the sweeper")
+    wait_for(lambda: all(p.alive() for p in procs) and worker_count(rq, "test-runs") >= 2, 120, what="workers")
+    wait_for(lambda: r.get(keys.bot_open_id) == BOT_OPEN_ID, 60, what="bot identity cached by the sweeper")
     yield web
     web.stop()
     stop_all(procs)
