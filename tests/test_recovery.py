@@ -35,6 +35,9 @@ from tests.harness import (
 )
 
 
+ADMIN_CHAT = "oc_admin_alerts"
+
+
 @dataclass
 class Rig:
     web: WebServer
@@ -71,7 +74,7 @@ def _workers(rq: redis.Redis) -> list:
 def rig(env: dict[str, str], workdir: Path, r: redis.Redis) -> Iterator[Rig]:
     profile = unique("rec")
     own = {**env, "BOT_PROFILE": profile, "WORKER_CONCURRENCY": "1", "RUN_BUDGET_SECONDS": "6",
-           "LLM_TIMEOUT_SECONDS": "30", "PAUSE_PROBE_SECONDS": "1"}
+           "LLM_TIMEOUT_SECONDS": "30", "PAUSE_PROBE_SECONDS": "1", "ADMIN_CHAT_ID": ADMIN_CHAT}
     rig = Rig(WebServer(settings_from(own)), own, Keys(profile), workdir)
     sweeper = Proc(["-m", "jobs.sweeper"], own, str(workdir), workdir / f"{profile}-sweeper.log")
     wait_for(lambda: r.get(rig.keys.bot_open_id), 40, what="the rig's sweeper")
@@ -154,6 +157,7 @@ def test_sigterm_hands_the_route_over_at_once_and_a_fresh_worker_answers(rig, wo
 
 
 def test_watchdog_breaks_a_run_stuck_past_its_budget(rig, worker, feishu, claude, r) -> None:
+    feishu.add_chat(ADMIN_CHAT)
     claude.inject_fault("timeout", times=1, timeout_seconds=25)  # hangs far past RUN_BUDGET_SECONDS=6
     chat = unique("oc_p2p")
     env = deliver(rig.web, feishu, chat_id=chat, chat_type="p2p", text="卡住的一轮")
@@ -163,6 +167,8 @@ def test_watchdog_breaks_a_run_stuck_past_its_budget(rig, worker, feishu, claude
     assert int(r.hget(rig.keys.metrics, "stuck_runs") or 0) >= 1
     metrics = requests.get(f"{rig.web.url}/metrics", timeout=5).text
     assert "stuck_runs_total 1.0" in metrics
+    alerts = feishu.wait_for(lambda: feishu.bot_messages(chat_id=ADMIN_CHAT), timeout=20)
+    assert "超过" in reply_text(alerts[0]) and rig.rk(chat) in reply_text(alerts[0])
     assert worker_count(redis.Redis.from_url(rig.env["REDIS_URL"]), f"{rig.env['BOT_PROFILE']}-runs") >= 1
 
 
