@@ -65,7 +65,7 @@ class CrashRig:
         conn = redis.Redis.from_url(self.env["REDIS_URL"])
         wait_for(lambda: all(p.alive() for p in workers.values()) and
                  all(any(w.startswith(name) for w in _worker_names(conn, self.queue)) for name in workers),
-                 timeout=90, what="the rig's workers to register")
+                 timeout=120, what="the rig's workers to register")
         return workers
 
     def runners(self, rk: str) -> list[str]:
@@ -203,7 +203,7 @@ def test_lost_kick_is_recovered_by_the_sweep(env, workdir, feishu, claude, r) ->
         wait_for(lambda: not r.exists(keys.lease(rk)), what="the kick lease to expire")
         start("jobs.worker")
         start("jobs.sweeper")
-        feishu.wait_for(lambda: feishu.replies_to(message_id(env_msg)), timeout=60)
+        feishu.wait_for(lambda: feishu.replies_to(message_id(env_msg)), timeout=120)
         wait_route_idle(r, keys, rk)
         assert len(model_requests_with(claude, "丢失的启动信号")) == 1
         assert len(feishu.replies_to(message_id(env_msg))) == 1
@@ -221,7 +221,7 @@ def test_two_profiles_on_one_redis_never_run_each_others_routes(crash_rig: Crash
     def queued() -> list[Any]:
         return [job for job in rq_jobs(crash_rig.env["REDIS_URL"], crash_rig.queue, "queued") if _route_of(job) == rk]
 
-    job = wait_for(queued, timeout=60, what="the other bot's drain job on its own RQ queue")[0]
+    job = wait_for(queued, timeout=120, what="the other bot's drain job on its own RQ queue")[0]
     # Barrier: the session's workers (profile "test") answer a message of their own sent after it.
     own_chat = unique("oc_p2p")
     mine = deliver(service, feishu, chat_id=own_chat, chat_type="p2p", text="本机器人随后的消息")
@@ -232,7 +232,7 @@ def test_two_profiles_on_one_redis_never_run_each_others_routes(crash_rig: Crash
     assert model_requests_with(claude, "另一个机器人的消息") == []
     assert feishu.replies_to(message_id(env_msg)) == []
     crash_rig.start_workers(1)
-    feishu.wait_for(lambda: feishu.replies_to(message_id(env_msg)), timeout=60)
+    feishu.wait_for(lambda: feishu.replies_to(message_id(env_msg)), timeout=120)
     wait_route_idle(r, crash_rig.keys, rk)
     assert len(model_requests_with(claude, "另一个机器人的消息")) == 1
     assert len(feishu.replies_to(message_id(env_msg))) == 1
