@@ -29,7 +29,7 @@ def test_procfile_service_answers_sandbox_messages(tmp_path: Path) -> None:
     env = subprocess_env({
         "VAR_DIR": str(tmp_path / "var"), "SANDBOX_FEISHU_PORT": str(free_port()),
         "SANDBOX_MODEL_PORT": str(free_port()), "BOT_PROFILE": unique("e2e"), "PORT": str(port),
-        "WEB_CONCURRENCY": "1", "REDIS_URL": "",
+        "WEB_CONCURRENCY": "1", "WORKER_CONCURRENCY": "2", "REDIS_URL": "",
     })
     env.pop("REDIS_URL")  # unset: the service must start its own embedded Redis
     # It runs in the repo root, next to a developer's real .env: honcho must not read it (-e), nor any
