@@ -35,6 +35,7 @@ class Suite:
         self.stack: Stack | None = None
         self.leaks: Leaks | None = None
         self.stack_starts = 0
+        self.results: dict[int, Result] = {}
 
     def context(self) -> Context:
         if self.stack is not None and self.stack.problems():
@@ -56,6 +57,7 @@ class Suite:
             f"{[c.name for c in result.failures()]} {result.error}")
         if sc.fresh_stack_after:
             self.close()
+        self.results[sc.num] = result
         return result
 
     def close(self) -> None:

@@ -2,8 +2,9 @@
 the worker supervisor and the sweeper as processes, embedded Redis, the emulators over HTTP.
 
 One stack for the module, shared by the scenarios in order; a scenario that leaves it unhealthy gets it
-replaced before the next. Each test asserts every invariant its scenario checks except timing bounds
-(p99 ingest, pacing jitter), which depend on the machine and are reported by `make chaos` only.
+replaced before the next. Each scenario runs once; its tests assert the invariants it checks, except timing
+bounds (p99 ingest, pacing jitter), which depend on the machine and are reported by `make chaos` only.
+Checks that a known service defect breaks are split into tests of their own, marked xfail with the defect.
 """
 
 from __future__ import annotations
@@ -19,9 +20,13 @@ from chaos.scenarios import load_all
 
 pytestmark = pytest.mark.timeout(900)  # the first test also pays for starting the stack on a busy machine
 SCENARIOS = load_all()
-KICK_LEASE_DEFECT = ("defect: a kick lease whose kick record or RQ job is gone (lost record, sweeper or Redis "
-                     "crash between pop and enqueue) blocks its route until the lease expires (120 s); the sweep "
-                     "only kicks routes without a lease. Fix proposed in the chaos report (jobs/scripts.py KICK).")
+DRAIN = "drained within"
+LOST_KICKS = "lost kicks redone within one sweep"
+KICK_LEASE_DEFECT = (
+    "service defect: a kick lease (`k:<token>`, 120 s) whose kick record or RQ job is gone blocks its route "
+    "until the lease expires, because the sweep only kicks routes without a lease. Records and jobs are lost "
+    "when the sweeper, an RQ worker or Redis dies between popping a kick and the run's ACQUIRE. "
+    "Proposed fix in the chaos report: KICK (jobs/scripts.py) re-queues a kick lease older than a few sweeps.")
 
 
 @pytest.fixture(scope="module")
@@ -31,50 +36,72 @@ def suite() -> Iterator[Suite]:
     s.close()
 
 
-def run(suite: Suite, num: int) -> Result:
-    result = suite.run(SCENARIOS[num])
-    failed = result.failures(timed=False)
+def result_of(suite: Suite, num: int) -> Result:
+    """Each scenario runs once per module, whichever of its tests asks first."""
+    return suite.results.get(num) or suite.run(SCENARIOS[num])
+
+
+def assert_holds(result: Result, *, but: tuple[str, ...] = ()) -> None:
+    """Every check but timing bounds and those named in `but` (by prefix) passed."""
+    failed = [c for c in result.failures(timed=False) if not c.name.startswith(but)]
     assert not result.error and not failed, details([result])
-    return result
+
+
+def assert_only(result: Result, name: str) -> None:
+    checks = [c for c in result.checks if c.name.startswith(name)]
+    assert checks and all(c.ok for c in checks), details([result])
 
 
 def test_worker_and_horse_kills_lose_duplicate_and_reorder_nothing(suite: Suite) -> None:
-    run(suite, 1)
+    assert_holds(result_of(suite, 1), but=(DRAIN,))
+
+
+@pytest.mark.xfail(reason=KICK_LEASE_DEFECT + " Seen when a kill lands between dequeue and ACQUIRE.", strict=False)
+def test_worker_and_horse_kills_are_recovered_within_the_drain_deadline(suite: Suite) -> None:
+    assert_only(result_of(suite, 1), DRAIN)
 
 
 def test_an_orphaned_horse_keeps_its_route_alone_and_replies_once(suite: Suite) -> None:
-    run(suite, 2)
+    assert_holds(result_of(suite, 2))
+
+
+def test_web_killed_mid_burst_loses_nothing_and_redeliveries_are_deduped(suite: Suite) -> None:
+    assert_holds(result_of(suite, 3), but=(LOST_KICKS,))
 
 
 @pytest.mark.xfail(reason=KICK_LEASE_DEFECT, strict=True)
-def test_web_killed_mid_burst_and_lost_kicks_are_delivered_within_a_sweep(suite: Suite) -> None:
-    run(suite, 3)
+def test_lost_kick_records_are_redone_within_one_sweep(suite: Suite) -> None:
+    assert_only(result_of(suite, 3), LOST_KICKS)
+
+
+def test_redis_restart_loses_nothing_acknowledged_and_503s_are_redelivered(suite: Suite) -> None:
+    assert_holds(result_of(suite, 4), but=(DRAIN,))
 
 
 @pytest.mark.xfail(reason=KICK_LEASE_DEFECT + " Seen when Redis dies between dequeue and ACQUIRE.", strict=False)
-def test_redis_restart_loses_nothing_acknowledged_and_503s_are_redelivered(suite: Suite) -> None:
-    run(suite, 4)
+def test_redis_restart_is_recovered_within_the_drain_deadline(suite: Suite) -> None:
+    assert_only(result_of(suite, 4), DRAIN)
 
 
 def test_open_api_faults_deliver_every_reply_chunk_once_within_pacing(suite: Suite) -> None:
-    run(suite, 5)
+    assert_holds(result_of(suite, 5))
 
 
 def test_model_faults_are_retried_and_exhausted_retries_dead_letter_then_replay_once(suite: Suite) -> None:
-    run(suite, 6)
+    assert_holds(result_of(suite, 6))
 
 
 def test_a_poison_message_in_a_topic_batch_is_the_only_dead_letter(suite: Suite) -> None:
-    run(suite, 7)
+    assert_holds(result_of(suite, 7))
 
 
 def test_fuzzed_requests_never_5xx_never_enqueue_forgeries_never_crash_workers(suite: Suite) -> None:
-    run(suite, 8)
+    assert_holds(result_of(suite, 8))
 
 
 def test_canary_secrets_appear_in_no_log_request_or_reply_and_admin_needs_its_token(suite: Suite) -> None:
-    run(suite, 9)
+    assert_holds(result_of(suite, 9))
 
 
 def test_sustained_load_drains_with_flat_worker_memory(suite: Suite) -> None:
-    run(suite, 10)
+    assert_holds(result_of(suite, 10))

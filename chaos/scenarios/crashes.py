@@ -80,7 +80,7 @@ def worker_kills(ctx: Context, result: Result) -> None:
     finally:
         killer.stop()
     try:
-        run.settle(idle_timeout=120)
+        run.settle(idle_timeout=ctx.size(30, 60))  # a lease lasts 3 s, a sweep 0.5 s: a crashed run is redone fast
         run.finish()
         wait_workers(ctx, result)
         result.check("kills happened", sum(killer.kills.values()) >= 3, f"{dict(killer.kills)}")
@@ -103,42 +103,48 @@ def route_of(tokens: dict[str, Event]) -> Any:
     return key
 
 
+def in_model_calls(stack: Stack, cursor: int, tokens: set[str]) -> int:
+    """How many of our model calls are being answered right now."""
+    return sum(1 for e in stack.claude.timeline_since(cursor)
+               if e["end"] is None and any(t in (e["last_user"] or "") for t in tokens))
+
+
 @scenario(2, "RQ worker killed while its horse runs (orphan fenced)")
 def orphaned_horses(ctx: Context, result: Result) -> None:
-    routes, rounds = ctx.size(6, 16), ctx.size(2, 3)
-    result.size = f"{routes} routes x {rounds} kill rounds"
+    routes, rounds = ctx.size(6, 16), ctx.size(1, 3)
+    result.size = f"{routes} routes x {rounds} kill round(s)"
     stack = ctx.stack
-    stack.claude.set_delay(2.0)  # the horse is inside its model call when its parent dies
+    stack.claude.set_delay(2.5)  # the horse is inside its model call when its parent dies
     targets = p2p_targets(routes, "s2")
     run = ctx.run(result)
     model_from = len(stack.claude.requests_since(0))
     orphaned: set[int] = set()
+    killed = 0
     try:
         for _ in range(rounds):
-            for t in targets:
-                run.sender.send(run.sender.event(t))
-            deadline = time.monotonic() + 20
-            while len(stack.horses()) < min(routes, stack.concurrency) // 2 and time.monotonic() < deadline:
+            wave = [run.sender.event(t) for t in targets]
+            for e in wave:
+                run.sender.send(e)
+            want, deadline = min(routes, stack.concurrency) // 2, time.monotonic() + 30
+            while in_model_calls(stack, model_from, {e.token for e in wave}) < want and time.monotonic() < deadline:
                 time.sleep(0.05)
-            time.sleep(0.3)
             busy = stack.horses()
-            parents = sorted({p for _, p in busy})
-            stack.kill(parents)  # parents only: each horse lives on, reparented, still holding its lease
+            killed += len(stack.kill(sorted({p for _, p in busy})))  # parents only: each horse lives on, reparented
             time.sleep(0.2)
             orphaned |= {h for h, _ in busy} & set(stack.orphans())
             for t in targets:  # more mail while the orphans run: a second run of these routes would now start
                 run.sender.send(run.sender.event(t))
-            wait_workers(ctx, result, timeout=60)
             run.phase("kill round")
-        run.settle(idle_timeout=90)
+        run.settle(idle_timeout=60)
         run.finish()
+        wait_workers(ctx, result, timeout=60)
         tokens = {e.token: e for e in run.sender.events}
         timeline = [e for e in stack.claude.timeline_since(model_from) if e["fault"] != "timeout"]
         pairs = overlaps(timeline, route_of(tokens))
-        result.check("horses orphaned while running", len(orphaned) >= 1, f"{len(orphaned)} orphaned horses")
+        result.check("horses orphaned while running", len(orphaned) >= 1,
+                     f"{len(orphaned)} orphaned horses, {killed} RQ workers killed")
         result.check("never two model calls of one route at once", not pairs, f"overlapping calls (seq): {pairs[:5]}")
-        result.check("one reply per message", result.counts.duplicates == 0 and result.counts.lost == 0)
-        result.notes.append(f"{len(orphaned)} horses orphaned by killing their RQ worker; "
-                            f"{len(timeline)} model calls checked for overlap")
+        result.notes.append(f"{killed} RQ workers killed while their horse ran; {len(orphaned)} horses lived on "
+                            f"as orphans; {len(timeline)} model calls checked for overlap")
     finally:
         run.close()
