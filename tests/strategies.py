@@ -217,12 +217,13 @@ def authentic_requests(encrypt_key: str, token: str, app_id: str, bot_open_id: s
                             st.text(HEADER_SAFE, max_size=40),
                             max_size=2)
     return st.builds(_authentic, message_events(token, app_id, bot_open_id, huge_bytes), st.booleans(),
-                     st.just(encrypt_key), extra)
+                     st.just(encrypt_key), extra, st.sampled_from([str, str.lower, str.upper]))
 
 
-def _authentic(payload: dict[str, Any], encrypted: bool, encrypt_key: str, extra: dict[str, str]) -> FeishuRequest:
+def _authentic(payload: dict[str, Any], encrypted: bool, encrypt_key: str, extra: dict[str, str],
+               case: Any) -> FeishuRequest:
     body, headers = signed_request(payload, encrypt_key=encrypt_key, encrypt=encrypted)
-    return FeishuRequest(body, {**extra, **headers}, payload)
+    return FeishuRequest(body, {**extra, **{case(k): v for k, v in headers.items()}}, payload)  # names: any case
 
 
 FORGERIES = ("bad_signature", "wrong_key", "stale", "future", "wrong_token", "no_token", "unsigned",

@@ -254,10 +254,13 @@ def test_lone_surrogate_escapes_are_400(web, r, keys, how: str) -> None:
     assert len(kept(r, keys, payload["header"]["event_id"])) == (0 if how == "unsigned" else 1)
 
 
-def test_signed_body_that_cannot_be_decrypted_is_400_not_401(web, r, keys) -> None:
+@pytest.mark.parametrize("garble", ["truncated", "other_key", "number", "null", "empty", "list"])
+def test_signed_body_that_cannot_be_decrypted_is_400_not_401(web, r, keys, garble: str) -> None:
     payload = event(unique("oc_undecryptable"))
-    body, _ = signed_request(payload, encrypt_key=ENCRYPT_KEY)
-    body = json.dumps({"encrypt": json.loads(body)["encrypt"][:-4]}).encode()
+    token = json.loads(signed_request(payload, encrypt_key=ENCRYPT_KEY)[0])["encrypt"]
+    value = {"truncated": token[:-4], "other_key": encrypt("{}", "other-key", iv=bytes(16)), "number": 5,
+             "null": None, "empty": "", "list": [token]}[garble]
+    body = json.dumps({"encrypt": value}).encode()
     assert "cannot be decrypted" in assert_json_error(post_raw(web, body, sign(body, ENCRYPT_KEY)), 400)
     assert traces(r, keys, payload) == []
 
