@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 import socket
 import threading
 import time
@@ -208,9 +209,12 @@ def pool_bytes(pool: list[bytes]) -> bytes:
     return b"".join(b"%d\n%s" % (len(raw), raw) for raw in pool)
 
 
-def serve(pipe: Connection) -> None:
+def serve(pipe: Connection, own_session: bool = False) -> None:
     """Child process loop: ("prepare", Phase) → "ready"; ("go", start) → PhaseResult;
-    ("build", Phase) → pool_bytes for an outside driver; ("stop",) → exit."""
+    ("build", Phase) → pool_bytes for an outside driver; ("stop",) → exit.
+    `own_session`: a session (and so an autogroup) of its own, for `--priority`."""
+    if own_session:
+        os.setsid()
     phase: Phase | None = None
     pool: list[bytes] = []
     try:

@@ -60,3 +60,25 @@ def machine_json(m: MachineCpu, elapsed: float, ours_s: float) -> dict[str, floa
     return {"machine_idle_cores": round(m.idle / elapsed, 3),
             "other_cpu_cores": round((m.busy - ours_s) / elapsed, 3),
             "softirq_cores": round(m.softirq / elapsed, 3)}
+
+
+def worker_split(before: dict[int, float], after: dict[int, float], elapsed: float) -> list[float]:
+    """CPU cores each worker used over a phase, largest first (workers present at both ends)."""
+    if elapsed <= 0:
+        return []
+    return sorted((round((after[pid] - before[pid]) / elapsed, 3) for pid in after if pid in before), reverse=True)
+
+
+def imbalanced(cores: list[float]) -> bool:
+    """One worker did under half of another's work: keep-alive connections landed unevenly on the workers."""
+    return len(cores) > 1 and cores[-1] < 0.5 * cores[0]
+
+
+def other_note(values: list[float | None], limit: float = 0.25) -> str | None:
+    """A warning when other work took a noticeable share of the CPUs during the measured phases. Not shown with
+    `--priority`: other work then only gets what the bench leaves idle, so it measures slack, not theft."""
+    worst = max((v for v in values if v is not None), default=0.0)
+    if worst <= limit:
+        return None
+    return (f"WARNING: other work took up to {worst:.2f} cores during these phases (other_cpu_cores); "
+            "throughput is then a scheduler share, not the handler's. Rerun on a quiet machine or with --priority.")
