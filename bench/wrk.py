@@ -24,7 +24,7 @@ SCRIPT = Path(__file__).with_name("wrk_pool.lua")
 MODES = ("keepalive", "close")
 MISSING = "wrk is not installed (Debian/Ubuntu: `apt-get install wrk`): the wrk phases are skipped."
 WARMUP_S = 2
-POOL_MARGIN = 1.5  # pool size = margin x the best warm-up rate x duration: no event is sent twice
+POOL_MARGIN = 2.0  # pool = margin x best warm-up rate x duration: no event sent twice, even if one thread is faster
 
 
 def find_wrk() -> str | None:
