@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 import time
 import traceback
@@ -57,7 +58,7 @@ def execute(ctx: Context, sc: Scenario) -> Result:
     result = Result(sc.num, sc.name, "")
     ctx.rng = random.Random(ctx.seed * 1000 + sc.num)
     ctx.stack.calm()
-    started = time.monotonic()
+    started, load = time.monotonic(), os.getloadavg()[0]
     try:
         sc.fn(ctx, result)
     except Exception as exc:
@@ -66,6 +67,7 @@ def execute(ctx: Context, sc: Scenario) -> Result:
     finally:
         ctx.stack.calm()
     result.seconds = time.monotonic() - started
+    result.notes.append(f"machine load (1-min average, {os.cpu_count()} CPUs): {load:.1f} → {os.getloadavg()[0]:.1f}")
     return result
 
 

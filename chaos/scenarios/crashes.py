@@ -114,7 +114,9 @@ def orphaned_horses(ctx: Context, result: Result) -> None:
     routes, rounds = ctx.size(6, 16), ctx.size(1, 3)
     result.size = f"{routes} routes x {rounds} kill round(s)"
     stack = ctx.stack
-    stack.claude.set_delay(2.5)  # the horse is inside its model call when its parent dies
+    # The horse is inside its model call when its parent dies, and the call outlasts the lease: only the
+    # orphan's own renewals keep a second run of its route from starting beside it.
+    stack.claude.set_delay(float(stack.env["RUN_LEASE_SECONDS"]) + 1.0)
     targets = p2p_targets(routes, "s2")
     run = ctx.run(result)
     model_from = len(stack.claude.requests_since(0))
