@@ -67,8 +67,8 @@ def fuzz(ctx: Context, result: Result) -> None:
     from tests import strategies as st
 
     stack, s = ctx.stack, ctx.stack.secrets
-    n_auth, n_typed, n_forged = ctx.size(40, 300), ctx.size(40, 200), ctx.size(20, 120)
-    huge = ctx.size(8_000, 120_000)
+    n_auth, n_typed, n_forged = ctx.size(30, 300), ctx.size(30, 200), ctx.size(15, 120)
+    huge = ctx.size(4_000, 120_000)
     result.size = f"{n_auth} authentic + {n_typed} typed p2p + {n_forged} forged requests"
     run = ctx.run(result)
     failed_before, respawn_from = failed_jobs(stack), stack.services["worker"].log_path.stat().st_size

@@ -68,7 +68,7 @@ def notices_to(run: Run, ev: Event) -> list[dict[str, object]]:
 @scenario(5, "Open API faults on 20% of calls, 5 sends/s per chat")
 def open_api_faults(ctx: Context, result: Result) -> None:
     stack = ctx.stack
-    chats, senders, n = ctx.size(2, 4), ctx.size(6, 10), ctx.size(36, 200)
+    chats, senders, n = ctx.size(2, 4), ctx.size(6, 10), ctx.size(30, 200)
     result.size = f"{n} msgs / {chats} chats x {senders} senders, 3 chunks per answer"
     stack.claude.set_responder(long_answer)
     timeout = float(stack.env["FEISHU_TIMEOUT_SECONDS"]) + 0.5  # the emulator answers after the client gave up

@@ -137,7 +137,7 @@ def redis_restart(ctx: Context, result: Result) -> None:
             stack.start_redis()
         thread.join()
         run.phase("sending with restarts")
-        run.settle(idle_timeout=ctx.size(30, 90))
+        run.settle(idle_timeout=ctx.size(20, 60))  # lease 3 s, sweep 0.5 s, RQ workers respawned
         run.finish()
         wait_workers(ctx, result, timeout=60)
         statuses = [p.status for e in run.sender.events for p in e.posts]

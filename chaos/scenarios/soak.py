@@ -73,7 +73,7 @@ def memory_verdict(samples: list[dict[str, float]]) -> tuple[bool, str]:
 @scenario(10, "sustained load, slow model")
 def sustained(ctx: Context, result: Result) -> None:
     stack = ctx.stack
-    rate, seconds, routes = ctx.size(20, 50), ctx.size(10, 60), ctx.size(40, 100)
+    rate, seconds, routes = ctx.size(20, 50), ctx.size(8, 60), ctx.size(40, 100)
     result.size = f"{rate}/s x {seconds}s / {routes} routes, model 1 s, {stack.concurrency} workers"
     stack.claude.set_delay(1.0)
     run = ctx.run(result, threads=24)
