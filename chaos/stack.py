@@ -66,7 +66,7 @@ def service_env(redis_url: str, feishu_url: str, model_url: str, secrets: Secret
         "PATH": f"{BIN}:{base.get('PATH', '')}", "PYTHONUNBUFFERED": "1",
         "RUN_LEASE_SECONDS": "3", "RUN_RETRY_DELAYS": "1,1,1,1", "DEAD_LETTER_AFTER": "4",
         "RUN_BUDGET_SECONDS": "40", "SWEEP_INTERVAL_SECONDS": "0.5", "PAUSE_PROBE_SECONDS": "1",
-        "LLM_TIMEOUT_SECONDS": "3", "FEISHU_TIMEOUT_SECONDS": "2", "WORKER_CONCURRENCY": "8", "WEB_CONCURRENCY": "2",
+        "LLM_TIMEOUT_SECONDS": "5", "FEISHU_TIMEOUT_SECONDS": "2", "WORKER_CONCURRENCY": "8", "WEB_CONCURRENCY": "2",
     }
     if netguard:
         env["TEST_NETGUARD"] = "1"

@@ -114,9 +114,11 @@ def orphaned_horses(ctx: Context, result: Result) -> None:
     routes, rounds = ctx.size(6, 16), ctx.size(1, 3)
     result.size = f"{routes} routes x {rounds} kill round(s)"
     stack = ctx.stack
-    # The horse is inside its model call when its parent dies, and the call outlasts the lease: only the
-    # orphan's own renewals keep a second run of its route from starting beside it.
-    stack.claude.set_delay(float(stack.env["RUN_LEASE_SECONDS"]) + 1.0)
+    # The horse is inside its model call when its parent dies, and the call outlasts the lease (but not the
+    # client's timeout): only the orphan's own renewals keep a second run of its route from starting beside it.
+    lease, patience = float(stack.env["RUN_LEASE_SECONDS"]), float(stack.env["LLM_TIMEOUT_SECONDS"])
+    assert lease + 1.0 < patience, "the stack's LLM timeout must outlast the lease by more than a second"
+    stack.claude.set_delay(lease + 1.0)
     targets = p2p_targets(routes, "s2")
     run = ctx.run(result)
     model_from = len(stack.claude.requests_since(0))
