@@ -22,11 +22,10 @@ pytestmark = pytest.mark.timeout(900)  # the first test also pays for starting t
 SCENARIOS = load_all()
 DRAIN = "drained within"
 LOST_KICKS = "lost kicks redone within one sweep"
-KICK_LEASE_DEFECT = (
-    "service defect: a kick lease (`k:<token>`, 120 s) whose kick record or RQ job is gone blocks its route "
-    "until the lease expires, because the sweep only kicks routes without a lease. Records and jobs are lost "
-    "when the sweeper, an RQ worker or Redis dies between popping a kick and the run's ACQUIRE. "
-    "Proposed fix in the chaos report: KICK (jobs/scripts.py) re-queues a kick lease older than a few sweeps.")
+# A kick lease (`k:<token>`, 120 s) whose kick record or RQ job is gone blocks its route until it expires: the
+# sweep only kicks routes without a lease. Records and jobs are lost when the sweeper, an RQ worker or Redis dies
+# between popping a kick and the run's ACQUIRE. chaos/README.md "Known defects" has the evidence and a fix.
+KICK_LEASE_DEFECT = "service defect: a lost kick leaves its kick lease blocking the route for 120 s"
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +55,7 @@ def test_worker_and_horse_kills_lose_duplicate_and_reorder_nothing(suite: Suite)
     assert_holds(result_of(suite, 1), but=(DRAIN,))
 
 
-@pytest.mark.xfail(reason=KICK_LEASE_DEFECT + " Seen when a kill lands between dequeue and ACQUIRE.", strict=False)
+@pytest.mark.xfail(reason=KICK_LEASE_DEFECT + " (when a kill lands between dequeue and ACQUIRE)", strict=False)
 def test_worker_and_horse_kills_are_recovered_within_the_drain_deadline(suite: Suite) -> None:
     assert_only(result_of(suite, 1), DRAIN)
 
@@ -78,7 +77,7 @@ def test_redis_restart_loses_nothing_acknowledged_and_503s_are_redelivered(suite
     assert_holds(result_of(suite, 4), but=(DRAIN,))
 
 
-@pytest.mark.xfail(reason=KICK_LEASE_DEFECT + " Seen when Redis dies between dequeue and ACQUIRE.", strict=False)
+@pytest.mark.xfail(reason=KICK_LEASE_DEFECT + " (when Redis dies between dequeue and ACQUIRE)", strict=False)
 def test_redis_restart_is_recovered_within_the_drain_deadline(suite: Suite) -> None:
     assert_only(result_of(suite, 4), DRAIN)
 
