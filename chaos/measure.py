@@ -268,6 +268,10 @@ class Run:
 
     def close(self) -> None:
         self.sender.close()
+        self.result.events = [{"token": e.token, "route": e.route, "message_ids": e.message_ids,
+                               "status": e.final_status, "redeliveries": e.redeliveries,
+                               "posts": [[round(p.at, 3), round(p.ms, 1), p.status, p.kind, p.error] for p in e.posts]}
+                              for e in self.sender.events]
         self.result.extra["phases"] = self.phases
         if self.phases:
             self.result.notes.append("time: " + ", ".join(self.phases))

@@ -48,6 +48,7 @@ class Result:
     extra: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
     error: str = ""
+    events: list[dict[str, Any]] = field(default_factory=list, repr=False)  # per event: statuses, latencies
 
     @property
     def ok(self) -> bool:
@@ -62,7 +63,7 @@ class Result:
         return [c for c in self.checks if not c.ok and (timed or not c.timed)]
 
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "ok": self.ok}
+        return {**{k: v for k, v in asdict(self).items() if k != "events"}, "ok": self.ok}
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -106,11 +107,13 @@ def details(results: list[Result]) -> str:
 
 
 def write(results: list[Result], meta: dict[str, Any], out_dir: Path = RESULTS) -> Path:
-    """chaos/results/latest.md (table + details) and latest.json."""
+    """chaos/results/latest.md (table + details), latest.json, and events.json (every delivery of every event)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y-%m-%d %H:%M:%S %Z")
     head = f"# Chaos run {stamp}\n\n`{meta.get('command', 'python -m chaos')}` — {meta.get('wall_s', 0):.0f} s wall\n\n"
     (out_dir / "latest.md").write_text(head + table(results) + "\n\n" + details(results))
     payload = {"meta": {**meta, "date": stamp}, "results": [r.to_json() for r in results]}
     (out_dir / "latest.json").write_text(json.dumps(payload, indent=2, ensure_ascii=False, default=str) + "\n")
+    events = {str(r.num): r.events for r in results}
+    (out_dir / "events.json").write_text(json.dumps(events, ensure_ascii=False, separators=(",", ":")) + "\n")
     return out_dir / "latest.md"

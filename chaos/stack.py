@@ -107,6 +107,14 @@ class Stack:
     # -- lifecycle -----------------------------------------------------------------------------------------
 
     def start(self, timeout: float = 300.0) -> Stack:
+        """Start everything and wait until it serves; on any failure, stop what was started and re-raise."""
+        try:
+            return self._start(timeout)
+        except BaseException:
+            self.close()
+            raise
+
+    def _start(self, timeout: float) -> Stack:
         self.start_redis()
         self.feishu.start()
         self.claude.start()
@@ -162,18 +170,18 @@ class Stack:
         """What keeps the stack from serving: dead processes, missing workers, Redis or web not answering."""
         found = [f"{name} exited" for name, s in self.services.items() if not s.running()]
         try:
-            self.r.ping()
-        except redis.RedisError:
-            return [*found, "redis down"]
-        if "web" in self.services and self.services["web"].running() and self.http_status("/readyz") != 200:
-            found.append("web not ready")
-        if "worker" in self.services and len(self.registered_workers()) < self.concurrency:
-            found.append(f"{len(self.registered_workers())}/{self.concurrency} RQ workers")
-        sweeper = self.services.get("sweeper")
-        if sweeper and "sweeper started" not in sweeper.log_path.read_text(errors="replace"):
-            found.append("sweeper starting")
-        if self.r.get(self.keys.bot_open_id) != BOT_OPEN_ID:
-            found.append("bot identity not cached")
+            if "web" in self.services and self.services["web"].running() and self.http_status("/readyz") != 200:
+                found.append("web not ready")
+            workers = len(self.registered_workers()) if "worker" in self.services else self.concurrency
+            if workers < self.concurrency:
+                found.append(f"{workers}/{self.concurrency} RQ workers")
+            sweeper = self.services.get("sweeper")
+            if sweeper and "sweeper started" not in sweeper.log_path.read_text(errors="replace"):
+                found.append("sweeper starting")
+            if self.r.get(self.keys.bot_open_id) != BOT_OPEN_ID:
+                found.append("bot identity not cached")
+        except redis.RedisError as exc:
+            found.append(f"redis: {exc.__class__.__name__}")
         return found
 
     def http_status(self, path: str, **kw: Any) -> int | None:
