@@ -127,8 +127,9 @@ def fuzz(ctx: Context, result: Result) -> None:
         c = result.counts
         c.sent = c.posts = sum(statuses.values()) + n_forged
         c.accepted, c.answered, c.lost = statuses[200], len(admitted) - len(missing), len(missing)
-        c.dead_lettered = sum(1 for m in admitted if m in {x for r in stack.r.hvals(stack.keys.dead)
-                                                            for x in json.loads(r).get("message_ids", [])})
+        dead = [json.loads(r) for r in stack.r.hvals(stack.keys.dead)]
+        dead = [d for d in dead if set(d.get("message_ids", [])) & admitted]
+        c.dead_lettered = sum(len(set(d["message_ids"]) & admitted) for d in dead)
         server_errors = {k: v for k, v in statuses.items() if k >= 500}
         result.check("no 5xx (Redis is up)", not server_errors, f"{server_errors}")
         result.check("authentic events reach admission", set(statuses) <= {200, 413}, f"statuses {dict(statuses)}")
@@ -142,7 +143,7 @@ def fuzz(ctx: Context, result: Result) -> None:
         leaks = run.leaks.scan(run.messages())
         result.check("no secret leaked", not leaks, "; ".join(leaks[:5]))
         result.notes.append(f"statuses {dict(statuses)}; {len(admitted)} admitted, {c.dead_lettered} of them "
-                            "dead-lettered (an id the Open API cannot take is a permanent error)")
+                            f"dead-lettered: {[(d['message_ids'], d['reason'][:160]) for d in dead][:3]}")
     finally:
         run.close()
 
