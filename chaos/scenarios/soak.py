@@ -56,14 +56,14 @@ def trend(samples: list[dict[str, float]], kind: str) -> tuple[float, float, flo
 
 
 def memory_verdict(samples: list[dict[str, float]]) -> tuple[bool, str]:
-    """Flat: the resident memory (RSS) of the long-lived worker processes ends within max(8 MB, 5 %) of where it
+    """Flat: the resident memory (RSS) of the long-lived worker processes ends within max(8 MB, 1 %) of where it
     started. USS and PSS are reported too, not judged: copy-on-write pages the RQ workers share with the
     supervisor turn private as Python touches them (USS rises, RSS does not), and PSS moves as horses come and go."""
     samples = [s for s in samples if s["processes"] > 1]
     if len(samples) < 4:
         return False, f"only {len(samples)} memory samples"
     first, last, _ = trend(samples, "rss")
-    ok = last - first <= max(8.0, 0.05 * first)
+    ok = last - first <= max(8.0, 0.01 * first)
     shown = "; ".join(f"{kind.upper()} {a:.0f} → {b:.0f} MB ({m:+.1f} MB/min)"
                       for kind in ("uss", "pss", "rss") for a, b, m in [trend(samples, kind)])
     return ok, (f"supervisor + {int(samples[-1]['processes']) - 1} RQ workers over {samples[-1]['t']:.0f}s "
