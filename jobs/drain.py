@@ -34,12 +34,14 @@ from jobs import shutdown
 from jobs.alerts import alert
 from jobs.inbox import Commit
 from jobs.outbox import LeaseLost
+from jobs.queues import rq_queue_name
 from jobs.runtime import Runtime, current
 from jobs.turn import run_turn
 from routing.keys import kind_of
 
 log = logging.getLogger(__name__)
 MAX_BATCHES_PER_RUN = 5  # then hand the route over, so one chatty route cannot hog a worker
+MAX_ROUTES_PER_JOB, CHAIN_SECONDS = 8, 30.0  # routes one RQ job may run back to back (see `chain`)
 CRASH_LIMIT = 10  # runs of one batch that died without an outcome before the batch gives up
 
 
@@ -70,7 +72,30 @@ def drain(payload: dict[str, Any]) -> str:
     job = DrainPayload.model_validate(payload)
     shutdown.install()
     rq_job = get_current_job()
-    return Drain(current(), job.route_key, rq_job.id if rq_job else "").run(job.kick_token)
+    rt, job_id = current(), rq_job.id if rq_job else ""
+    outcome = Drain(rt, job.route_key, job_id).run(job.kick_token)
+    return ",".join([outcome, *chain(rt, job_id, rq_job.origin if rq_job else "")])
+
+
+def chain(rt: Runtime, job_id: str, origin: str) -> list[str]:
+    """Under load, take the next waiting kick of this queue in the same work-horse.
+
+    RQ costs ~40 ms of CPU per job (fork, bookkeeping), more than a turn itself; a busy worker pays it
+    once for several routes. Kicks for other queues are handed to RQ, so queues stay apart.
+    """
+    outcomes: list[str] = []
+    deadline = time.monotonic() + CHAIN_SECONDS
+    while len(outcomes) < MAX_ROUTES_PER_JOB - 1 and time.monotonic() < deadline and not shutdown.requested():
+        if rt.state.exists(rt.keys.paused):
+            break
+        kick = rt.inbox.pop_kick()
+        if kick is None:
+            break
+        if rq_queue_name(rt.settings.bot_profile, kick.queue) != origin:
+            rt.start_run(kick.route_key, kick.token, kick.queue)
+            continue
+        outcomes.append(Drain(rt, kick.route_key, job_id).run(kick.token))
+    return outcomes
 
 
 def batch_id_of(raw: list[str]) -> str:

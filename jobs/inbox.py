@@ -151,6 +151,15 @@ class Inbox:
         rest = self.r.lpop(self.k.kicks, most - 1) or []
         return [Kick.loads(str(raw)) for raw in [first[1], *rest]]
 
+    def return_kicks(self, kicks: Sequence[Kick]) -> None:
+        """Put kicks back at the head of the list, in their order (a queue had no room for them yet)."""
+        self.r.lpush(self.k.kicks, *[k.dumps() for k in reversed(kicks)])
+
+    def pop_kick(self) -> Kick | None:
+        """One waiting kick record, without blocking (a work-horse chaining routes)."""
+        raw = self.r.lpop(self.k.kicks)
+        return Kick.loads(str(raw)) if raw else None
+
     def kick(self, rk: str, queue: str) -> bool:
         """Queue a kick record when the route has work and no live lease."""
         k = self.k

@@ -21,6 +21,7 @@ from bot import identity, logs
 from bot.settings import load_settings
 from jobs import alerts, runtime, watchdog
 from jobs.alerts import alert
+from jobs.queues import rq_queue_name
 from jobs.runtime import Runtime
 from memory.store import server_checks
 
@@ -28,16 +29,44 @@ log = logging.getLogger(__name__)
 IDENTITY_REFRESH_S = 3600
 IDENTITY_RETRY_S = 2.0
 HEALTH_CHECK_S = 3600
+HELD_PAUSE_S = 0.05
 MAX_WAIT_S = 1.0  # upper bound on a blocking pop, so due retries and a stop request are seen quickly
 SWEEP_PAGE = 500
 
 
 def dispatch(rt: Runtime, timeout: float) -> int:
-    """Enqueue a drain run for each waiting kick record. A record lost in a crash is redone by the sweep."""
+    """Enqueue a drain run for each waiting kick record, while its queue has room.
+
+    A queue has room while fewer jobs wait in it than workers serve it. Beyond that a job would only
+    wait, so the kick stays in our list, where a busy work-horse takes it when its run ends (jobs/drain.py
+    `chain`): under load, routes run back to back without RQ's per-job cost. A record lost in a crash
+    is redone by the sweep.
+    """
     kicks = rt.inbox.next_kicks(timeout)
+    room = _room(rt, {kick.queue for kick in kicks})
+    held = []
     for kick in kicks:
-        rt.start_run(kick.route_key, kick.token, kick.queue)
-    return len(kicks)
+        if room[kick.queue] > 0:
+            rt.start_run(kick.route_key, kick.token, kick.queue)
+            room[kick.queue] -= 1
+        else:
+            held.append(kick)
+    if held:
+        rt.inbox.return_kicks(held)
+        if len(held) == len(kicks):
+            time.sleep(HELD_PAUSE_S)  # every queue is full: look again shortly, not in a busy loop
+    return len(kicks) - len(held)
+
+
+def _room(rt: Runtime, queues: set[str]) -> dict[str, int]:
+    """Free places per queue: its registered workers minus the jobs already waiting in it."""
+    from rq import Queue, Worker
+
+    room = {}
+    for name in queues:
+        queue = Queue(rq_queue_name(rt.settings.bot_profile, name), connection=rt.rq)
+        room[name] = max(1, Worker.count(queue=queue)) - queue.count
+    return room
 
 
 def sweep_once(rt: Runtime) -> int:
