@@ -36,11 +36,20 @@ def healthz() -> tuple[Response, int]:
 
 @bp.get("/readyz")
 def readyz() -> tuple[Response, int]:
+    """200 while Redis answers (events are stored even while work is paused), with what an admin must know."""
+    i = _ingress()
     try:
-        _ingress().state.ping()
+        pipe = i.state.pipeline(transaction=False)
+        pipe.hgetall(i.keys.paused)
+        pipe.hgetall(i.keys.health)
+        pipe.hlen(i.keys.dead)
+        paused, checks, dead = pipe.execute()
     except Exception:
         return jsonify(status="unavailable", redis=False), 503
-    return jsonify(status="ready", redis=True), 200
+    paused = {name: json.loads(reason) for name, reason in paused.items()}
+    unsafe = {name: verdict for name, verdict in checks.items() if verdict != "ok"}
+    status = "degraded" if paused or unsafe else "ready"
+    return jsonify(status=status, redis=True, paused=paused, redis_checks=checks, dead_letters=dead), 200
 
 
 @bp.get("/metrics")

@@ -108,9 +108,11 @@ def test_an_unsafe_redis_is_reported_loudly(tmp_path, caplog) -> None:
         web = WebServer(settings)
         try:
             text = requests.get(f"{web.url}/metrics", timeout=10).text
+            ready = requests.get(f"{web.url}/readyz", timeout=10).json()
         finally:
             web.stop()
         assert 'redis_config_ok{check="persistence"} 0.0' in text
+        assert ready["status"] == "degraded" and "allkeys-lru" in ready["redis_checks"]["eviction"]
         kept = redis.Redis.from_url(url, decode_responses=True).hget(Keys("test").health, "eviction")
         assert kept == "maxmemory-policy is allkeys-lru, not noeviction"
     finally:

@@ -184,6 +184,9 @@ def test_app_credential_error_pauses_work_keeps_messages_and_resumes(rig, worker
     second = deliver(rig.web, feishu, chat_id=other, chat_type="p2p", text="暂停期间的新消息")
     metrics = requests.get(f"{rig.web.url}/metrics", timeout=5).text
     assert 'paused{component="feishu"} 1.0' in metrics
+    ready = requests.get(f"{rig.web.url}/readyz", timeout=5)
+    assert ready.status_code == 200 and ready.json()["status"] == "degraded"  # still accepting events
+    assert ready.json()["paused"]["feishu"]["code"] == "10014"
     assert r.llen(k.proc(rig.rk(chat))) == 1  # the batch is kept, not buried
     assert not any(message_id(first) in x for x in r.hvals(k.dead))
     time.sleep(2)  # a few probe intervals: still paused, nothing answered, nothing buried
