@@ -28,7 +28,7 @@ lint: $(VENV)/.dev
 	$(BIN)/mypy
 
 bench: $(VENV)/.dev
-	$(BIN)/python -m bench.ingest
+	$(BIN)/python -m bench
 
 chaos: $(VENV)/.dev
 	$(BIN)/python -m chaos
