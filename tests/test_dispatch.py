@@ -10,8 +10,8 @@ from jobs.drain import chain
 from jobs.inbox import Kick
 from jobs.queues import rq_queue_name
 from jobs.runtime import Runtime
-from jobs.sweeper import dispatch
-from tests.harness import settings_from, unique
+from jobs.sweeper import dispatch, sweep_once
+from tests.harness import settings_from, unique, wait_for
 
 
 @pytest.fixture()
@@ -39,3 +39,39 @@ def test_a_chaining_horse_hands_another_queues_kick_to_rq(rt: Runtime) -> None:
     rt.state.rpush(rt.keys.kicks, other.dumps())
     assert chain(rt, "job", origin=rq_queue_name(rt.settings.bot_profile, "runs")) == []
     assert queued(rt, "vip") == 1 and not rt.state.exists(rt.keys.lease(other.route_key))
+
+
+def test_one_sweep_visits_every_dirty_route(rt: Runtime) -> None:
+    """Defect 12: the sweep used to read only the 1,000 oldest dirty routes."""
+    routes = [f"feishu:{rt.settings.bot_profile}:p2p:oc_{i}" for i in range(1_500)]
+    pipe = rt.state.pipeline()
+    for i, rk in enumerate(routes):  # each has work and no lease: a crashed run's leftovers
+        pipe.rpush(rt.keys.inbox(rk), "{}")
+        pipe.zadd(rt.keys.dirty, {rk: i})
+    pipe.execute()
+    assert sweep_once(rt) == len(routes)
+    assert rt.state.llen(rt.keys.kicks) == len(routes)
+
+
+def test_dispatch_never_waits_for_the_open_api(rt: Runtime, feishu) -> None:
+    """Defect 12: a Feishu outage during the identity refresh must not hold kicks back."""
+    import threading
+
+    from jobs.sweeper import Sweeper
+
+    identity_asked, identity_answered = threading.Event(), threading.Event()
+    feishu.on("bot_info", lambda _: identity_asked.set(), when="before")
+    feishu.on("bot_info", lambda _: identity_answered.set(), when="after")
+    feishu.set_delay("bot_info", 8)  # Feishu hangs
+    sweeper = Sweeper(rt)
+    thread = threading.Thread(target=sweeper.serve, daemon=True)
+    thread.start()
+    try:
+        assert identity_asked.wait(10)
+        kick = Kick(route_key=f"feishu:{rt.settings.bot_profile}:p2p:oc_x", token="t", queue="runs")
+        rt.state.rpush(rt.keys.kicks, kick.dumps())
+        wait_for(lambda: queued(rt, "runs") == 1, timeout=5, what="the kick dispatched")
+        assert not identity_answered.is_set()  # dispatched while the identity call still hung
+    finally:
+        sweeper.stop.set()
+        thread.join(15)
