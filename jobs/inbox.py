@@ -112,15 +112,9 @@ class Inbox:
 
     def handover(self, rk: str, exec_id: str, queue: str, *, delay_s: float = 0.0) -> bool:
         """Pass the route to a fresh run: at once (kick record), or after `delay_s` (a backoff lease)."""
-        token = new_token()
         k = self.k
-        record = Kick(route_key=rk, token=token, queue=queue).dumps()
-        if delay_s > 0:
-            value, ttl_ms, due = f"d:{token}", int(delay_s * 1000) + KICK_TTL_MS, time.time() + delay_s
-        else:
-            value, ttl_ms, due = f"k:{token}", KICK_TTL_MS, 0
         keys = [k.lease(rk), k.running, k.runinfo, k.kicks, k.delayed]
-        return self._s["HANDOVER"](keys, [exec_id, value, ttl_ms, rk, record, due]) == 1
+        return self._s["HANDOVER"](keys, [exec_id, *_successor(rk, queue, delay_s)]) == 1
 
     def release(self, rk: str, exec_id: str) -> bool:
         """Give the route up, leaving it dirty (paused work); the sweep kicks it when work resumes."""
@@ -188,10 +182,7 @@ class Inbox:
 
     def break_run(self, rk: str, exec_id: str, batch_id: str, queue: str, delay_s: float) -> int:
         """Fence out a stuck run and kick a successor; the batch's failure count, or -1 if it moved on."""
-        token = new_token()
-        record = Kick(route_key=rk, token=token, queue=queue).dumps()
-        value, ttl_ms, due = (f"d:{token}", int(delay_s * 1000) + KICK_TTL_MS, time.time() + delay_s) \
-            if delay_s > 0 else (f"k:{token}", KICK_TTL_MS, 0)
+        value, ttl_ms, _, record, due = _successor(rk, queue, delay_s)
         k = self.k
         keys = [k.lease(rk), k.running, k.runinfo, k.fails(rk), k.kicks, k.delayed, k.metrics]
         return int(self._s["BREAK"](keys, [exec_id, value, ttl_ms, rk, batch_id, record, due]))
@@ -221,3 +212,13 @@ class Inbox:
         """Seconds to wait before the next send in `scope`; 0 means go (and the send is counted)."""
         wait_ms = self._s["PACE"]([self.k.pace(scope)], [window_ms, limit, new_token()])
         return int(wait_ms) / 1000
+
+
+def _successor(rk: str, queue: str, delay_s: float) -> tuple[str, int, str, str, float]:
+    """(lease value, its ttl ms, route, kick record, due time or 0) for the run that takes a route over:
+    a queued kick any job of the route may take, or after a backoff a lease only its own job may take."""
+    token = new_token()
+    record = Kick(route_key=rk, token=token, queue=queue).dumps()
+    if delay_s > 0:
+        return f"d:{token}", int(delay_s * 1000) + KICK_TTL_MS, rk, record, time.time() + delay_s
+    return f"k:{token}", KICK_TTL_MS, rk, record, 0
