@@ -86,7 +86,7 @@ class Settings(BaseSettings):
     dead_letter_after: int = Field(5, ge=1)
     run_budget_seconds: float = Field(600.0, gt=0)
     worker_concurrency: int = Field(8, ge=1, le=256)
-    sweep_interval_seconds: float = Field(15.0, gt=0)
+    sweep_interval_seconds: float = Field(15.0, gt=0, le=20)  # the sweep renews kick leases (45 s)
     pause_probe_seconds: float = Field(30.0, gt=0)
     admin_chat_id: str | None = None
     feishu_chat_qps: int = Field(5, ge=1)

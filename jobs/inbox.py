@@ -5,17 +5,18 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import redis
 
 from jobs import scripts
+from jobs.queues import rq_job_key_prefix
 from memory.groupcommit import GroupCommit
 from memory.keys import Keys
 
 DEDUPE_TTL_S = 86400
-KICK_TTL_MS = 120_000
+KICK_TTL_MS = 45_000  # a kick lease; the sweep renews it while its record or job waits (SWEEP_INTERVAL ≤ 20 s)
 MAX_BATCH = 50  # messages per turn; the rest waits for the next turn of the same run
 
 
@@ -155,22 +156,31 @@ class Inbox:
         return Kick.loads(str(raw)) if raw else None
 
     def kick(self, rk: str, queue: str) -> bool:
-        """Queue a kick record when the route has work and no live lease."""
-        k = self.k
-        record = Kick(route_key=rk, token=(token := new_token()), queue=queue).dumps()
-        keys = [k.inbox(rk), k.proc(rk), k.lease(rk), k.dirty, k.kicks]
-        return self._s["KICK"](keys, [token, KICK_TTL_MS, rk, record, time.time()]) == 1
+        """Queue a kick record when the route has work and nothing will run it (see KICK)."""
+        return self.kick_many([(rk, queue)], self.listed_kicks()) == 1
 
-    def kick_many(self, routes: Sequence[tuple[str, str]]) -> int:
-        """`kick` for many (route, queue) pairs in one pipelined round trip; returns how many were kicked."""
-        k = self.k
+    def kick_many(self, routes: Sequence[tuple[str, str]], listed: Mapping[str, set[str]] | None = None) -> int:
+        """`kick` for many (route, queue) pairs in one pipelined round trip; returns how many were kicked.
+
+        `listed`: route → tokens of its kick records now waiting in our kick list."""
+        k, listed = self.k, listed or {}
         pipe = self.r.pipeline(transaction=False)
         for rk, queue in routes:
             token = new_token()
             record = Kick(route_key=rk, token=token, queue=queue).dumps()
+            tokens = "," + ",".join(sorted(listed.get(rk, ()))) + ","
             self._s["KICK"]([k.inbox(rk), k.proc(rk), k.lease(rk), k.dirty, k.kicks],
-                            [token, KICK_TTL_MS, rk, record, time.time()], client=pipe)
+                            [token, KICK_TTL_MS, rk, record, time.time(), tokens, rq_job_key_prefix(rk)],
+                            client=pipe)
         return sum(1 for res in pipe.execute() if res == 1)
+
+    def listed_kicks(self) -> dict[str, set[str]]:
+        """Route → tokens of the kick records waiting in our list or among the delayed retries."""
+        out: dict[str, set[str]] = {}
+        for raw in [*self.r.lrange(self.k.kicks, 0, -1), *self.r.zrange(self.k.delayed, 0, -1)]:
+            kick = Kick.loads(str(raw))
+            out.setdefault(kick.route_key, set()).add(kick.token)
+        return out
 
     def dirty_page(self, start: int, count: int) -> list[str]:
         """Dirty routes by rank, oldest first; the sweep pages through all of them."""

@@ -16,6 +16,9 @@ from memory.keys import Keys
 BATCH_CACHE_TTL_S = 2 * 86400  # a batch's caches expire on their own even if it never commits
 INLINE_WAIT_MAX_S = 10.0  # a rate-limit wait up to this long happens in the run; longer ones go back to the queue
 SEND_TRIES = 3
+# Feishu counts sends per second as they arrive; ours leave the limiter up to a few hundred ms apart in
+# flight, so N sends per 1.2 s here keep under N per second there.
+PACE_WINDOW_MS = 1200
 
 
 class LeaseLost(Exception):
@@ -68,7 +71,7 @@ class Outbox:
 
     def _wait_turn(self, chat_id: str, fence: Callable[[], bool]) -> None:
         for scope, limit in ((f"chat:{chat_id}", self.chat_qps), ("app", self.app_qps)):
-            while (wait := self.inbox.pace(scope, limit)) > 0:
+            while (wait := self.inbox.pace(scope, limit, PACE_WINDOW_MS)) > 0:
                 time.sleep(wait)
         if not fence():  # checked last, right before the side effect
             raise LeaseLost(chat_id)

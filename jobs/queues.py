@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import redis
 from rq import Queue, Retry
+from rq.job import Job
 from rq.serializers import JSONSerializer
 
 from memory.keys import route_tag
@@ -17,6 +18,15 @@ def rq_queue_name(profile: str, name: str) -> str:
     return f"{profile}-{name}"
 
 
+def job_id(route_key: str, kick_token: str) -> str:
+    return f"run-{route_tag(route_key)}-{kick_token[:12]}"
+
+
+def rq_job_key_prefix(route_key: str) -> str:
+    """The Redis key of a route's drain job, up to the kick token's first 12 characters (KICK reads its status)."""
+    return f"{Job.redis_job_namespace_prefix}{job_id(route_key, '')}"
+
+
 def enqueue_drain(connection: redis.Redis, profile: str, queue_name: str, route_key: str, kick_token: str) -> str:
     """One drain run for `route_key`; the kick token lets this run take the route's lease.
 
@@ -24,8 +34,8 @@ def enqueue_drain(connection: redis.Redis, profile: str, queue_name: str, route_
     sweeper dispatches), never by RQ's scheduler, whose lock a restarted worker can take minutes to
     win back. RQ's `Retry` (immediate, no interval) only covers a work-horse that died.
     """
-    job_id = f"run-{route_tag(route_key)}-{kick_token[:12]}"
     q = Queue(rq_queue_name(profile, queue_name), connection=connection, serializer=JSONSerializer)
-    q.enqueue(DRAIN, {"route_key": route_key, "kick_token": kick_token}, job_id=job_id, retry=Retry(max=2),
+    jid = job_id(route_key, kick_token)
+    q.enqueue(DRAIN, {"route_key": route_key, "kick_token": kick_token}, job_id=jid, retry=Retry(max=2),
               job_timeout=JOB_TIMEOUT_S, result_ttl=60, failure_ttl=7 * 86400, description=f"drain {route_key}")
-    return job_id
+    return jid

@@ -139,19 +139,35 @@ redis.call('HDEL', KEYS[3], ARGV[2])
 return 1
 """
 
-# KEYS: inbox, proc, lease, dirty, kicks   ARGV: kick_token, ttl_ms, route_key, kick_record, now
-# The sweep's repair: a dirty route with work and no live lease gets a kick; one without work leaves.
+# KEYS: inbox, proc, lease, dirty, kicks
+# ARGV: kick_token, ttl_ms, route_key, kick_record, now, listed_tokens (",t1,t2,"), job_key_prefix
+# The sweep's repair. A route without work leaves `dirty`. A route with work gets a kick when nothing
+# will run it: no lease, or a kick or backoff lease whose record is neither waiting (in our kick list or
+# among the delayed retries) nor an RQ job still waiting or starting — lost in a crash, or with Redis'
+# last second of writes. A lease whose record or job waits is renewed, so waiting under load never
+# looks like a loss.
 KICK = """
 if redis.call('LLEN', KEYS[1]) == 0 and redis.call('LLEN', KEYS[2]) == 0 then
   if redis.call('EXISTS', KEYS[3]) == 0 then redis.call('ZREM', KEYS[4], ARGV[3]) end
   return -1
 end
-if redis.call('SET', KEYS[3], 'k:' .. ARGV[1], 'NX', 'PX', ARGV[2]) then
-  redis.call('ZADD', KEYS[4], 'NX', ARGV[5], ARGV[3])
-  redis.call('RPUSH', KEYS[5], ARGV[4])
-  return 1
+local v = redis.call('GET', KEYS[3])
+if v then
+  local kind = string.sub(v, 1, 2)
+  if kind ~= 'k:' and kind ~= 'd:' then return 0 end  -- a run holds the route
+  local tok = string.sub(v, 3)
+  local status = redis.call('HGET', ARGV[7] .. string.sub(tok, 1, 12), 'status')
+  if string.find(ARGV[6], ',' .. tok .. ',', 1, true) or status == 'queued' or status == 'scheduled'
+      or status == 'deferred' then
+    if redis.call('PTTL', KEYS[3]) < tonumber(ARGV[2]) then redis.call('PEXPIRE', KEYS[3], ARGV[2]) end
+    return 0
+  end
+  if status == 'started' then return 0 end  -- its job is taking the lease now (or died: the lease expires)
 end
-return 0
+redis.call('SET', KEYS[3], 'k:' .. ARGV[1], 'PX', ARGV[2])
+redis.call('ZADD', KEYS[4], 'NX', ARGV[5], ARGV[3])
+redis.call('RPUSH', KEYS[5], ARGV[4])
+return 1
 """
 
 # KEYS: lease, running, runinfo, fails, kicks, delayed, metrics

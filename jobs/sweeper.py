@@ -70,15 +70,16 @@ def _room(rt: Runtime, queues: set[str]) -> dict[str, int]:
 
 
 def sweep_once(rt: Runtime) -> int:
-    """Kick every dirty route whose lease is gone (crashed run, lost kick or job, expired backoff)."""
+    """Kick every dirty route nothing will run (crashed run, lost kick record or job, expired backoff)."""
     kicked, page = 0, []
+    listed = rt.inbox.listed_kicks()
     for rk, _score in rt.state.zscan_iter(rt.keys.dirty, count=SWEEP_PAGE):
         page.append((str(rk), rt.queue_of(str(rk))))
         if len(page) >= SWEEP_PAGE:
-            kicked += rt.inbox.kick_many(page)
+            kicked += rt.inbox.kick_many(page, listed)
             page = []
     if page:
-        kicked += rt.inbox.kick_many(page)
+        kicked += rt.inbox.kick_many(page, listed)
     if kicked:
         log.warning("routes re-kicked by the sweep", extra={"reason": f"{kicked} routes"})
     return kicked

@@ -9,6 +9,7 @@ import pytest
 import redis
 
 from jobs.inbox import Commit, Inbox, Kick
+from jobs.queues import job_id
 from memory.keys import Keys
 from tests.harness import unique
 
@@ -180,3 +181,39 @@ def test_transcript_is_bounded_by_commit(box) -> None:
     for i in range(6):
         commit(inbox, "rk", "exec", 1, f"b{i}", [f"u{i}", f"a{i}"])
     assert r.lrange(keys.transcript("rk"), 0, -1) == ["u4", "a4", "u5", "a5"]
+
+
+def test_a_lost_kick_is_redone_by_the_next_sweep_not_after_its_lease(box) -> None:
+    """A kick lease whose record and RQ job are gone (a crash, Redis' last second) must not block its route."""
+    inbox, keys, r = box
+    push(inbox, "rk", 1)
+    r.delete(keys.kicks)  # the record is lost; its kick lease lives on
+    assert inbox.kick_many([("rk", "q")], inbox.listed_kicks()) == 1
+    assert r.get(keys.lease("rk")) == f"k:{inbox.next_kicks(0.1)[0].token}"
+
+
+def test_a_waiting_kick_is_renewed_not_repeated(box) -> None:
+    inbox, keys, r = box
+    push(inbox, "rk", 1)
+    r.pexpire(keys.lease("rk"), 5_000)
+    assert inbox.kick_many([("rk", "q")], inbox.listed_kicks()) == 0  # its record waits in the list
+    assert r.pttl(keys.lease("rk")) > 5_000 and r.llen(keys.kicks) == 1
+    token = inbox.next_kicks(0.1)[0].token  # dispatched: now an RQ job waits
+    r.hset(f"rq:job:{job_id('rk', token)}", "status", "queued")
+    r.pexpire(keys.lease("rk"), 5_000)
+    assert inbox.kick_many([("rk", "q")], inbox.listed_kicks()) == 0
+    assert r.pttl(keys.lease("rk")) > 5_000 and r.llen(keys.kicks) == 0
+    r.hset(f"rq:job:{job_id('rk', token)}", "status", "finished")  # it ran without taking the route: lost
+    assert inbox.kick_many([("rk", "q")], inbox.listed_kicks()) == 1
+
+
+def test_a_lost_retry_is_redone_by_the_sweep(box) -> None:
+    inbox, keys, r = box
+    running(inbox, "rk", "exec")
+    assert inbox.handover("rk", "exec", "q", delay_s=0.001)
+    time.sleep(0.01)
+    assert inbox.kick("rk", "q") is False  # waiting among the delayed retries
+    assert inbox.pop_due() == 1
+    assert inbox.kick("rk", "q") is False  # waiting in the kick list
+    r.delete(keys.kicks)  # lost before it was dispatched
+    assert inbox.kick("rk", "q") is True

@@ -122,10 +122,18 @@ class Protocol(RuleBasedStateMachine):
     def nothing_committed_twice(self) -> None:
         assert len(self.committed) == len(set(self.committed))
 
+    @rule()
+    def lose_kick_records(self) -> None:
+        """A crash or Redis' last second of writes loses the waiting kick records; their leases live on."""
+        self.r.delete(self.k.kicks)
+
     def teardown(self) -> None:
-        """Stop the chaos: every lease of a vanished run expires, then sweeps and honest runs finish the work."""
+        """Stop the chaos: the leases of vanished runs expire (kick and backoff leases do not have to:
+        the sweep must see through them), then sweeps and honest runs finish the work."""
         for route in ROUTES:
-            self.r.delete(self.k.lease(route))
+            lease = self.r.get(self.k.lease(route))
+            if lease and lease[:2] not in ("k:", "d:"):
+                self.r.delete(self.k.lease(route))
         for _ in range(20):
             time.sleep(0.002)  # due retries become due
             self.sweep()
