@@ -22,10 +22,12 @@ pytestmark = pytest.mark.timeout(900)  # the first test also pays for starting t
 SCENARIOS = load_all()
 DRAIN = "drained within"
 LOST_KICKS = "lost kicks redone within one sweep"
-# A kick lease (`k:<token>`, 120 s) whose kick record or RQ job is gone blocks its route until it expires: the
-# sweep only kicks routes without a lease. Records and jobs are lost when the sweeper, an RQ worker or Redis dies
+# A kick lease (`k:<token>`) whose kick record or RQ job is gone blocks its route until it expires: the sweep
+# only kicks routes without a lease. Records and jobs are lost when the sweeper, an RQ worker or Redis dies
 # between popping a kick and the run's ACQUIRE. chaos/README.md "Known defects" has the evidence and a fix.
-KICK_LEASE_DEFECT = "service defect: a lost kick leaves its kick lease blocking the route for 120 s"
+# A fix is in progress in jobs/ as this is written: the marks are not strict, so the tests pass before and
+# after it lands; remove them (and the `but=` exclusions) once these tests XPASS.
+KICK_LEASE_DEFECT = "service defect: a lost kick leaves its kick lease blocking the route until it expires"
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +70,7 @@ def test_web_killed_mid_burst_loses_nothing_and_redeliveries_are_deduped(suite: 
     assert_holds(result_of(suite, 3), but=(LOST_KICKS,))
 
 
-@pytest.mark.xfail(reason=KICK_LEASE_DEFECT, strict=True)
+@pytest.mark.xfail(reason=KICK_LEASE_DEFECT, strict=False)
 def test_lost_kick_records_are_redone_within_one_sweep(suite: Suite) -> None:
     assert_only(result_of(suite, 3), LOST_KICKS)
 
