@@ -147,10 +147,7 @@ return 1
 # last second of writes. A lease whose record or job waits is renewed, so waiting under load never
 # looks like a loss.
 KICK = """
-if redis.call('LLEN', KEYS[1]) == 0 and redis.call('LLEN', KEYS[2]) == 0 then
-  if redis.call('EXISTS', KEYS[3]) == 0 then redis.call('ZREM', KEYS[4], ARGV[3]) end
-  return -1
-end
+local work = redis.call('LLEN', KEYS[1]) > 0 or redis.call('LLEN', KEYS[2]) > 0
 local v = redis.call('GET', KEYS[3])
 if v then
   local kind = string.sub(v, 1, 2)
@@ -163,6 +160,14 @@ if v then
     return 0
   end
   if status == 'started' then return 0 end  -- its job is taking the lease now (or died: the lease expires)
+  if not work then  -- a lost kick for a route with nothing to do: nothing to run
+    redis.call('DEL', KEYS[3])
+    redis.call('ZREM', KEYS[4], ARGV[3])
+    return -1
+  end
+elseif not work then
+  redis.call('ZREM', KEYS[4], ARGV[3])
+  return -1
 end
 redis.call('SET', KEYS[3], 'k:' .. ARGV[1], 'PX', ARGV[2])
 redis.call('ZADD', KEYS[4], 'NX', ARGV[5], ARGV[3])
