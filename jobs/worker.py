@@ -64,6 +64,7 @@ class Supervisor:
         self.procs: dict[tuple[str, int], BaseProcess] = {}
         self.started: dict[tuple[str, int], float] = {}
         self.backoff: dict[tuple[str, int], float] = {}
+        self.due: dict[tuple[str, int], float] = {}
         self.stopping = False
         self.ctx = multiprocessing.get_context("fork")
 
@@ -87,22 +88,29 @@ class Supervisor:
             self.start(slot)
         while not self.stopping:
             time.sleep(0.5)
-            for slot, proc in list(self.procs.items()):
-                if not proc.is_alive() and not self.stopping:
-                    self._respawn(slot, proc)
+            self._tend(time.monotonic())
         for proc in self.procs.values():
             proc.join()
         return 0
 
-    def _respawn(self, slot: tuple[str, int], proc: BaseProcess) -> None:
-        lived = time.monotonic() - self.started[slot]
+    def _tend(self, now: float) -> None:
+        """Schedule a restart for each newly dead worker and start those that are due; slots never wait on
+        each other, so after a mass kill every worker is back within one backoff."""
+        for slot, proc in list(self.procs.items()):
+            if slot not in self.due and not proc.is_alive():
+                self.due[slot] = now + self._backoff(slot, proc, now)
+        for slot, at in list(self.due.items()):
+            if at <= now and not self.stopping:
+                del self.due[slot]
+                self.start(slot)
+
+    def _backoff(self, slot: tuple[str, int], proc: BaseProcess, now: float) -> float:
+        lived = now - self.started[slot]
         wait = RESPAWN_MIN_S if lived > RESPAWN_MAX_S else min(self.backoff.get(slot, 0.5) * 2, RESPAWN_MAX_S)
         self.backoff[slot] = wait
         print(f"worker {proc.name} exited ({proc.exitcode}); starting another in {wait:g}s", file=sys.stderr,
               flush=True)
-        time.sleep(wait)
-        if not self.stopping:
-            self.start(slot)
+        return wait
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -4,7 +4,7 @@ the worker supervisor and the sweeper as processes, embedded Redis, the emulator
 One stack for the module, shared by the scenarios in order; a scenario that leaves it unhealthy gets it
 replaced before the next. Each scenario runs once; its tests assert the invariants it checks, except timing
 bounds (p99 ingest, pacing jitter), which depend on the machine and are reported by `make chaos` only.
-Checks that a known service defect breaks are split into tests of their own, marked xfail with the defect.
+The drain deadline and the lost-kick repair get tests of their own, so a failure names the guarantee it breaks.
 """
 
 from __future__ import annotations
@@ -22,12 +22,6 @@ pytestmark = pytest.mark.timeout(900)  # the first test also pays for starting t
 SCENARIOS = load_all()
 DRAIN = "drained within"
 LOST_KICKS = "lost kicks redone within one sweep"
-# A kick lease (`k:<token>`) whose kick record or RQ job is gone blocks its route until it expires: the sweep
-# only kicks routes without a lease. Records and jobs are lost when the sweeper, an RQ worker or Redis dies
-# between popping a kick and the run's ACQUIRE. chaos/README.md "Known defects" has the evidence and a fix.
-# A fix is in progress in jobs/ as this is written: the marks are not strict, so the tests pass before and
-# after it lands; remove them (and the `but=` exclusions) once these tests XPASS.
-KICK_LEASE_DEFECT = "service defect: a lost kick leaves its kick lease blocking the route until it expires"
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +51,6 @@ def test_worker_and_horse_kills_lose_duplicate_and_reorder_nothing(suite: Suite)
     assert_holds(result_of(suite, 1), but=(DRAIN,))
 
 
-@pytest.mark.xfail(reason=KICK_LEASE_DEFECT + " (when a kill lands between dequeue and ACQUIRE)", strict=False)
 def test_worker_and_horse_kills_are_recovered_within_the_drain_deadline(suite: Suite) -> None:
     assert_only(result_of(suite, 1), DRAIN)
 
@@ -70,7 +63,6 @@ def test_web_killed_mid_burst_loses_nothing_and_redeliveries_are_deduped(suite: 
     assert_holds(result_of(suite, 3), but=(LOST_KICKS,))
 
 
-@pytest.mark.xfail(reason=KICK_LEASE_DEFECT, strict=False)
 def test_lost_kick_records_are_redone_within_one_sweep(suite: Suite) -> None:
     assert_only(result_of(suite, 3), LOST_KICKS)
 
@@ -79,7 +71,6 @@ def test_redis_restart_loses_nothing_acknowledged_and_503s_are_redelivered(suite
     assert_holds(result_of(suite, 4), but=(DRAIN,))
 
 
-@pytest.mark.xfail(reason=KICK_LEASE_DEFECT + " (when Redis dies between dequeue and ACQUIRE)", strict=False)
 def test_redis_restart_is_recovered_within_the_drain_deadline(suite: Suite) -> None:
     assert_only(result_of(suite, 4), DRAIN)
 

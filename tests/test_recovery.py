@@ -220,3 +220,36 @@ def test_a_revoked_model_key_pauses_work_and_everything_is_answered_once_it_work
         wait_route_idle(r, k, rig.rk(chat))
         assert [f"钥匙失效第{i}条" in reply_text(m) for m in feishu.replies_to(message_id(env))] == [True]
     assert not r.exists(k.paused) and r.hlen(k.dead) == 0
+
+
+def test_the_supervisor_restarts_every_killed_worker_side_by_side(env, workdir, r) -> None:
+    """After a mass kill (or a Redis restart, when every RQ worker exits) all slots come back after one
+    backoff: a restart must not wait for the slots restarted before it."""
+    from rq import Worker
+
+    profile = unique("sup")
+    own = {**env, "BOT_PROFILE": profile, "WORKER_CONCURRENCY": "4"}
+    rq = redis.Redis.from_url(env["REDIS_URL"])
+
+    def ours() -> list[Worker]:
+        return [w for w in Worker.all(connection=rq) if any(q.startswith(profile) for q in w.queue_names())]
+
+    sup = Proc(["-m", "jobs.worker", "--queue", "runs", "--name", profile], own, str(workdir),
+               workdir / f"{profile}.log")
+    try:
+        def four(exclude: set[str]) -> list[Worker] | None:
+            ws = [w for w in ours() if w.name not in exclude]
+            return ws if len(ws) == 4 else None
+
+        first = wait_for(lambda: four(set()), 60, what="4 workers")
+        for w in first:
+            os.kill(w.pid, signal.SIGKILL)  # a dead RQ worker does not unregister itself
+            w.register_death()
+        before = {w.name for w in first}
+        fresh = wait_for(lambda: four(before), 60, what="4 new workers")
+        births = sorted(w.birth_date.timestamp() for w in fresh)
+        # One at a time, each waiting its 1 s backoff, the births would spread over 3 s or more.
+        assert births[-1] - births[0] < 1.5, births
+        assert sup.alive()
+    finally:
+        sup.stop()
