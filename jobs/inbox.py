@@ -9,6 +9,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import redis
+from rq.job import Job
+from rq.queue import Queue
 
 from jobs import scripts
 from jobs.queues import rq_job_key_prefix
@@ -170,7 +172,8 @@ class Inbox:
             record = Kick(route_key=rk, token=token, queue=queue).dumps()
             tokens = "," + ",".join(sorted(listed.get(rk, ()))) + ","
             self._s["KICK"]([k.inbox(rk), k.proc(rk), k.lease(rk), k.dirty, k.kicks],
-                            [token, KICK_TTL_MS, rk, record, time.time(), tokens, rq_job_key_prefix(rk)],
+                            [token, KICK_TTL_MS, rk, record, time.time(), tokens, rq_job_key_prefix(rk),
+                             Job.redis_job_namespace_prefix, Queue.redis_queue_namespace_prefix],
                             client=pipe)
         return sum(1 for res in pipe.execute() if res == 1)
 

@@ -140,11 +140,14 @@ return 1
 """
 
 # KEYS: inbox, proc, lease, dirty, kicks
-# ARGV: kick_token, ttl_ms, route_key, kick_record, now, listed_tokens (",t1,t2,"), job_key_prefix
+# ARGV: kick_token, ttl_ms, route_key, kick_record, now, listed_tokens (",t1,t2,"), job_key_prefix,
+#       RQ's job key namespace, RQ's queue key namespace
 # The sweep's repair. A route without work leaves `dirty`. A route with work gets a kick when nothing
 # will run it: no lease, or a kick or backoff lease whose record is neither waiting (in our kick list or
 # among the delayed retries) nor an RQ job still waiting or starting — lost in a crash, or with Redis'
-# last second of writes. A lease whose record or job waits is renewed, so waiting under load never
+# last second of writes. A job whose hash says 'queued' but which is not in its queue list was moved to
+# RQ's intermediate queue by a worker that died before starting it (RQ cleans those up only after
+# minutes): it counts as lost. A lease whose record or job waits is renewed, so waiting under load never
 # looks like a loss.
 KICK = """
 local work = redis.call('LLEN', KEYS[1]) > 0 or redis.call('LLEN', KEYS[2]) > 0
@@ -153,7 +156,12 @@ if v then
   local kind = string.sub(v, 1, 2)
   if kind ~= 'k:' and kind ~= 'd:' then return 0 end  -- a run holds the route
   local tok = string.sub(v, 3)
-  local status = redis.call('HGET', ARGV[7] .. string.sub(tok, 1, 12), 'status')
+  local job = ARGV[7] .. string.sub(tok, 1, 12)
+  local status, origin = unpack(redis.call('HMGET', job, 'status', 'origin'))
+  if status == 'queued' and origin then  -- 'queued' but not in its queue: stranded by a dead worker
+    local id = string.sub(job, #ARGV[8] + 1)
+    if not redis.call('LPOS', ARGV[9] .. origin, id) then status = 'stranded' end
+  end
   if string.find(ARGV[6], ',' .. tok .. ',', 1, true) or status == 'queued' or status == 'scheduled'
       or status == 'deferred' then
     if redis.call('PTTL', KEYS[3]) < tonumber(ARGV[2]) then redis.call('PEXPIRE', KEYS[3], ARGV[2]) end

@@ -7,9 +7,11 @@ import time
 
 import pytest
 import redis
+from rq.queue import Queue
+from rq.serializers import JSONSerializer
 
 from jobs.inbox import Commit, Inbox, Kick
-from jobs.queues import job_id
+from jobs.queues import enqueue_drain, job_id, rq_queue_name
 from memory.keys import Keys
 from tests.harness import unique
 
@@ -192,19 +194,35 @@ def test_a_lost_kick_is_redone_by_the_next_sweep_not_after_its_lease(box) -> Non
     assert r.get(keys.lease("rk")) == f"k:{inbox.next_kicks(0.1)[0].token}"
 
 
-def test_a_waiting_kick_is_renewed_not_repeated(box) -> None:
+def test_a_waiting_kick_is_renewed_not_repeated(box, redis_url) -> None:
     inbox, keys, r = box
     push(inbox, "rk", 1)
     r.pexpire(keys.lease("rk"), 5_000)
     assert inbox.kick_many([("rk", "q")], inbox.listed_kicks()) == 0  # its record waits in the list
     assert r.pttl(keys.lease("rk")) > 5_000 and r.llen(keys.kicks) == 1
     token = inbox.next_kicks(0.1)[0].token  # dispatched: now an RQ job waits
-    r.hset(f"rq:job:{job_id('rk', token)}", "status", "queued")
+    enqueue_drain(redis.Redis.from_url(redis_url), keys.profile, "q", "rk", token)
     r.pexpire(keys.lease("rk"), 5_000)
     assert inbox.kick_many([("rk", "q")], inbox.listed_kicks()) == 0
     assert r.pttl(keys.lease("rk")) > 5_000 and r.llen(keys.kicks) == 0
     r.hset(f"rq:job:{job_id('rk', token)}", "status", "finished")  # it ran without taking the route: lost
     assert inbox.kick_many([("rk", "q")], inbox.listed_kicks()) == 1
+
+
+def test_a_job_stranded_by_a_worker_that_died_after_dequeuing_it_counts_as_lost(box, redis_url) -> None:
+    """RQ moves a job to an intermediate list when a worker dequeues it; a worker (or Redis) that dies
+    before starting it leaves it 'queued' there until RQ's maintenance, minutes later."""
+    inbox, keys, r = box
+    raw = redis.Redis.from_url(redis_url)
+    push(inbox, "rk", 1)
+    token = inbox.next_kicks(0.1)[0].token
+    enqueue_drain(raw, keys.profile, "q", "rk", token)
+    queue = Queue(rq_queue_name(keys.profile, "q"), connection=raw, serializer=JSONSerializer)
+    assert inbox.kick_many([("rk", "q")], inbox.listed_kicks()) == 0  # waiting in its queue
+    job, _ = Queue.dequeue_any([queue], timeout=None, connection=raw, serializer=JSONSerializer)
+    assert job is not None and job.get_status() == "queued"  # what a worker that died here leaves behind
+    assert inbox.kick_many([("rk", "q")], inbox.listed_kicks()) == 1
+    assert r.get(keys.lease("rk")) == f"k:{inbox.next_kicks(0.1)[0].token}"
 
 
 def test_a_lost_retry_is_redone_by_the_sweep(box) -> None:
