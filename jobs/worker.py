@@ -1,12 +1,12 @@
 """Worker entry point: WORKER_CONCURRENCY RQ workers on every routing queue, supervised.
 
-Each worker is `rq worker <queue> --with-scheduler -S json --maintenance-interval 60` (one queue per
-worker, so RQ uses its reliable BLMOVE dequeue), forked from this supervisor after the heavy imports, so
-their code pages are shared. Runs are I/O-bound (a model call takes seconds), so the default of 8
-concurrent runs per queue suits 2 cores; one run per route is enforced by the lease, not by the worker
-count. A worker that dies is started again. The first SIGTERM is a graceful stop: each worker lets its
-busy work-horse hand its route to a fresh run at once (jobs/shutdown.py), then exits.
-"""
+Each worker is `rq worker <queue> -S json --maintenance-interval 60`: one queue per worker, so RQ uses its
+reliable BLMOVE dequeue, and no RQ scheduler, since retries wait in our own delayed set (jobs/queues.py).
+Workers are forked from this supervisor after the heavy imports, so their code pages are shared. Runs are
+I/O-bound (a model call takes seconds), so the default of 8 concurrent runs per queue suits 2 cores; one
+run per route is enforced by the lease, not by the worker count. A worker that dies is started again.
+The first SIGTERM is a graceful stop: each worker lets its busy work-horse hand its route to a fresh run
+at once (jobs/shutdown.py), then exits."""
 
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ def run_one(settings: Settings, queue_name: str, url: str, name: str) -> None:
     runtime.prepare()
     worker = RouteWorker([rq_queue_name(settings.bot_profile, queue_name)], connection=rq_client(url),
                          serializer=JSONSerializer, maintenance_interval=60, name=name)
-    worker.work(with_scheduler=True, logging_level=settings.log_level)
+    worker.work(with_scheduler=False, logging_level=settings.log_level)
 
 
 class Supervisor:
