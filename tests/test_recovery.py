@@ -34,7 +34,6 @@ from tests.harness import (
     worker_count,
 )
 
-
 ADMIN_CHAT = "oc_admin_alerts"
 
 
