@@ -109,6 +109,9 @@ class Inbound(BaseModel):
     parent_id: str | None = None
     mentions: list[Mention] = []
     mentioned_all: bool = False
+    # The route's generation when the event was stored: stamped by the PUSH script (never by the web), so
+    # a worker can tell messages sent before a user reset. None: from before sessions, or a replay.
+    gen: int | None = None
 
     @property
     def sender_id(self) -> str:
@@ -296,4 +299,5 @@ def to_inbound(envelope: Envelope, event: MessageEvent, bot_open_id: str | None 
 
 
 def dumps(inbound: Inbound) -> str:
-    return json.dumps(inbound.model_dump(mode="json"), ensure_ascii=False, separators=(",", ":"))
+    """The inbox entry: a JSON object without `gen`, which PUSH appends as the object's last member."""
+    return json.dumps(inbound.model_dump(mode="json", exclude={"gen"}), ensure_ascii=False, separators=(",", ":"))
