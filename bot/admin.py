@@ -15,6 +15,7 @@ from flask import Blueprint, Response, current_app, jsonify, request
 
 from jobs import deadletter
 from jobs.runtime import Runtime
+from memory.sessions import Sessions
 
 bp = Blueprint("admin", __name__, url_prefix="/admin/api")
 RESULT_STATUS = {"replayed": 200, "already-replayed": 409, "unknown": 404}
@@ -76,14 +77,15 @@ def route_state(route_key: str) -> tuple[Response, int]:
     pipe.llen(k.proc(route_key))
     pipe.get(k.lease(route_key))
     pipe.zscore(k.dirty, route_key)
-    pipe.llen(k.transcript(route_key))
-    pending, in_turn, lease, dirty, transcript = pipe.execute()
+    pending, in_turn, lease, dirty = pipe.execute()
+    sessions = Sessions(rt.state, k)
+    state = sessions.state(route_key)
+    current = sessions.log(route_key, state.session_id) if state.session_id else []
     return jsonify(
         route_key=route_key, pending=pending, in_turn=in_turn, lease=_lease_state(lease), dirty=dirty is not None,
-        transcript_entries=transcript,
-        # Sessions and items arrive with the session engine and the Bitable work; until then a route
-        # has one implicit session.
-        session_id=None, generation=0, sessions=[], item_id=None,
+        session_id=state.session_id, generation=state.generation,
+        sessions=[s.public() for s in sessions.all(route_key)], session_entries=len(current),
+        item_id=None,  # business items arrive with the Bitable work
     ), 200
 
 

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ValidationError
 
 from bot import identity, metrics
 from bot.admission import IDENTITY_UNKNOWN, admit
+from bot.commands import RESET, command_of
 from bot.crypto import SIGNATURE_HEADER, DecryptError, SignatureError, SignatureVerifier, decrypt
 from bot.envelope import (
     MESSAGE_RECEIVE,
@@ -30,6 +31,7 @@ from bot.envelope import (
 from bot.settings import Settings
 from jobs.inbox import Inbox
 from memory.keys import Keys
+from memory.sessions import new_session_id
 from routing.keys import route_for
 from routing.policy import policy_from
 
@@ -82,7 +84,8 @@ class Ingress:
         self.settings, self.state = settings, state
         self.keys = Keys(settings.bot_profile)
         self.bot_open_id = identity.CachedOpenId(state, self.keys)
-        self.inbox = Inbox(state, self.keys, int(settings.run_lease_seconds * 1000))
+        self.inbox = Inbox(state, self.keys, int(settings.run_lease_seconds * 1000),
+                           session_retention_s=settings.session_retention_s)
         self.policy = policy_from(settings)
         self.encrypt_key = settings.secret("feishu_encrypt_key")
         self.token = settings.secret("feishu_verification_token")
@@ -194,8 +197,10 @@ class Ingress:
             return Response(200)
         route = route_for(inbound, self.policy, self.settings.bot_profile)
         ctx["route_key"] = route.key
+        reset = command_of(inbound.message_type, inbound.text) == RESET
         pushed = self.inbox.push(route.key, dumps(inbound), message_id=inbound.message_id,
-                                 content_key=inbound.content_key(), queue=route.queue)
+                                 content_key=inbound.content_key(), queue=route.queue,
+                                 reset_sid=new_session_id() if reset else "")
         ctx["outcome"] = "duplicate" if pushed.duplicate else "queued"
         log.info("message accepted", extra={**ctx, "reason": ctx["outcome"]})
         return Response(200)

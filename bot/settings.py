@@ -91,7 +91,11 @@ class Settings(BaseSettings):
     admin_chat_id: str | None = None
     feishu_chat_qps: int = Field(5, ge=1)
     feishu_app_qps: int = Field(50, ge=1)
-    transcript_turns: int = Field(20, ge=0)
+    transcript_turns: int = Field(20, ge=0)  # only seeds a route's first session from the old transcript
+    session_retention_days: float = Field(30.0, ge=0)  # ended sessions' logs; 0 = keep forever
+    session_idle_hours_p2p: float = Field(0.0, ge=0)  # 0 = no idle boundary: sessions resume across days
+    session_idle_hours_group: float = Field(0.0, ge=0)
+    session_idle_hours_topic: float = Field(0.0, ge=0)
     max_output_tokens: int = Field(2048, ge=64)
     llm_timeout_seconds: float = Field(120.0, gt=0)
     feishu_timeout_seconds: float = Field(10.0, gt=0)
@@ -159,6 +163,16 @@ class Settings(BaseSettings):
     @property
     def app_id(self) -> str:
         return self.feishu_app_id or SANDBOX_APP_ID
+
+    @property
+    def session_retention_s(self) -> int:
+        return int(self.session_retention_days * 86400)
+
+    def session_idle_s(self, route_kind: str) -> float:
+        """The idle boundary of a route kind in seconds; 0 = none."""
+        hours = {"p2p": self.session_idle_hours_p2p, "group": self.session_idle_hours_group,
+                 "topic": self.session_idle_hours_topic}.get(route_kind, 0.0)
+        return hours * 3600
 
     def secret(self, name: str) -> str:
         """The plain value of a secret field; call only where the value is used, never to log."""

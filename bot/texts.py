@@ -16,6 +16,25 @@ TEXTS = {
         "zh": "抱歉，我这次没有生成回答，请换个说法再试一次。",
         "en": "Sorry, I could not produce an answer this time. Please try rephrasing.",
     },
+    "reset_done": {
+        "zh": "好的，已开启新会话，之前的对话不会再带入。",
+        "en": "OK, a new session has started. Earlier conversation will not be carried over.",
+    },
+    "reset_done_shared": {
+        "zh": "好的，已为本话题的所有人开启新会话，之前的对话不会再带入。",
+        "en": "OK, a new session has started for everyone in this topic. "
+              "Earlier conversation will not be carried over.",
+    },
+    "reset_dropped": {
+        "zh": "重置前还没处理的 {n} 条消息不再回答，需要的话请重新发送。",
+        "en": "{n} message(s) sent before the reset were not answered; please send them again if needed.",
+    },
+    "status": {
+        "zh": "会话 {session_id}（上一个：{parent_id}）\n代数 {generation} · 已用 {tokens_in} 输入 / "
+              "{tokens_out} 输出 tokens · {turns} 轮\n关联事项：{item_id}",
+        "en": "Session {session_id} (previous: {parent_id})\nGeneration {generation} · {tokens_in} input / "
+              "{tokens_out} output tokens used · {turns} turns\nLinked item: {item_id}",
+    },
 }
 
 
@@ -26,5 +45,8 @@ def language_of(text: str) -> str:
     return "en"
 
 
-def say(name: str, sample: str) -> str:
-    return TEXTS[name][language_of(sample)]
+def say(name: str, sample: str, **fields: object) -> str:
+    """The text `name` in the language of `sample` (a slash command counts as Chinese, the default)."""
+    lang = "zh" if sample.lstrip().startswith("/") else language_of(sample)
+    text = TEXTS[name][lang]
+    return text.format(**fields) if fields else text

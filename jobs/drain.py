@@ -36,7 +36,10 @@ from jobs.inbox import Commit
 from jobs.outbox import LeaseLost
 from jobs.queues import rq_queue_name
 from jobs.runtime import Runtime, current
+from jobs.segments import COMMAND, STALE, next_segment
+from jobs.session_turn import Superseded, answer_command, ensure_session
 from jobs.turn import run_turn
+from memory.sessions import RouteState
 from routing.keys import kind_of
 
 log = logging.getLogger(__name__)
@@ -108,13 +111,21 @@ class Parsed:
     unreadable: list[str]
 
 
+def parse_one(item: str) -> Inbound | None:
+    try:
+        return Inbound.model_validate_json(item)
+    except (ValidationError, ValueError):
+        return None
+
+
 def parse(raw: list[str]) -> Parsed:
     readable, unreadable = [], []
     for item in raw:
-        try:
-            readable.append(Inbound.model_validate_json(item))
-        except (ValidationError, ValueError):
+        inbound = parse_one(item)
+        if inbound is None:
             unreadable.append(item)
+        else:
+            readable.append(inbound)
     return Parsed(readable, unreadable)
 
 
@@ -125,9 +136,21 @@ class Drain:
         self.kind = kind_of(route_key)
         self.queue = rt.queue_of(route_key)
         self.log = {"route_key": route_key, "exec_id": self.exec_id, "job_id": job_id}
+        self.gen: int | None = None  # the generation of the segment being worked on (see `fence`)
+        self.dropped = 0  # messages consumed unanswered because a user reset came after them
 
     def fence(self) -> bool:
-        return self.rt.inbox.holds(self.rk, self.exec_id)
+        """Before every side effect: False when the lease is gone; `Superseded` when a user reset moved the
+        route past the generation this turn runs under (its reply must not be posted)."""
+        pipe = self.rt.state.pipeline(transaction=False)
+        pipe.get(self.rt.keys.lease(self.rk))
+        pipe.hget(self.rt.keys.route_state(self.rk), "gen")
+        lease, gen = pipe.execute()
+        if lease != self.exec_id:
+            return False
+        if self.gen is not None and int(gen or 0) != self.gen:
+            raise Superseded(self.rk)
+        return True
 
     def run(self, kick_token: str) -> str:
         if not self.rt.inbox.acquire(self.rk, kick_token, self.exec_id):
@@ -175,7 +198,38 @@ class Drain:
     # -- one batch ---------------------------------------------------------------------------------------
 
     def _process(self, raw: list[str]) -> str | None:
-        """Answer, retry later, pause, split or bury one batch; None when it is done and the run goes on."""
+        """Consume the segment at the front of the batch (jobs/segments.py); None when the run goes on."""
+        items = [parse_one(item) for item in raw]
+        state = self.rt.sessions.state(self.rk)
+        seg = next_segment(items, state.generation)
+        self.gen = state.generation
+        if seg.kind == STALE:
+            self._drop_stale(raw[:seg.n])
+            return None
+        if seg.kind == COMMAND:
+            return self._command(raw[0], items[0], seg.command or "", state)
+        return self._turn(raw[:seg.n], state)
+
+    def _drop_stale(self, raw: list[str]) -> None:
+        batch_id = batch_id_of(raw)
+        log.info("messages sent before a user reset: not answered",
+                 extra={**self.log, "batch": batch_id, "message_id": _ids(raw)})
+        self._commit(Commit(n=len(raw), batch_id=batch_id))
+        self.dropped += len(raw)
+
+    def _command(self, raw: str, message: Inbound | None, command: str, state: RouteState) -> str | None:
+        assert message is not None  # commands are readable by definition
+        batch_id = batch_id_of([raw])
+        try:
+            answer_command(self.rt, self.rk, message, command, state, batch_id, self.fence, self.dropped)
+        except Superseded:
+            log.info("command overtaken by a later reset", extra={**self.log, "message_id": message.message_id})
+        self.dropped = 0
+        self._commit(Commit(n=1, batch_id=batch_id))
+        return None
+
+    def _turn(self, raw: list[str], state: RouteState) -> str | None:
+        """Answer, retry later, pause, split or bury one turn's messages."""
         batch_id = batch_id_of(raw)
         extra = {**self.log, "batch": batch_id, "message_id": _ids(raw)}
         parsed = parse(raw)
@@ -188,7 +242,14 @@ class Drain:
             log.error("batch gives up before its turn", extra={**extra, "attempt": starts, "reason": worn_out})
             return self._give_up(raw, batch_id, worn_out)
         try:
-            result = run_turn(self.rt, self.rk, self.kind, parsed.readable, batch_id, self.fence)
+            sid = ensure_session(self.rt, self.rk, self.exec_id, state)
+            result = run_turn(self.rt, self.rk, self.kind, parsed.readable, batch_id, self.fence, sid)
+        except Superseded:  # a user reset overtook the turn: nothing posted from here on, nothing written
+            self.rt.inbox.bump(self.rk, batch_id, "s", -1)
+            log.info("turn overtaken by a user reset", extra=extra)
+            self._commit(Commit(n=len(raw), batch_id=batch_id))
+            self.dropped += len(raw)
+            return None
         except (LeaseLost, shutdown.ShutdownRequested):
             self.rt.inbox.bump(self.rk, batch_id, "s", -1)
             raise
@@ -206,7 +267,9 @@ class Drain:
                                                         "cache_read": c.cache_read_tokens}})
         metrics.count(self.rt.state, self.rt.keys, "turns", self.kind)
         dead = self._dead(parsed, batch_id)
-        self._commit(Commit(n=len(raw), batch_id=batch_id, entries=result.entries, dead=dead))
+        tokens = (c.input_tokens, c.output_tokens, c.cache_read_tokens)
+        self._commit(Commit(n=len(raw), batch_id=batch_id, entries=result.entries, dead=dead, gen=state.generation,
+                            tokens=tokens))
         return None
 
     def _worn_out(self, batch_id: str, starts: int) -> str | None:

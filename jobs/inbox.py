@@ -16,6 +16,7 @@ from jobs import scripts
 from jobs.queues import rq_job_key_prefix
 from memory.groupcommit import GroupCommit
 from memory.keys import Keys
+from memory.sessions import LOG_CAP
 
 DEDUPE_TTL_S = 86400
 KICK_TTL_MS = 45_000  # a kick lease; the sweep renews it while its record or job waits (SWEEP_INTERVAL ≤ 20 s)
@@ -57,11 +58,15 @@ class Commit:
     batch_id: str
     entries: Sequence[str] = ()
     dead: Sequence[tuple[str, str]] = ()  # (dead-letter id, record JSON)
+    gen: int | None = None  # the generation the turn ran under; entries are written only if it still holds
+    tokens: tuple[int, int, int] = (0, 0, 0)  # input, output, cache read: the session's counters
 
 
 class Inbox:
-    def __init__(self, r: redis.Redis, keys: Keys, lease_ms: int, keep: int = 40) -> None:
+    def __init__(self, r: redis.Redis, keys: Keys, lease_ms: int, keep: int = 40,
+                 session_retention_s: int = 30 * 86400) -> None:
         self.r, self.k, self.lease_ms, self.keep = r, keys, lease_ms, keep  # keep: transcript entries
+        self.session_retention_s = session_retention_s  # how long an ended session's log is kept
         self._push = GroupCommit(r, scripts.PUSH)  # the webhook's hot path: concurrent pushes share a trip
         self._s = {name: r.register_script(getattr(scripts, name)) for name in (
             "ACQUIRE", "TAKE", "COMMIT", "FINISH", "RENEW", "HANDOVER", "RELEASE", "KICK", "BREAK", "POP_DUE",
@@ -69,13 +74,16 @@ class Inbox:
 
     # -- the webhook -----------------------------------------------------------------------------------
 
-    def push(self, rk: str, event: str, *, message_id: str, content_key: str, queue: str) -> PushResult:
+    def push(self, rk: str, event: str, *, message_id: str, content_key: str, queue: str,
+             reset_sid: str = "") -> PushResult:
+        """Store one event. `reset_sid`: the event is a user reset; the route's new session gets this id."""
         token = new_token()
         k = self.k
         keys = [k.seen_message(message_id), k.seen_content(content_key), k.inbox(rk), k.lease(rk), k.dirty,
-                k.kicks, k.metrics]
+                k.kicks, k.metrics, k.route_state(rk), k.sessions(rk)]
         kick = Kick(route_key=rk, token=token, queue=queue).dumps()
-        res = self._push(keys, [event, token, KICK_TTL_MS, rk, time.time(), DEDUPE_TTL_S, kick])
+        res = self._push(keys, [event, token, KICK_TTL_MS, rk, time.time(), DEDUPE_TTL_S, kick, reset_sid,
+                                k.session_log_prefix(rk), self.session_retention_s])
         return PushResult(duplicate=res == -1, kicked=res == 1)
 
     # -- a run -------------------------------------------------------------------------------------------
@@ -92,14 +100,17 @@ class Inbox:
                               [exec_id, self.lease_ms, rk, time.time() + budget_s, info, MAX_BATCH])
         return None if res == -1 else list(res)
 
-    def commit(self, rk: str, exec_id: str, c: Commit) -> bool:
+    def commit(self, rk: str, exec_id: str, c: Commit) -> int:
+        """1 committed, 2 committed but the entries dropped (a user reset overtook the turn), 0 lease lost."""
         k = self.k
-        keys = [k.proc(rk), k.lease(rk), k.transcript(rk), k.fails(rk), k.answer(rk, c.batch_id),
-                k.sent(rk, c.batch_id), k.dead, k.dead_order, k.metrics]
+        keys = [k.proc(rk), k.lease(rk), k.route_state(rk), k.fails(rk), k.answer(rk, c.batch_id),
+                k.sent(rk, c.batch_id), k.dead, k.dead_order, k.metrics, k.sessions(rk)]
         dead = [part for pair in c.dead for part in pair]
-        head: list[str | int | float] = [exec_id, self.lease_ms, c.n, self.keep, c.batch_id, time.time()]
+        gen = "" if c.gen is None else c.gen
+        head: list[str | int | float] = [exec_id, self.lease_ms, c.n, c.batch_id, time.time(), gen,
+                                         k.session_log_prefix(rk), LOG_CAP, *c.tokens]
         args = [*head, len(c.entries), *c.entries, *dead]
-        return self._s["COMMIT"](keys, args) == 1
+        return int(self._s["COMMIT"](keys, args))
 
     def finish(self, rk: str, exec_id: str) -> int:
         """1 released, 0 more work arrived, -1 lease lost."""

@@ -14,6 +14,7 @@ from jobs.inbox import Inbox
 from jobs.outbox import Outbox
 from jobs.queues import enqueue_drain
 from memory.keys import Keys
+from memory.sessions import Sessions
 from memory.store import resolve_url, rq_client, state_client
 from routing.keys import kind_of
 from routing.policy import Policy, policy_from
@@ -42,7 +43,12 @@ class Runtime:
     @cached_property
     def inbox(self) -> Inbox:
         s = self.settings
-        return Inbox(self.state, self.keys, int(s.run_lease_seconds * 1000), keep=s.transcript_turns * 2)
+        return Inbox(self.state, self.keys, int(s.run_lease_seconds * 1000), keep=s.transcript_turns * 2,
+                     session_retention_s=s.session_retention_s)
+
+    @cached_property
+    def sessions(self) -> Sessions:
+        return Sessions(self.state, self.keys, self.settings.session_retention_s)
 
     @cached_property
     def feishu(self) -> FeishuApi:

@@ -7,13 +7,18 @@ Lease values: absent = free; `k:<token>` = a run is queued (any drain job of the
 Invariants (checked by tests/test_protocol.py against real Redis):
 - every route whose lease is held, by anyone, is in `dirty` (each script that creates a lease adds it);
 - every route with events in `inbox` or `proc` is in `dirty`;
-- an event leaves `proc` only in COMMIT, which records it in the transcript or the dead letters.
+- an event leaves `proc` only in COMMIT, which records it in the session log or the dead letters (or, when
+  a user reset overtook its turn or it was sent before one, consumes it without a record).
 """
 
-# KEYS: seen_msg, seen_content, inbox, lease, dirty, kicks, metrics
-# ARGV: event, kick_token, kick_ttl_ms, route_key, now, dedupe_ttl_s, kick_record
+# KEYS: seen_msg, seen_content, inbox, lease, dirty, kicks, metrics, route, sessions
+# ARGV: event, kick_token, kick_ttl_ms, route_key, now, dedupe_ttl_s, kick_record,
+#       reset_sid ('' = not a reset), session_log_prefix, retention_s
 # Dedupe, append and kick are one step: a crash between them would lose the event and the
-# redelivery would then be deduped away.
+# redelivery would then be deduped away. Each stored event gets the route's generation as its JSON
+# object's last member. A user reset takes effect here, when it is accepted: the generation moves on
+# (fencing every run that began before it), the current session ends as `user_reset`, and the route
+# points to a new, empty session.
 PUSH = """
 if not redis.call('SET', KEYS[1], '1', 'NX', 'EX', ARGV[6]) then
   redis.call('HINCRBY', KEYS[7], 'dedupe_hits', 1)
@@ -24,7 +29,32 @@ if not redis.call('SET', KEYS[2], '1', 'NX', 'EX', ARGV[6]) then
   redis.call('HINCRBY', KEYS[7], 'dedupe_hits', 1)
   return -1
 end
-redis.call('RPUSH', KEYS[3], ARGV[1])
+local gen = tonumber(redis.call('HGET', KEYS[8], 'gen') or '0')
+if ARGV[8] ~= '' then
+  local now = tonumber(ARGV[5])
+  gen = redis.call('HINCRBY', KEYS[8], 'gen', 1)
+  local old = redis.call('HGET', KEYS[8], 'sid')
+  local rec = {id = ARGV[8], route_key = ARGV[4], parent_id = cjson.null, end_reason = cjson.null,
+               generation = gen, started_at = now, ended_at = cjson.null, boundary = 'user_reset'}
+  if old then
+    rec.parent_id = old
+    local raw = redis.call('HGET', KEYS[9], old)
+    if raw then
+      local prev = cjson.decode(raw)
+      prev.end_reason = 'user_reset'
+      prev.ended_at = now
+      redis.call('HSET', KEYS[9], old, cjson.encode(prev))
+    end
+    if tonumber(ARGV[10]) > 0 then redis.call('EXPIRE', ARGV[9] .. old, ARGV[10]) end
+  end
+  redis.call('HSET', KEYS[9], ARGV[8], cjson.encode(rec))
+  redis.call('HSET', KEYS[8], 'sid', ARGV[8])
+end
+local event = ARGV[1]
+if string.sub(event, 1, 1) == '{' and string.sub(event, -1) == '}' and event ~= '{}' then
+  event = string.sub(event, 1, -2) .. ',"gen":' .. gen .. '}'
+end
+redis.call('RPUSH', KEYS[3], event)
 redis.call('ZADD', KEYS[5], 'NX', ARGV[5], ARGV[4])
 redis.call('HINCRBY', KEYS[7], 'events_queued', 1)
 if redis.call('SET', KEYS[4], 'k:' .. ARGV[2], 'NX', 'PX', ARGV[3]) then
@@ -68,30 +98,43 @@ end
 return batch
 """
 
-# KEYS: proc, lease, transcript, fails, answer, sent, dead, dead_order, metrics
-# ARGV: exec_id, ttl_ms, n, keep, batch_id, now, n_entries, entries..., then (dead_id, record) pairs
-# Consumes the first n events of the batch and, in the same step, records each in the transcript or
+# KEYS: proc, lease, route, fails, answer, sent, dead, dead_order, metrics, sessions
+# ARGV: exec_id, ttl_ms, n, batch_id, now, gen ('' = write no session entries), log_prefix, log_cap,
+#       tokens_in, tokens_out, tokens_cache_read, n_entries, entries..., then (dead_id, record) pairs
+# Consumes the first n events of the batch and, in the same step, records each in the session log or
 # the dead letters, and drops the batch's caches: a retried batch is never recorded twice, and
 # per-route state stays bounded.
+# Entries go to the route's current session only while the route is still at the run's generation: a
+# turn that a user reset overtook consumes its batch and writes nothing (returns 2).
 COMMIT = """
 if redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
 redis.call('LTRIM', KEYS[1], tonumber(ARGV[3]), -1)
-local ne = tonumber(ARGV[7])
-for i = 8, 7 + ne do redis.call('RPUSH', KEYS[3], ARGV[i]) end
+local ne = tonumber(ARGV[12])
+local result = 1
 if ne > 0 then
-  local keep = tonumber(ARGV[4])
-  if keep > 0 then redis.call('LTRIM', KEYS[3], -keep, -1) else redis.call('DEL', KEYS[3]) end
+  local sid = redis.call('HGET', KEYS[3], 'sid')
+  if ARGV[6] ~= '' and sid and (redis.call('HGET', KEYS[3], 'gen') or '0') == ARGV[6] then
+    local log = ARGV[7] .. sid
+    for i = 13, 12 + ne do redis.call('RPUSH', log, ARGV[i]) end
+    redis.call('LTRIM', log, -tonumber(ARGV[8]), -1)
+    redis.call('HINCRBY', KEYS[10], sid .. '#in', ARGV[9])
+    redis.call('HINCRBY', KEYS[10], sid .. '#out', ARGV[10])
+    redis.call('HINCRBY', KEYS[10], sid .. '#cache_read', ARGV[11])
+    redis.call('HINCRBY', KEYS[10], sid .. '#turns', 1)
+  else
+    result = 2
+  end
 end
-for i = 8 + ne, #ARGV, 2 do
+for i = 13 + ne, #ARGV, 2 do
   redis.call('HSET', KEYS[7], ARGV[i], ARGV[i + 1])
-  redis.call('ZADD', KEYS[8], ARGV[6], ARGV[i])
+  redis.call('ZADD', KEYS[8], ARGV[5], ARGV[i])
   redis.call('HINCRBY', KEYS[9], 'dead_lettered', 1)
 end
-redis.call('HDEL', KEYS[4], 'f:' .. ARGV[5], 's:' .. ARGV[5])
+redis.call('HDEL', KEYS[4], 'f:' .. ARGV[4], 's:' .. ARGV[4])
 if redis.call('LLEN', KEYS[1]) == 0 then redis.call('DEL', KEYS[4]) end
 redis.call('DEL', KEYS[5], KEYS[6])
 redis.call('PEXPIRE', KEYS[2], ARGV[2])
-return 1
+return result
 """
 
 # KEYS: inbox, proc, lease, dirty, running, runinfo   ARGV: exec_id, route_key

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
@@ -14,7 +13,8 @@ from bot.texts import say
 from jobs import shutdown
 from jobs.outbox import BATCH_CACHE_TTL_S, LeaseLost
 from jobs.runtime import Runtime
-from memory.context import Entry, assemble, format_batch, system_blocks
+from memory.context import Entry, assemble, estimate_tokens, format_batch, system_blocks
+from memory.sessions import entry
 
 
 @dataclass(frozen=True)
@@ -24,18 +24,13 @@ class TurnResult:
     completion: Completion
 
 
-def load_history(rt: Runtime, route_key: str) -> list[Entry]:
-    raw = rt.state.lrange(rt.keys.transcript(route_key), 0, -1)
-    return [Entry(role=e["role"], text=e["text"]) for e in map(json.loads, raw)]
-
-
-def _entry(role: str, text: str, batch_id: str) -> str:
-    return json.dumps({"role": role, "text": text, "batch_id": batch_id, "at": round(time.time(), 3)},
-                      ensure_ascii=False)
+def load_history(rt: Runtime, route_key: str, session_id: str) -> list[Entry]:
+    """The session's transcript: what this route said and was told since the session began."""
+    return [Entry(role=e["role"], text=e["text"]) for e in rt.sessions.log(route_key, session_id)]
 
 
 def _answer_for(rt: Runtime, route_key: str, kind: str, batch_id: str, batch_text: str,
-                fence: Callable[[], bool]) -> Completion:
+                fence: Callable[[], bool], session_id: str) -> Completion:
     """The model's answer for this batch. The first answer stored wins: a run that lost its lease while
     the model was thinking, and any later run of the batch, send that same text, never a second one."""
     key = rt.keys.answer(route_key, batch_id)
@@ -43,7 +38,8 @@ def _answer_for(rt: Runtime, route_key: str, kind: str, batch_id: str, batch_tex
     if cached:
         return Completion(**json.loads(cached))
     s = rt.settings
-    messages = assemble(load_history(rt, route_key), batch_text, s.context_budget_tokens, s.max_output_tokens)
+    history = load_history(rt, route_key, session_id)
+    messages = assemble(history, batch_text, s.context_budget_tokens, s.max_output_tokens)
     with shutdown.interruptible():
         completion = rt.llm.complete(system_blocks(), messages)
     _count_usage(rt, kind, completion)
@@ -61,13 +57,16 @@ def _count_usage(rt: Runtime, kind: str, c: Completion) -> None:
 
 
 def run_turn(rt: Runtime, route_key: str, kind: str, batch: Sequence[Inbound], batch_id: str,
-             fence: Callable[[], bool]) -> TurnResult:
+             fence: Callable[[], bool], session_id: str) -> TurnResult:
     batch_text = format_batch(batch)
-    completion = _answer_for(rt, route_key, kind, batch_id, batch_text, fence)
+    completion = _answer_for(rt, route_key, kind, batch_id, batch_text, fence, session_id)
     answer = completion.text or say("empty_answer", batch[-1].text)
     # Reply to the batch's last message: in a topic the reply stays inside that thread.
     last = batch[-1]
-    ids = rt.outbox.reply(route_key, batch_id, last.message_id, answer, chat_id=last.chat_id,
-                          in_thread=kind == "topic", fence=fence)
-    entries = [_entry("user", batch_text, batch_id), _entry("assistant", answer, batch_id)]
-    return TurnResult(reply_ids=ids, entries=entries, completion=completion)
+    reply_ids = rt.outbox.reply(route_key, batch_id, last.message_id, answer, chat_id=last.chat_id,
+                                in_thread=kind == "topic", fence=fence)
+    ids, senders = [m.message_id for m in batch], sorted({m.sender_id for m in batch})
+    entries = [entry("user", batch_text, batch_id=batch_id, message_ids=ids, senders=senders,
+                     tokens=estimate_tokens(batch_text)),
+               entry("assistant", answer, batch_id=batch_id, message_ids=reply_ids, tokens=estimate_tokens(answer))]
+    return TurnResult(reply_ids=reply_ids, entries=entries, completion=completion)

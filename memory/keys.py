@@ -44,7 +44,25 @@ class Keys:
         return self._route("fails", rk)
 
     def transcript(self, rk: str) -> str:
+        """The pre-session transcript (releases before sessions); read once to seed a route's first session."""
         return self._route("transcript", rk)
+
+    # -- per route: sessions (memory/sessions.py) ------------------------------------------------------
+
+    def route_state(self, rk: str) -> str:
+        """HASH `sid` (current session id) and `gen` (generation: bumped by every user reset)."""
+        return self._route("route", rk)
+
+    def sessions(self, rk: str) -> str:
+        """HASH session id → JSON record; `<sid>#<counter>` → token and turn counters."""
+        return self._route("sess", rk)
+
+    def session_log_prefix(self, rk: str) -> str:
+        return f"{self._route('log', rk)}:"
+
+    def session_log(self, rk: str, sid: str) -> str:
+        """LIST of one session's transcript entries (JSON)."""
+        return f"{self.session_log_prefix(rk)}{sid}"
 
     # -- per batch: caches a run writes, deleted when the batch commits (and expiring on their own) ------
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -253,3 +254,9 @@ def reply_text(message: dict[str, Any]) -> str:
     import json
 
     return str(json.loads(message["body"]["content"])["text"])
+
+
+def session_log(r: redis.Redis, keys: Keys, rk: str) -> list[dict[str, Any]]:
+    """The entries of the route's current session (memory/sessions.py); [] when it has none yet."""
+    sid = r.hget(keys.route_state(rk), "sid")
+    return [json.loads(e) for e in r.lrange(keys.session_log(rk, sid), 0, -1)] if sid else []

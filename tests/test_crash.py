@@ -24,6 +24,7 @@ from tests.harness import (
     model_requests_with,
     route_key,
     rq_jobs,
+    session_log,
     settings_from,
     stop_all,
     unique,
@@ -141,8 +142,7 @@ def test_worker_killed_while_the_model_thinks(crash_rig: CrashRig, feishu, claud
     assert len(feishu.replies_to(message_id(env))) == 1
     assert replies[0]["parent_id"] == message_id(env)
     assert len(model_requests_with(claude, "进程被杀测试")) == 2  # the killed call and the completed one
-    transcript = r.lrange(crash_rig.keys.transcript(rk), 0, -1)
-    user_turns = [e for e in map(json.loads, transcript) if e["role"] == "user"]
+    user_turns = [e for e in session_log(r, crash_rig.keys, rk) if e["role"] == "user"]
     assert [("进程被杀测试" in e["text"]) for e in user_turns] == [True]
     finishers = crash_rig.finishers(rk)
     assert finishers and all(name.startswith(fresh) for name in finishers), finishers
@@ -162,7 +162,7 @@ def test_worker_killed_right_after_replying(crash_rig: CrashRig, feishu, claude,
     env = deliver(crash_rig.web, feishu, chat_id=chat, chat_type="p2p", text="回复后被杀测试")
     rk = route_key("p2p", chat, profile=crash_rig.profile)
     fresh = _kill_when(sent, crash_rig, rk, workers, "the reply")
-    wait_for(lambda: r.llen(crash_rig.keys.transcript(rk)), timeout=60, what="the batch committed by a later run")
+    wait_for(lambda: session_log(r, crash_rig.keys, rk), timeout=60, what="the batch committed by a later run")
     wait_route_idle(r, crash_rig.keys, rk, timeout=40)
     assert len(feishu.replies_to(message_id(env))) == 1
     reply_calls = [q for q in feishu.requests if q["op"] == "reply"]

@@ -13,6 +13,7 @@ from rq.serializers import JSONSerializer
 from jobs.inbox import Commit, Inbox, Kick
 from jobs.queues import enqueue_drain, job_id, rq_queue_name
 from memory.keys import Keys
+from memory.sessions import Sessions
 from tests.harness import unique
 
 
@@ -40,7 +41,8 @@ def take(inbox: Inbox, rk: str, exec_id: str) -> list[str] | None:
 
 
 def commit(inbox: Inbox, rk: str, exec_id: str, n: int, batch: str, entries=(), dead=()) -> bool:
-    return inbox.commit(rk, exec_id, Commit(n=n, batch_id=batch, entries=list(entries), dead=list(dead)))
+    """True when committed (the lease was ours)."""
+    return inbox.commit(rk, exec_id, Commit(n=n, batch_id=batch, entries=list(entries), dead=list(dead))) != 0
 
 
 def test_first_push_kicks_once_and_queues_a_kick_record(box) -> None:
@@ -173,16 +175,26 @@ def test_replay_is_atomic_and_happens_once(box) -> None:
     assert [k.route_key for k in inbox.next_kicks(0.1)] == ["rk"]
 
 
-def test_transcript_is_bounded_by_commit(box) -> None:
+def test_commit_writes_the_session_log_only_at_the_turns_generation(box) -> None:
+    """A turn a user reset overtook consumes its batch and writes nothing into the new session."""
     inbox, keys, r = box
-    for i in range(6):
+    sessions = Sessions(r, keys)
+    for i in range(3):
         push(inbox, "rk", i)
     token = inbox.next_kicks(0.1)[0].token
     inbox.acquire("rk", token, "exec")
     take(inbox, "rk", "exec")
-    for i in range(6):
-        commit(inbox, "rk", "exec", 1, f"b{i}", [f"u{i}", f"a{i}"])
-    assert r.lrange(keys.transcript("rk"), 0, -1) == ["u4", "a4", "u5", "a5"]
+    sid = sessions.start("rk", "exec", 0, expected=None)
+    assert inbox.commit("rk", "exec", Commit(n=1, batch_id="b0", entries=["u0", "a0"], gen=0, tokens=(5, 2, 1))) == 1
+    assert r.lrange(keys.session_log("rk", sid), 0, -1) == ["u0", "a0"]
+    assert sessions.get("rk", sid).counters == {"in": 5, "out": 2, "cache_read": 1, "turns": 1}
+    inbox.push("rk", "{}", message_id="om_reset", content_key="c_reset", queue="q", reset_sid="s_new")  # a reset
+    assert inbox.commit("rk", "exec", Commit(n=1, batch_id="b1", entries=["u1", "a1"], gen=0)) == 2
+    assert r.lrange(keys.session_log("rk", sid), 0, -1) == ["u0", "a0"]
+    assert r.llen(keys.session_log("rk", "s_new")) == 0 and r.llen(keys.proc("rk")) == 1
+    assert sessions.state("rk").generation == 1 and sessions.get("rk", sid).end_reason == "user_reset"
+    assert inbox.commit("rk", "exec", Commit(n=1, batch_id="b2", entries=["u2", "a2"], gen=1)) == 1
+    assert r.lrange(keys.session_log("rk", "s_new"), 0, -1) == ["u2", "a2"]
 
 
 def test_a_lost_kick_is_redone_by_the_next_sweep_not_after_its_lease(box) -> None:

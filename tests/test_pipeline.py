@@ -14,6 +14,7 @@ from tests.harness import (
     model_requests_with,
     reply_text,
     route_key,
+    session_log,
     unique,
     wait_for,
     wait_route_idle,
@@ -144,7 +145,7 @@ def test_redeliveries_are_deduplicated(service, feishu, claude, r, keys) -> None
         assert service.post(again).status_code == 200
         wait_route_idle(r, keys, rk)  # one at a time: each one alone would be a new batch, a new turn
     assert sum(batch.count(text) for batch in new_batches(claude)) == 1
-    transcript = [json.loads(e) for e in r.lrange(keys.transcript(rk), 0, -1)]
+    transcript = session_log(r, keys, rk)
     assert sum(e["text"].count(text) for e in transcript if e["role"] == "user") == 1
     assert len(feishu.bot_messages(chat_id=chat)) == 1
     assert len(feishu.replies_to(message_id(env))) == 1

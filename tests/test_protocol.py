@@ -46,7 +46,7 @@ class Protocol(RuleBasedStateMachine):
     def push(self, route: str) -> None:
         event = json.dumps({"id": f"e{next(_ids)}", "route": route})
         self.inbox.push(route, event, message_id=event, content_key=event, queue="q")
-        self.pushed.append(event)
+        self.pushed.append(event[:-1] + ',"gen":0}')  # as stored: PUSH stamps the route's generation
 
     @rule()
     def dispatch(self) -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from jobs.runtime import Runtime
 from jobs.turn import _answer_for
-from tests.harness import deliver, message_id, settings_from, unique, wait_route_idle
+from tests.harness import deliver, message_id, session_log, settings_from, unique, wait_route_idle
 
 
 @pytest.fixture()
@@ -34,12 +34,12 @@ def test_two_runs_of_one_batch_send_the_same_answer(rt: Runtime, claude) -> None
         return True
 
     def first() -> None:
-        results["first"] = _answer_for(rt, rk, "p2p", batch, "<message>问</message>", slow_fence).text
+        results["first"] = _answer_for(rt, rk, "p2p", batch, "<message>问</message>", slow_fence, "s_none").text
 
     thread = threading.Thread(target=first)
     thread.start()
     assert first_asked.wait(10)
-    results["second"] = _answer_for(rt, rk, "p2p", batch, "<message>问</message>", lambda: True).text
+    results["second"] = _answer_for(rt, rk, "p2p", batch, "<message>问</message>", lambda: True, "s_none").text
     second_done.set()
     thread.join(10)
     assert results["first"] == results["second"] == "第2个答案"
@@ -57,4 +57,4 @@ def test_a_committed_route_keeps_no_per_batch_state(service, feishu, claude, r, 
     assert list(r.scan_iter(f"{tag}:*")) == []
     assert list(r.scan_iter(f"{keys.sent(rk, 'x').rsplit(':', 1)[0]}:*")) == []
     assert not r.exists(keys.fails(rk))
-    assert r.llen(keys.transcript(rk)) == 6
+    assert len(session_log(r, keys, rk)) == 6

@@ -52,9 +52,9 @@ def redis_bytes(stack: Stack) -> Any:
 
 
 def consumed_ids(stack: Stack) -> str:
-    """Every transcript entry of the profile (the batch text names each message_id) and dead-letter ids."""
+    """Every session log entry of the profile (the batch text names each message_id) and dead-letter ids."""
     texts = []
-    for key in stack.r.scan_iter(f"{stack.keys.prefix}:transcript:*", count=500):
+    for key in stack.r.scan_iter(f"{stack.keys.prefix}:log:*", count=500):
         texts += [json.loads(raw).get("text", "") for raw in stack.r.lrange(key, 0, -1)]
     dead = [mid for raw in stack.r.hvals(stack.keys.dead) for mid in json.loads(raw).get("message_ids", [])]
     return "\n".join(texts) + "\n" + "\n".join(f'message_id="{html.escape(m)}"' for m in dead)
