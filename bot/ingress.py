@@ -30,10 +30,14 @@ from bot.envelope import (
 )
 from bot.settings import Settings
 from jobs.inbox import Inbox
+from memory import related
 from memory.keys import Keys
 from memory.sessions import new_session_id
 from routing.keys import route_for
 from routing.policy import policy_from
+
+# Admission reasons of group messages that simply did not address the bot (bot/admission.py).
+UNADDRESSED = ("not mentioned", "mention-all only")
 
 log = logging.getLogger(__name__)
 REJECTED_KEPT = 1000
@@ -193,6 +197,9 @@ class Ingress:
             if decision.reason == IDENTITY_UNKNOWN:  # fail closed, but let Feishu deliver again later
                 raise Reject(503, "bot identity not known yet, retry later")
             ctx["outcome"] = "ignored"
+            if decision.reason in UNADDRESSED and inbound.chat_type != "p2p" and not inbound.thread_id:
+                related.keep(self.state, self.keys, inbound)  # background for later turns in this chat
+                ctx["outcome"] = "kept as related discussion"
             log.info("message not admitted", extra={**ctx, "reason": decision.reason})
             return Response(200)
         route = route_for(inbound, self.policy, self.settings.bot_profile)

@@ -13,6 +13,7 @@ from bot.texts import say
 from jobs import shutdown
 from jobs.outbox import BATCH_CACHE_TTL_S, LeaseLost
 from jobs.runtime import Runtime
+from memory import related
 from memory.context import Entry, assemble, estimate_tokens, format_batch, system_blocks
 from memory.sessions import entry
 
@@ -56,10 +57,21 @@ def _count_usage(rt: Runtime, kind: str, c: Completion) -> None:
             metrics.count(rt.state, rt.keys, "tokens", kind, kind_of_token, n=n)
 
 
+def _related(rt: Runtime, kind: str, batch: Sequence[Inbound]) -> str:
+    """Recent unaddressed messages of a normal group (memory/related.py), up to the batch's last message."""
+    if kind != "group":
+        return ""
+    last = batch[-1]
+    before = int(last.create_time) / 1000 if last.create_time and last.create_time.isdigit() else None
+    return related.block(related.recent(rt.state, rt.keys, last.chat_id, before=before), estimate_tokens)
+
+
 def run_turn(rt: Runtime, route_key: str, kind: str, batch: Sequence[Inbound], batch_id: str,
              fence: Callable[[], bool], session_id: str) -> TurnResult:
     batch_text = format_batch(batch)
-    completion = _answer_for(rt, route_key, kind, batch_id, batch_text, fence, session_id)
+    # Related discussion goes into this request only; the session log keeps just the batch.
+    request_text = _related(rt, kind, batch) + batch_text
+    completion = _answer_for(rt, route_key, kind, batch_id, request_text, fence, session_id)
     answer = completion.text or say("empty_answer", batch[-1].text)
     # Reply to the batch's last message: in a topic the reply stays inside that thread.
     last = batch[-1]
