@@ -40,7 +40,7 @@ def recent(r: redis.Redis, keys: Keys, chat_id: str, *, before: float | None = N
     """The newest kept messages of the chat (sent before `before`, when given), oldest first."""
     top = "+inf" if before is None else f"({before}"
     raw = r.zrevrangebyscore(keys.related(chat_id), top, "-inf", start=0, num=SHOW)
-    return [json.loads(x) for x in reversed(raw)]
+    return [json.loads(str(x)) for x in reversed(raw)]
 
 
 def block(items: Sequence[dict[str, Any]], estimate: Any, budget: int = SHOW_TOKENS) -> str:
