@@ -10,8 +10,19 @@ from typing import Any
 # Imported at module load on purpose: lark-oapi takes seconds to import, which must be paid at
 # worker boot, never by the first request against Feishu's 3 s deadline.
 from lark_oapi.channel import flatten_content, parse_message_content
-from lark_oapi.channel.normalize.mentions import extract_mentions, resolve_mentions, text_has_mention_all
+from lark_oapi.channel.normalize.mentions import text_has_mention_all
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+
+from bot.content import (
+    MentionBook,
+    Person,
+    fill_system,
+    image_mark,
+    post_at_tags,
+    render_card,
+    render_post,
+    resolve_text,
+)
 
 MESSAGE_RECEIVE = "im.message.receive_v1"
 MAX_CONTENT_DEPTH = 64  # real cards nest ~20 levels; lark-oapi's card walker recurses once per level
@@ -262,12 +273,27 @@ def content_object(message_type: str, raw: str) -> dict[str, Any]:
     return data
 
 
-def flatten_text(message_type: str, raw_content: str) -> str:
-    """Plain text of any message type, via lark-oapi's own content parsers; raises `ContentError`."""
-    data = content_object(message_type, raw_content)
+FORWARDED_PLACEHOLDER = "<forwarded_messages/>"  # the worker fetches the bundle (bot/materials.py)
+
+
+def render_content(message_type: str, data: dict[str, Any], book: MentionBook) -> str:
+    """Plain text of checked content; our renderers where lark-oapi's lose layout or text, its converters else."""
+    if message_type == "text":
+        text = data.get("text")
+        return resolve_text(text if isinstance(text, str) else "", book)
+    if message_type == "post":
+        return render_post(data, book)
+    if message_type == "interactive":
+        return render_card(data, book)
+    if message_type == "image":
+        return image_mark(data["image_key"]) if data.get("image_key") else "<image/>"
+    if message_type == "merge_forward":
+        return FORWARDED_PLACEHOLDER
     if message_type not in CONTENT_SHAPES:  # undocumented type: never guess at its shape
         text = data.get("text")
         return text if isinstance(text, str) and text else f"[{message_type} message]"
+    if message_type == "system":
+        data = fill_system(data)
     try:
         text, _resources = flatten_content(parse_message_content(message_type, data))
     except Exception as exc:  # a shape the checks above let through is still bad input, not our outage
@@ -277,16 +303,39 @@ def flatten_text(message_type: str, raw_content: str) -> str:
     return text
 
 
+def flatten_text(message_type: str, raw_content: str, book: MentionBook | None = None) -> str:
+    """Plain text of any message type; raises `ContentError`."""
+    return render_content(message_type, content_object(message_type, raw_content), book or MentionBook([], None))
+
+
+def _event_people(mentions_in: list[MentionIn]) -> list[Person]:
+    return [Person(m.key or "", m.id.open_id if m.id else None, m.name) for m in mentions_in]
+
+
+def _tag_mentions(message_type: str, data: dict[str, Any], known: list[Mention]) -> list[Mention]:
+    """At-tags of a post that name an open_id the `mentions` array lacks (Feishu sometimes leaves it empty)."""
+    if message_type != "post":
+        return []
+    seen = {m.open_id for m in known if m.open_id}
+    extra: list[Mention] = []
+    for user_id, user_name in post_at_tags(data):
+        if user_id.startswith("ou_") and user_id not in seen:
+            seen.add(user_id)
+            extra.append(Mention(key="", open_id=user_id, name=user_name))
+    return extra
+
+
 def to_inbound(envelope: Envelope, event: MessageEvent, bot_open_id: str | None = None) -> Inbound:
     """The neutral message; raises `ContentError` for content of the wrong shape."""
     msg, sender = event.message, event.sender
-    text = flatten_text(msg.message_type, msg.content)
+    data = content_object(msg.message_type, msg.content)
     mentions_in = msg.mentions or []
-    if mentions_in:  # `@_user_N` placeholders → `@Name`; the bot's own mention is dropped
-        found = extract_mentions(mentions_in, bot_open_id=bot_open_id)
-        text = resolve_mentions(text, found, strip_bot_mentions=True, bot_open_id=bot_open_id)
+    # `@_user_N` placeholders and at-tags → `@Name`; the bot's own mention is dropped; layout untouched.
+    text = render_content(msg.message_type, data, MentionBook(_event_people(mentions_in), bot_open_id))
     mentions = [Mention(key=m.key or "", open_id=m.id.open_id if m.id else None, name=m.name) for m in mentions_in]
+    mentions += _tag_mentions(msg.message_type, data, mentions)
     mentioned_all = any(m.key == "@_all" or (m.id and m.id.user_id == "all") for m in mentions_in)
+    tag_all = msg.message_type == "post" and any(uid in ("all", "@_all") for uid, _ in post_at_tags(data))
     ids = sender.sender_id
     return Inbound(
         event_id=envelope.header.event_id, message_id=msg.message_id, chat_id=msg.chat_id,
@@ -294,7 +343,7 @@ def to_inbound(envelope: Envelope, event: MessageEvent, bot_open_id: str | None 
         sender_user_id=ids.user_id or None, sender_type=sender.sender_type, message_type=msg.message_type,
         text=text, content=msg.content, create_time=msg.create_time, thread_id=msg.thread_id or None,
         root_id=msg.root_id or None, parent_id=msg.parent_id or None, mentions=mentions,
-        mentioned_all=mentioned_all or text_has_mention_all(msg.content),
+        mentioned_all=mentioned_all or tag_all or text_has_mention_all(msg.content),
     )
 
 

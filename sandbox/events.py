@@ -49,25 +49,57 @@ def post_content(title: str, paragraphs: list[list[dict[str, Any]]]) -> str:
     return json.dumps({"title": title, "content": paragraphs}, ensure_ascii=False)
 
 
-# Received-format `content` of every documented message type, as feishu.md §2.3 shows it.
+FORWARDED_CONTENT = "Merged and Forwarded Message"  # fixed text of every merge_forward (message_content doc)
+
+# The documented received-format samples (open.feishu.cn "接收消息内容结构", im-v1/message/events/message_content).
+DOC_POST: dict[str, Any] = {"title": "我是一个标题", "content": [
+    [{"tag": "text", "text": "第一行 :", "style": ["bold", "underline"]},
+     {"tag": "a", "href": "http://www.feishu.cn", "text": "超链接", "style": ["bold", "italic"]},
+     {"tag": "at", "user_id": "@_user_1", "user_name": "", "style": []}],
+    [{"tag": "img", "image_key": "img_47354fbc-a159-40ed-86ab-2ad0f1acb42g"}],
+    [{"tag": "text", "text": "第二行:", "style": ["bold", "underline"]},
+     {"tag": "text", "text": "文本测试", "style": []}],
+    [{"tag": "img", "image_key": "img_47354fbc-a159-40ed-86ab-2ad0f1acb42g"}],
+    [{"tag": "media", "file_key": "file_v2_0dcdd7d9-fib0-4432-a519-41d25aca542j",
+      "image_key": "img_7ea74629-9191-4176-998c-2e603c9c5e8g"}],
+    [{"tag": "emotion", "emoji_type": "SMILE"}],
+    [{"tag": "hr"}],
+    [{"tag": "code_block", "language": "GO", "text": "func main() int64 {\n    return 0\n}"}],
+]}
+_IMG = "img_acd8a194-3e63-49ca-bcf6-224624457a3g"
+DOC_CARD: dict[str, Any] = {"title": "卡片标题", "elements": [
+    [{"tag": "button", "text": "主按钮", "type": "primary"}, {"tag": "button", "text": "次按钮", "type": "default"},
+     {"tag": "button", "text": "危险按钮", "type": "danger"}],
+    [{"tag": "a", "href": "https://www.feishu.cn", "text": "飞书"},
+     {"tag": "text", "text": "整合即时沟通、日历、音视频会议、云文档、云盘、工作台等功能于一体，成就组织和个人，"},
+     {"tag": "at", "user_id": "@_user_1", "user_name": ""}, {"tag": "text", "text": "更高效、更愉悦。"}],
+    [{"tag": "hr"}],
+    [{"tag": "text", "text": "图片标题"}, {"tag": "img", "image_key": _IMG}],
+    [{"tag": "note", "elements": [{"tag": "img", "image_key": _IMG}, {"tag": "text", "text": "备注信息"}]}],
+    [{"tag": "text", "text": "在移动端同样进行便捷的沟通、互动与协作，手机电脑随时随地保持同步。"},
+     {"tag": "select_static", "options": ["选项1", "选项2", "选项3", "选项4"], "placeholder": "默认提示文本"}],
+    [{"tag": "text", "text": "ISV产品接入及企业自主开发，更好地对接现有系统，满足不同组织的需求。"},
+     {"tag": "overflow", "options": ["打开飞书应用目录", "打开飞书开发文档", "打开飞书官网"]}],
+    [{"tag": "text", "text": "国际权威安全认证与信息安全管理体系，为企业提供全生命周期安全保障。"},
+     {"tag": "date_picker", "placeholder": "请选择日期", "initial_date": "2021-1-1"}],
+]}
+DOC_DIVIDER: dict[str, Any] = {
+    "template": "{divider_text}", "from_user": [], "to_chatters": [],
+    "divider_text": {"text": "新会话", "i18n_text": {"zh_cn": "新话题", "en_us": "New Session"}},
+}
+
+# Received-format `content` of every documented message type, as feishu.md §2.3 and the docs show it.
 SAMPLE_CONTENT: dict[str, dict[str, Any]] = {
     "text": {"text": "@_user_1 hello"},
-    "post": {"title": "报错截图", "content": [
-        [{"tag": "text", "text": "加粗", "style": ["bold"]}, {"tag": "a", "href": "https://x.cn", "text": "链接"},
-         {"tag": "at", "user_id": "@_user_1", "user_name": "助手"}],
-        [{"tag": "img", "image_key": "img_v2_1"}, {"tag": "media", "file_key": "file_v2_1", "image_key": "img_v2_2"},
-         {"tag": "emotion", "emoji_type": "SMILE"}],
-        [{"tag": "hr"}], [{"tag": "code_block", "language": "GO", "text": "func main() {}"}],
-        [{"tag": "md", "text": "**md**"}],
-    ]},
+    "post": DOC_POST,
     "image": {"image_key": "img_v2_041b28e3"},
     "file": {"file_key": "file_v2_1", "file_name": "test.txt"},
     "audio": {"file_key": "file_v2_2", "duration": 2000},
     "media": {"file_key": "file_v2_3", "image_key": "img_v2_3", "file_name": "测试.mp4", "duration": 2000},
     "sticker": {"file_key": "file_v2_4"},
     "folder": {"file_key": "file_v2_5", "file_name": "资料"},
-    "interactive": {"title": "卡片标题", "elements": [[{"tag": "text", "text": "卡片内容"}]]},
-    "merge_forward": {"content": "Merged and Forwarded Message"},
+    "interactive": DOC_CARD,
+    "merge_forward": {"content": FORWARDED_CONTENT},
     "share_chat": {"chat_id": "oc_0dd200d32fda15216d2c2ef1ddb32f76"},
     "share_user": {"user_id": "ou_0dd200d32fda15216d2c2ef1ddb32f76"},
     "system": {"template": "{from_user} invited {to_chatters} to this chat.", "from_user": ["Amy"],
@@ -82,6 +114,42 @@ SAMPLE_CONTENT: dict[str, dict[str, Any]] = {
     "calendar": {"summary": "评审会", "start_time": "1700000000000", "end_time": "1700003600000"},
     "general_calendar": {"summary": "评审会", "start_time": "1700000000000", "end_time": "1700003600000"},
 }
+
+
+def post_with_code_block(
+    paragraphs: list[str], code: str, *, language: str = "PYTHON", mention_key: str | None = "@_user_1",
+    title: str = "",
+) -> str:
+    """A received post as a user writes it: @bot first, text paragraphs ("" = blank line), then a code block."""
+    lines: list[list[dict[str, Any]]] = [[{"tag": "text", "text": p}] if p else [] for p in paragraphs]
+    if mention_key is not None:
+        lines[0:1] = [[{"tag": "at", "user_id": mention_key, "user_name": ""}, {"tag": "text", "text": " "},
+                       *(lines[0] if lines else [])]]
+    lines.append([{"tag": "code_block", "language": language, "text": code}])
+    return post_content(title, lines)
+
+
+def merge_forward_content() -> str:
+    return json.dumps({"content": FORWARDED_CONTENT})
+
+
+def card_content(title: str, rows: list[list[dict[str, Any]]]) -> str:
+    """A received `interactive` content: title + rows of text/a/at/img/button elements (not the card JSON sent)."""
+    return json.dumps({"title": title, "elements": rows}, ensure_ascii=False)
+
+
+def image_content(image_key: str) -> str:
+    return json.dumps({"image_key": image_key})
+
+
+def file_content(file_key: str, file_name: str) -> str:
+    return json.dumps({"file_key": file_key, "file_name": file_name}, ensure_ascii=False)
+
+
+def system_content(template: str = DOC_DIVIDER["template"], **fields: Any) -> str:
+    """A `system` content; with no arguments the documented divider ({divider_text})."""
+    body = {"template": template, **fields} if fields or template != DOC_DIVIDER["template"] else DOC_DIVIDER
+    return json.dumps(body, ensure_ascii=False)
 
 
 def sample_content(message_type: str) -> str:

@@ -9,7 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bot.admission import admit
 from bot.envelope import (
+    FORWARDED_PLACEHOLDER,
     ContentError,
     Envelope,
     Inbound,
@@ -18,13 +20,25 @@ from bot.envelope import (
     has_lone_surrogate,
     to_inbound,
 )
-from sandbox.events import SAMPLE_CONTENT, mention, mention_all, message_event, sample_content
+from routing.policy import Policy
+from sandbox.events import (
+    DOC_DIVIDER,
+    SAMPLE_CONTENT,
+    card_content,
+    mention,
+    mention_all,
+    message_event,
+    post_content,
+    post_with_code_block,
+    sample_content,
+    system_content,
+)
 from tests.strategies import ABSENT, DOCUMENTED_TYPES, content_objects, mention_lists
 
 BOT = "ou_bot"
 EXPECTED_TEXT = {  # a readable fragment of each documented sample
-    "text": "hello", "post": "加粗", "image": "img_v2_041b28e3", "file": "test.txt", "audio": "2s",
-    "media": "测试.mp4", "sticker": "file_v2_4", "folder": "资料", "interactive": "interactive",
+    "text": "hello", "post": "第一行 :", "image": "img_v2_041b28e3", "file": "test.txt", "audio": "2s",
+    "media": "测试.mp4", "sticker": "file_v2_4", "folder": "资料", "interactive": "卡片标题",
     "merge_forward": "forwarded", "share_chat": "oc_0dd2", "share_user": "ou_0dd2", "system": "Amy invited Bob, Cai",
     "location": "北京天安门", "video_chat": "周会", "todo": "修复登录", "vote": "午饭吃什么", "hongbao": "恭喜发财",
     "share_calendar_event": "评审会", "calendar": "评审会", "general_calendar": "评审会",
@@ -151,3 +165,96 @@ def test_right_typed_content_of_every_type_always_parses(typed: tuple[str, dict[
     else:
         payload["event"]["message"]["mentions"] = mentions
     assert isinstance(parse(payload).text, str)
+
+
+# --- content fidelity: what reaches the model is what the user wrote --------------------------------------
+
+TOM = mention("ou_tom", "Tom", key="@_user_2")
+
+
+def test_a_text_with_mentions_keeps_paragraphs_blank_lines_and_indentation() -> None:
+    text = "@_user_1 第一段\n\n    if x:\n        return  1\n\n@_user_2  看下   这里"
+    inbound = parse(event(text=text, mentions=[mention(BOT, "助手"), TOM]))
+    assert inbound.text == "第一段\n\n    if x:\n        return  1\n\n@Tom  看下   这里"
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("请 @_user_1 看下", "请 看下"),
+    ("看下 @_user_1", "看下"),
+    ("@_user_1\n    缩进的第一行", "    缩进的第一行"),
+    ("@_user_1 @_user_2 你看", "@Tom 你看"),
+    ("@_user_2 @_user_1 你看", "@Tom 你看"),
+    ("@_user_9 未知的人", "@_user_9 未知的人"),
+    ("@_all 开会", "@all 开会"),
+])
+def test_only_the_bots_own_mention_and_its_spaces_are_removed(text: str, expected: str) -> None:
+    assert parse(event(text=text, mentions=[mention(BOT, "助手"), TOM])).text == expected
+
+
+def test_a_post_with_paragraphs_a_code_block_and_a_mention_keeps_its_layout() -> None:
+    code = "def f(x):\n    if x:\n        return 1\n\n    return 0"
+    content = post_with_code_block(["登录接口报错，代码如下：", "", "第二段  两个空格"], code)
+    inbound = parse(event("post", content, mentions=[mention(BOT, "助手")]))
+    assert inbound.text == f"登录接口报错，代码如下：\n\n第二段  两个空格\n```python\n{code}\n```"
+
+
+def test_a_post_drops_the_bots_at_tag_like_a_text_does() -> None:
+    content = post_content("", [[{"tag": "text", "text": "请 "}, {"tag": "at", "user_id": "@_user_1", "user_name": ""},
+                                 {"tag": "text", "text": " 看下"}]])
+    assert parse(event("post", content, mentions=[mention(BOT, "助手")])).text == "请 看下"
+
+
+@pytest.mark.parametrize(("tag", "shown"), [
+    ({"tag": "at", "user_id": "@_user_2", "user_name": ""}, "找 @Tom 看"),  # the documented received form
+    ({"tag": "at", "user_id": "@_user_2", "user_name": "Tom"}, "找 @Tom 看"),
+    ({"tag": "at", "user_id": "ou_tom", "user_name": "Tom"}, "找 @Tom 看"),
+    ({"tag": "at", "user_id": "ou_tom"}, "找 @Tom 看"),
+    ({"tag": "at", "user_id": "", "user_name": ""}, "找  看"),  # nothing to show: no stray "@"
+    ({"tag": "at", "user_id": "all", "user_name": "所有人"}, "找 @all 看"),
+])
+def test_post_at_tags_render_one_at_sign_and_a_name(tag: dict[str, Any], shown: str) -> None:
+    content = post_content("", [[{"tag": "text", "text": "找 "}, tag, {"tag": "text", "text": " 看"}]])
+    assert parse(event("post", content, mentions=[TOM])).text == shown
+
+
+def test_the_documented_post_sample_names_the_mentioned_user_once() -> None:
+    text = parse(event("post", sample_content("post"), mentions=[mention("ou_tom", "Tom")])).text
+    assert "[超链接](http://www.feishu.cn)@Tom\n" in text and "@@" not in text
+    assert "```go\nfunc main() int64 {\n    return 0\n}\n```" in text
+
+
+def test_a_post_whose_at_tag_holds_the_bots_open_id_is_a_mention_of_the_bot() -> None:
+    content = post_content("", [[{"tag": "at", "user_id": BOT, "user_name": "助手"}, {"tag": "text", "text": " 帮忙"}]])
+    inbound = parse(event("post", content, mentions=[]))
+    assert inbound.text == "帮忙"
+    assert admit(inbound, Policy(), BOT).reason == "mentioned"
+    other = parse(event("post", content.replace(BOT, "ou_tom"), mentions=[]))
+    assert admit(other, Policy(), BOT).reason == "not mentioned"
+
+
+def test_a_received_card_shows_its_title_rows_and_mentions() -> None:
+    text = parse(event("interactive", sample_content("interactive"), mentions=[mention("ou_tom", "Tom")])).text
+    lines = text.split("\n")
+    assert lines[0] == "# 卡片标题"
+    assert lines[1] == "[button: 主按钮][button: 次按钮][button: 危险按钮]"
+    assert lines[2].startswith("[飞书](https://www.feishu.cn)整合即时沟通") and "，@Tom更高效、更愉悦。" in lines[2]
+    assert "[image] 备注信息" in lines and "[select_static: 默认提示文本 / 选项1 / 选项2 / 选项3 / 选项4]" in text
+    assert "[interactive]" not in text
+
+
+def test_a_card_with_neither_title_nor_text_is_named_as_a_card() -> None:
+    assert parse(event("interactive", card_content("", [[{"tag": "hr_unknown"}]]))).text == "[card]"
+
+
+@pytest.mark.parametrize(("content", "expected"), [
+    (system_content(), "新会话"),
+    (system_content(**{**DOC_DIVIDER, "divider_text": {"i18n_text": {"zh_cn": "新话题"}}}), "新话题"),
+    (system_content("{from_user} 开启了 {divider_text}{nothing}", from_user=["Amy"]), "Amy 开启了"),
+    (system_content("第 {n} 次", n=3), "第 3 次"),
+])
+def test_system_templates_are_filled_or_their_placeholders_dropped(content: str, expected: str) -> None:
+    assert parse(event("system", content)).text == expected
+
+
+def test_a_forwarded_bundle_is_left_for_the_worker_to_fetch() -> None:
+    assert parse(event("merge_forward", sample_content("merge_forward"))).text == FORWARDED_PLACEHOLDER
