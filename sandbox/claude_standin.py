@@ -270,7 +270,7 @@ class ClaudeStandin(LoopbackServer):
     def _answer(self, body: dict[str, Any]) -> dict[str, Any]:
         with self._lock:
             responder = self._responder
-        answer: Answer = responder(body) if responder else wire.default_reply(body)
+        answer: Answer = wire.compression_reply(body) or (responder(body) if responder else wire.default_reply(body))
         if body["max_tokens"] == 0:
             answer = []  # max_tokens=0 only warms the prompt cache
         extra = answer if isinstance(answer, dict) else {}

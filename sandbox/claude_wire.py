@@ -169,3 +169,28 @@ def _block_frames(index: int, block: dict[str, Any]) -> Iterator[str]:
 
 def _frame(event: str, data: dict[str, Any]) -> str:
     return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
+
+
+COMPRESSION_MARKER = "<<session-compression v1>>"  # memory/compress.py's compression system prompt
+SUMMARY_CHARS_PER_TURN = 40
+_TURN = re.compile(r'<turn role="(user|assistant)">\n?(.*?)\n?</turn>', re.DOTALL)
+
+
+def compression_reply(body: dict[str, Any]) -> str | None:
+    """A summary for a session-compression request, None for any other request.
+
+    Deliberately lossy, like a careless model: the first SUMMARY_CHARS_PER_TURN characters of each user
+    turn, no ids, nothing of what the assistant said, so the service's survivor check has facts to restore.
+    """
+    system = body.get("system")
+    text = system if isinstance(system, str) else block_text(system or [])
+    if COMPRESSION_MARKER not in text:
+        return None
+    users = [m for m in body["messages"] if m.get("role") == "user"]
+    turns = _TURN.findall(block_text(users[-1]["content"])) if users else []
+    notes = []
+    for role, turn in turns:
+        if role == "user":
+            said = re.sub(r"\s+", " ", _unwrapped(turn)).strip()
+            notes.append(f"- 用户提到：{said[:SUMMARY_CHARS_PER_TURN]}")
+    return "摘要（沙盒模型）：\n" + "\n".join(notes or ["- （无）"])
