@@ -10,11 +10,11 @@ from bot import metrics
 from bot.envelope import Inbound
 from bot.llm import Completion
 from bot.texts import say
-from jobs import shutdown
+from jobs import rotation, shutdown
 from jobs.outbox import BATCH_CACHE_TTL_S, LeaseLost
 from jobs.runtime import Runtime
 from memory import related
-from memory.context import Entry, assemble, estimate_tokens, format_batch, system_blocks
+from memory.context import Entry, estimate_tokens, format_batch, system_blocks
 from memory.sessions import entry
 
 
@@ -38,11 +38,10 @@ def _answer_for(rt: Runtime, route_key: str, kind: str, batch_id: str, batch_tex
     cached = rt.state.get(key)
     if cached:
         return Completion(**json.loads(cached))
-    s = rt.settings
-    history = load_history(rt, route_key, session_id)
-    messages = assemble(history, batch_text, s.context_budget_tokens, s.max_output_tokens)
+    prepared = rotation.prepare(rt, route_key, session_id, batch_text, fence, system_blocks())  # may rotate
     with shutdown.interruptible():
-        completion = rt.llm.complete(system_blocks(), messages)
+        completion = rt.llm.complete(system_blocks(), prepared.messages)
+    rotation.observe(rt, prepared, completion)
     _count_usage(rt, kind, completion)
     if not fence():
         raise LeaseLost(route_key)
@@ -70,7 +69,7 @@ def run_turn(rt: Runtime, route_key: str, kind: str, batch: Sequence[Inbound], b
              fence: Callable[[], bool], session_id: str) -> TurnResult:
     batch_text = format_batch(batch)
     # Related discussion goes into this request only; the session log keeps just the batch.
-    request_text = _related(rt, kind, batch) + batch_text
+    request_text = batch_text
     completion = _answer_for(rt, route_key, kind, batch_id, request_text, fence, session_id)
     answer = completion.text or say("empty_answer", batch[-1].text)
     # Reply to the batch's last message: in a topic the reply stays inside that thread.

@@ -91,3 +91,22 @@ def assemble(history: Sequence[Entry], batch_text: str, budget: int, output_rese
     messages = [{"role": e["role"], "content": e["text"]} for e in turns]
     messages.append({"role": "user", "content": batch_text})
     return messages
+
+
+def session_messages(summary: str, turns: Sequence[Entry], batch_text: str) -> list[dict[str, Any]]:
+    """A session's request: its summary (if it began with one) first, then its turns, then the batch.
+
+    Consecutive requests of a session share everything but the batch as a byte-identical prefix (only a
+    rotation rewrites it), which is what the prompt cache needs. Same-role neighbours are joined; a
+    trailing user turn (the summary alone, or a turn left unanswered) is joined with the batch.
+    """
+    entries = ([Entry(role="user", text=summary)] if summary else []) + list(turns)
+    while entries and entries[0]["role"] != "user":
+        entries.pop(0)
+    merged: list[Entry] = []
+    for e in [*entries, Entry(role="user", text=batch_text)]:
+        if merged and merged[-1]["role"] == e["role"]:
+            merged[-1] = Entry(role=e["role"], text=merged[-1]["text"] + "\n" + e["text"])
+        else:
+            merged.append(e)
+    return [{"role": e["role"], "content": e["text"]} for e in merged]

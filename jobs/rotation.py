@@ -1,0 +1,177 @@
+"""Capacity and rotation: fit a turn into CONTEXT_BUDGET_TOKENS, rotating S1 → S2 when it no longer fits.
+
+When the session's turns do not fit next to the batch, the older ones are compressed by the model
+(memory/compress.py), the summary is checked and completed verbatim, and Sessions.start ends S1 with
+`end_reason=compression` and starts S2 (parent S1) with the summary and the newest turns, under the
+run's lease and the route's generation. A retried run does not pay twice: the summary is cached per
+(S1, compressed turns), and a rotation already done shows as the route's new session id.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from bot import metrics
+from bot.llm import Completion
+from jobs import shutdown
+from jobs.outbox import BATCH_CACHE_TTL_S, LeaseLost
+from jobs.runtime import Runtime
+from jobs.session_turn import Superseded
+from memory import budget as bud
+from memory.compress import COMPRESSION_SYSTEM, compression_request, extract_facts, missing, restore, summary_entry_text
+from memory.context import Entry, estimate_tokens, session_messages
+from memory.sessions import END_COMPRESSION, SessionFenced, entry
+
+log = logging.getLogger(__name__)
+TAIL_ENTRIES = 200  # assembly reads at most this many newest entries (+ the summary): cost never grows with history
+MIN_SUMMARY_TOKENS = 64
+
+
+@dataclass(frozen=True)
+class Prepared:
+    session_id: str
+    messages: list[dict[str, Any]]
+    raw_estimate: int  # uncalibrated, for calibration against the usage the API reports
+    cost: int  # calibrated, output reserve excluded
+
+
+@dataclass(frozen=True)
+class Loaded:
+    summary: str
+    turns: list[Entry]
+    raw: list[str]  # the turns' log entries, verbatim (a rotation carries the newest into S2 as they are)
+    complete: bool  # False when the log is longer than the tail read
+
+
+def budget_of(rt: Runtime) -> bud.Budget:
+    s = rt.settings
+    return bud.Budget(s.context_budget_tokens, s.max_output_tokens, bud.factor(rt.state, rt.keys))
+
+
+def load(rt: Runtime, rk: str, sid: str) -> Loaded:
+    """The session's summary (its first entry, when it began with one) and its newest turns."""
+    key = rt.keys.session_log(rk, sid)
+    pipe = rt.state.pipeline(transaction=False)
+    pipe.llen(key)
+    pipe.lindex(key, 0)
+    pipe.lrange(key, -TAIL_ENTRIES, -1)
+    length, first, tail = pipe.execute()
+    summary = ""
+    if first and json.loads(first).get("kind") == "summary":
+        summary = json.loads(first)["text"]
+        if length <= TAIL_ENTRIES:
+            tail = tail[1:]
+    raw = [e for e in tail if json.loads(e).get("kind") != "summary"]
+    turns = [Entry(role=d["role"], text=d["text"]) for d in map(json.loads, raw)]
+    return Loaded(summary, turns, raw, complete=length <= TAIL_ENTRIES + (1 if summary else 0))
+
+
+def prepare(rt: Runtime, rk: str, sid: str, batch_text: str, fence: Callable[[], bool],
+            system: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] = ()) -> Prepared:
+    """The request's messages within the budget, after a rotation if the session no longer fits."""
+    b = budget_of(rt)
+    fixed = b.request_cost(system, [], tools)
+    loaded = load(rt, rk, sid)
+    fitted = bud.fit_session(b, fixed, loaded.summary, loaded.turns, batch_text)
+    if fitted.dropped or not loaded.complete:
+        new_sid = rotate(rt, rk, sid, loaded, b, fixed, b.cost(fitted.batch), fence)
+        if new_sid:
+            sid, loaded = new_sid, load(rt, rk, new_sid)
+            fitted = bud.fit_session(b, fixed, loaded.summary, loaded.turns, batch_text)
+    messages = session_messages(fitted.summary, fitted.turns, fitted.batch)
+    return Prepared(sid, messages, bud.raw_request_tokens(system, messages, tools),
+                    b.request_cost(system, messages, tools))
+
+
+def observe(rt: Runtime, prepared: Prepared, c: Completion) -> None:
+    """Calibrate the local estimate with the input tokens the API counted for this request."""
+    actual = c.input_tokens + c.cache_read_tokens
+    if actual:
+        bud.observe(rt.state, rt.keys, prepared.raw_estimate, actual)
+
+
+def _owner(fence: Callable[[], bool]) -> tuple[str, int] | None:
+    """The run's execution id and generation. The drain passes its bound `fence`; see the report's
+    proposal to pass them explicitly."""
+    owner = getattr(fence, "__self__", None)
+    exec_id, gen = getattr(owner, "exec_id", None), getattr(owner, "gen", None)
+    return (exec_id, gen) if isinstance(exec_id, str) and isinstance(gen, int) else None
+
+
+def rotate(rt: Runtime, rk: str, sid: str, loaded: Loaded, b: bud.Budget, fixed: int, batch_cost: int,
+           fence: Callable[[], bool]) -> str | None:
+    """End S1 (`compression`) and start S2 with the summary and the newest turns; S2's id, or None when
+    there is nothing to compress or no run identity to fence the write with."""
+    owner = _owner(fence)
+    keep = bud.keep_after_rotation(b, fixed, batch_cost, loaded.turns)
+    older = loaded.turns[: len(loaded.turns) - keep]
+    if owner is None or not older:
+        return None
+    half = max(0, b.input_room(fixed) - batch_cost) // 2
+    kept_cost = sum(b.cost(t["text"]) for t in loaded.turns[len(older):])
+    room = max(MIN_SUMMARY_TOKENS, half // 2, half - kept_cost)  # the kept turns give way if need be
+    summary = _summary(rt, rk, sid, loaded.summary, older, b, room, fence)
+    exec_id, gen = owner
+    seed = [entry("user", summary, batch_id=f"compress:{sid}", kind="summary", tokens=estimate_tokens(summary))]
+    try:
+        new_sid = rt.sessions.start(rk, exec_id, gen, expected=sid, end_reason=END_COMPRESSION,
+                                    boundary=END_COMPRESSION, entries=[*seed, *loaded.raw[len(older):]])
+    except SessionFenced as exc:
+        if not rt.inbox.holds(rk, exec_id):
+            raise LeaseLost(rk) from exc
+        raise Superseded(rk) from exc
+    log.info("session rotated", extra={"route_key": rk, "session_id": new_sid, "parent_id": sid,
+                                       "compressed": len(older), "kept": keep})
+    metrics.count(rt.state, rt.keys, "rotations", "compression")
+    return new_sid
+
+
+def _summary(rt: Runtime, rk: str, sid: str, earlier: str, older: Sequence[Entry], b: bud.Budget, room: int,
+             fence: Callable[[], bool]) -> str:
+    """The model's summary of `older` (cached per S1 and turns), with every dropped fact restored verbatim,
+    as the text of the new session's first entry; at most `room` tokens, restored facts first to stay."""
+    facts = extract_facts([Entry(role="user", text=earlier), *older] if earlier else older)
+    model_text = _compress(rt, rk, sid, earlier, older, b, room, fence)
+    lost = missing(model_text, facts)
+    restored_block = restore("", lost).strip()
+    body_room = room - b.cost(summary_entry_text(restored_block)) if lost else room
+    body = b.fit_text(model_text, body_room) if body_room > MIN_SUMMARY_TOKENS else ""
+    if lost:
+        log.info("summary completed", extra={"route_key": rk, "session_id": sid, "restored": len(lost)})
+    text = summary_entry_text(restore(body, facts) if body else restored_block)
+    return b.fit_text(text, max(room, MIN_SUMMARY_TOKENS))
+
+
+def _compress(rt: Runtime, rk: str, sid: str, earlier: str, older: Sequence[Entry], b: bud.Budget, room: int,
+              fence: Callable[[], bool]) -> str:
+    digest = hashlib.sha256(json.dumps([earlier, list(older)], ensure_ascii=False).encode()).hexdigest()[:16]
+    key = rt.keys.answer(rk, f"compress:{sid}:{digest}")
+    cached = rt.state.get(key)
+    if cached:
+        return str(json.loads(cached)["text"])
+    system = [{"type": "text", "text": COMPRESSION_SYSTEM}]
+    turns = list(older)
+    messages = compression_request(turns, earlier)
+    # The call itself keeps to the budget (its output reserve is MAX_OUTPUT_TOKENS, like a turn's).
+    while len(turns) > 1 and b.request_cost(system, messages) + b.reserve > b.total:
+        turns.pop(0)  # the oldest go unread by the model; their facts are still restored verbatim
+        messages = compression_request(turns, earlier)
+    if b.request_cost(system, messages) + b.reserve > b.total:
+        room_left = b.input_room(b.request_cost(system, []))
+        messages = [{"role": "user", "content": b.fit_text(messages[0]["content"], room_left)}]
+    with shutdown.interruptible():
+        completion = rt.llm.complete(system, messages)
+    for kind_of_token, n in (("input", completion.input_tokens), ("output", completion.output_tokens)):
+        if n:
+            metrics.count(rt.state, rt.keys, "tokens", "compression", kind_of_token, n=n)
+    if completion.input_tokens:
+        bud.observe(rt.state, rt.keys, bud.raw_request_tokens(system, messages), completion.input_tokens)
+    if not fence():
+        raise LeaseLost(rk)
+    rt.state.set(key, json.dumps(asdict(completion), ensure_ascii=False), nx=True, ex=BATCH_CACHE_TTL_S)
+    return str(json.loads(rt.state.get(key) or "{}").get("text", completion.text))

@@ -1,0 +1,145 @@
+"""Token budget arithmetic for one request, and the per-profile calibration of the local estimate.
+
+CONTEXT_BUDGET_TOKENS covers everything a request carries (system prompt, tool definitions, history,
+the batch) plus the output reserve (MAX_OUTPUT_TOKENS). Counting is local (`estimate_tokens`, no
+network call) and scaled by a factor learned from the `usage.input_tokens` the API returns.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from memory.context import Entry, estimate_tokens
+from memory.keys import Keys
+
+MIN_FACTOR, MAX_FACTOR = 0.5, 2.0  # a broken sample (cache accounting, a proxy) cannot run away with it
+EWMA_WEIGHT = 0.2
+SAFETY_MARGIN = 1.1  # the estimate varies per text; budget with a margin above the calibrated mean
+PER_MESSAGE_TOKENS = 4  # role and framing overhead of each message
+TRUNCATED = "\n…[消息过长，已截断 {n} 字 / truncated {n} characters]"
+
+
+def calibration_key(keys: Keys) -> str:
+    return f"{keys.prefix}:tokens:calibration"
+
+
+def factor(r: redis.Redis, keys: Keys) -> float:
+    raw = r.hget(calibration_key(keys), "factor")
+    return clamp(float(raw)) if raw else 1.0
+
+
+def clamp(value: float) -> float:
+    return min(MAX_FACTOR, max(MIN_FACTOR, value))
+
+
+def next_factor(current: float, estimated: int, actual: int) -> float:
+    """EWMA of actual ÷ estimated, clamped."""
+    if estimated <= 0 or actual <= 0:
+        return current
+    return clamp((1 - EWMA_WEIGHT) * current + EWMA_WEIGHT * (actual / estimated))
+
+
+def observe(r: redis.Redis, keys: Keys, estimated: int, actual: int) -> float:
+    """Fold one request's (raw estimate, input tokens the API counted) into the profile's factor.
+    Two workers observing at once may lose one sample; an average does not need every sample."""
+    new = next_factor(factor(r, keys), estimated, actual)
+    r.hset(calibration_key(keys), mapping={"factor": f"{new:.4f}", "last_estimated": estimated,
+                                           "last_actual": actual})
+    r.hincrby(calibration_key(keys), "samples", 1)
+    return new
+
+
+def raw_request_tokens(system: Sequence[dict[str, Any]], messages: Sequence[dict[str, Any]],
+                       tools: Sequence[dict[str, Any]] = ()) -> int:
+    """The uncalibrated estimate of a whole request's input."""
+    total = sum(estimate_tokens(str(b.get("text", ""))) for b in system)
+    if tools:
+        total += estimate_tokens(json.dumps(list(tools), ensure_ascii=False))
+    for m in messages:
+        content = m["content"]
+        text = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
+        total += estimate_tokens(text) + PER_MESSAGE_TOKENS
+    return total
+
+
+@dataclass(frozen=True)
+class Budget:
+    total: int  # CONTEXT_BUDGET_TOKENS
+    reserve: int  # MAX_OUTPUT_TOKENS
+    factor: float = 1.0
+
+    def cost(self, text: str) -> int:
+        """Calibrated tokens of one message's text, with the safety margin and the message overhead."""
+        return math.ceil((estimate_tokens(text) + PER_MESSAGE_TOKENS) * self.factor * SAFETY_MARGIN)
+
+    def scaled(self, raw: int) -> int:
+        return math.ceil(raw * self.factor * SAFETY_MARGIN)
+
+    def request_cost(self, system: Sequence[dict[str, Any]], messages: Sequence[dict[str, Any]],
+                     tools: Sequence[dict[str, Any]] = ()) -> int:
+        return self.scaled(raw_request_tokens(system, messages, tools))
+
+    def input_room(self, fixed: int) -> int:
+        """Tokens left for messages once the output reserve and the fixed part (system, tools) are paid."""
+        return max(0, self.total - self.reserve - fixed)
+
+    def fit_text(self, text: str, room: int) -> str:
+        """`text` cut (with a visible marker) so that its cost is at most `room`; unchanged when it fits."""
+        if self.cost(text) <= room:
+            return text
+        lo, hi = 0, len(text)
+        while lo < hi:  # the longest prefix that fits together with the marker
+            mid = (lo + hi + 1) // 2
+            if self.cost(text[:mid] + TRUNCATED.format(n=len(text) - mid)) <= room:
+                lo = mid
+            else:
+                hi = mid - 1
+        return text[:lo] + TRUNCATED.format(n=len(text) - lo)
+
+
+def newest_that_fit(budget: Budget, turns: Sequence[Entry], room: int) -> int:
+    """How many of the newest `turns` fit in `room`, cut so the kept part starts with a user turn."""
+    used = n = 0
+    for t in reversed(turns):
+        c = budget.cost(t["text"])
+        if used + c > room:
+            break
+        used += c
+        n += 1
+    while n and turns[len(turns) - n]["role"] != "user":
+        n -= 1
+    return n
+
+
+@dataclass(frozen=True)
+class Fitted:
+    summary: str
+    turns: list[Entry]
+    batch: str
+    dropped: int  # older turns left out: the session no longer fits and should rotate
+
+
+def fit_session(budget: Budget, fixed: int, summary: str, turns: Sequence[Entry], batch_text: str) -> Fitted:
+    """What of a session goes into the next request: the batch first (cut if even it alone does not fit),
+    then the summary, then the newest turns that fit. Never more than the budget."""
+    room = budget.input_room(fixed)
+    batch = budget.fit_text(batch_text, room)
+    left = max(0, room - budget.cost(batch))
+    kept_summary = ""
+    if summary:
+        kept_summary = budget.fit_text(summary, left) if budget.cost(TRUNCATED.format(n=len(summary))) < left else ""
+        left -= budget.cost(kept_summary) if kept_summary else 0
+    n = newest_that_fit(budget, turns, left)
+    return Fitted(kept_summary, list(turns[len(turns) - n:]), batch, len(turns) - n)
+
+
+def keep_after_rotation(budget: Budget, fixed: int, batch_cost: int, turns: Sequence[Entry]) -> int:
+    """How many newest turns the next session starts with: those fitting half the room the batch leaves,
+    so the new session has space to grow (and to stay cache-friendly) before it rotates again."""
+    return newest_that_fit(budget, turns, max(0, budget.input_room(fixed) - batch_cost) // 2)
