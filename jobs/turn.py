@@ -69,7 +69,7 @@ def run_turn(rt: Runtime, route_key: str, kind: str, batch: Sequence[Inbound], b
              fence: Callable[[], bool], session_id: str) -> TurnResult:
     batch_text = format_batch(batch)
     # Related discussion goes into this request only; the session log keeps just the batch.
-    request_text = batch_text
+    request_text = _related(rt, kind, batch) + batch_text
     completion = _answer_for(rt, route_key, kind, batch_id, request_text, fence, session_id)
     answer = completion.text or say("empty_answer", batch[-1].text)
     # Reply to the batch's last message: in a topic the reply stays inside that thread.
