@@ -205,6 +205,26 @@ def wait_route_idle(r: redis.Redis, keys: Keys, rk: str, timeout: float = 30.0, 
         time.sleep(interval)
 
 
+def wait_routes_idle(r: redis.Redis, keys: Keys, rks: list[str], timeout: float = 120.0, polls: int = 4,
+                     interval: float = 0.1) -> None:
+    """`wait_route_idle` for many routes at once: every poll checks them all in one pipeline."""
+    deadline = time.monotonic() + timeout
+    streak = 0
+    while streak < polls:
+        pipe = r.pipeline(transaction=False)
+        for rk in rks:
+            pipe.llen(keys.inbox(rk))
+            pipe.llen(keys.proc(rk))
+            pipe.exists(keys.lease(rk))
+            pipe.zscore(keys.dirty, rk)
+        values = pipe.execute()
+        idle = all(v in (0, None) for v in values)
+        streak = streak + 1 if idle else 0
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{len(rks)} routes not idle after {timeout}s")
+        time.sleep(interval)
+
+
 def rq_jobs(redis_url: str, queue: str, state: str) -> list[Any]:
     """RQ jobs of `queue` by state: "queued", "started", "finished" or "failed"."""
     from rq import Queue
