@@ -39,10 +39,10 @@ def clamp(value: float) -> float:
 
 
 def next_factor(current: float, estimated: int, actual: int) -> float:
-    """EWMA of actual ÷ estimated, clamped."""
+    """EWMA of actual ÷ estimated; each sample is clamped too, so one odd request moves it only a step."""
     if estimated <= 0 or actual <= 0:
         return current
-    return clamp((1 - EWMA_WEIGHT) * current + EWMA_WEIGHT * (actual / estimated))
+    return clamp((1 - EWMA_WEIGHT) * current + EWMA_WEIGHT * clamp(actual / estimated))
 
 
 def observe(r: redis.Redis, keys: Keys, estimated: int, actual: int) -> float:
