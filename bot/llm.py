@@ -22,6 +22,20 @@ class Completion:
     output_tokens: int
     cache_read_tokens: int
     stop_reason: str | None
+    recall: dict[str, Any] | None = None  # fetched / included / pending of recall tools (jobs/recall.py)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One request of a tool loop: the answer's text, its content blocks (to send back) and its tool calls."""
+
+    text: str
+    content: list[dict[str, Any]]
+    tool_uses: list[dict[str, Any]]
+    input_tokens: int
+    output_tokens: int
+    cache_read_tokens: int
+    stop_reason: str | None
 
 
 def _retry_after(exc: anthropic.APIStatusError) -> float | None:
@@ -73,6 +87,33 @@ class Claude:
         return Completion(
             text=text.strip(), input_tokens=usage.input_tokens or 0, output_tokens=usage.output_tokens or 0,
             cache_read_tokens=usage.cache_read_input_tokens or 0, stop_reason=msg.stop_reason,
+        )
+
+    def step(self, system: list[dict[str, Any]], messages: list[dict[str, Any]], tools: list[dict[str, Any]],
+             *, final: bool = False) -> Step:
+        """One request offering `tools`; `final` forbids tool calls (tool_choice none) so the loop ends."""
+        extra: dict[str, Any] = {"tools": tools} if tools else {}
+        if tools and final:
+            extra["tool_choice"] = {"type": "none"}
+        try:
+            msg = self.client.messages.create(
+                model=self.model, max_tokens=self.max_tokens, system=system, messages=messages,  # type: ignore[arg-type]
+                **extra,
+            )
+        except anthropic.AnthropicError as exc:
+            raise _mapped(exc) from exc
+        content: list[dict[str, Any]] = []
+        for block in msg.content:
+            if block.type == "text":
+                content.append({"type": "text", "text": block.text})
+            elif block.type == "tool_use":
+                content.append({"type": "tool_use", "id": block.id, "name": block.name, "input": block.input})
+        usage = msg.usage
+        return Step(
+            text="".join(b["text"] for b in content if b["type"] == "text").strip(), content=content,
+            tool_uses=[b for b in content if b["type"] == "tool_use"], input_tokens=usage.input_tokens or 0,
+            output_tokens=usage.output_tokens or 0, cache_read_tokens=usage.cache_read_input_tokens or 0,
+            stop_reason=msg.stop_reason,
         )
 
     def probe(self) -> None:

@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 from bot.envelope import Inbound
 from bot.texts import say
+from jobs.bootstrap import bootstrap_entries
 from jobs.outbox import LeaseLost
 from jobs.runtime import Runtime
 from memory.sessions import END_IDLE, RouteState, SessionFenced, entry
@@ -42,10 +43,13 @@ def ensure_session(rt: Runtime, rk: str, exec_id: str, state: RouteState) -> str
 
 
 def _seed(rt: Runtime, rk: str) -> list[str]:
-    """A route's first session carries the transcript a release before sessions kept (upgrade path)."""
+    """A route's first session carries the transcript a release before sessions kept (upgrade path), or, for
+    a topic, its root and earlier thread messages (jobs/bootstrap.py). Never reached after a user reset: the
+    reset's PUSH starts the new session, so the route has one."""
     raw = rt.state.lrange(rt.keys.transcript(rk), 0, -1)
-    if raw:
-        rt.state.delete(rt.keys.transcript(rk))
+    if not raw:
+        return bootstrap_entries(rt, rk)
+    rt.state.delete(rt.keys.transcript(rk))
     return [entry(e["role"], e["text"], batch_id=e.get("batch_id", "")) for e in map(json.loads, raw)]
 
 

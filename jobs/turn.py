@@ -10,7 +10,7 @@ from bot import metrics
 from bot.envelope import Inbound
 from bot.llm import Completion
 from bot.texts import say
-from jobs import rotation, shutdown
+from jobs import recall, rotation, shutdown
 from jobs.outbox import BATCH_CACHE_TTL_S, LeaseLost
 from jobs.runtime import Runtime
 from memory import related
@@ -38,10 +38,12 @@ def _answer_for(rt: Runtime, route_key: str, kind: str, batch_id: str, batch_tex
     cached = rt.state.get(key)
     if cached:
         return Completion(**json.loads(cached))
-    prepared = rotation.prepare(rt, route_key, session_id, batch_text, fence, system_blocks())  # may rotate
-    with shutdown.interruptible():
-        completion = rt.llm.complete(system_blocks(), prepared.messages)
-    rotation.observe(rt, prepared, completion)
+    tools = recall.tools_for(route_key)
+    prepared = rotation.prepare(rt, route_key, session_id, batch_text, fence, system_blocks(), tools)  # may rotate
+    with shutdown.interruptible():  # the model may call read-only recall tools (jobs/recall.py)
+        talk = recall.converse(rt, route_key, prepared.session_id, system_blocks(), prepared.messages, tools)
+    completion = talk.completion
+    rotation.observe(rt, prepared, talk.first)
     _count_usage(rt, kind, completion)
     if not fence():
         raise LeaseLost(route_key)
@@ -79,5 +81,6 @@ def run_turn(rt: Runtime, route_key: str, kind: str, batch: Sequence[Inbound], b
     ids, senders = [m.message_id for m in batch], sorted({m.sender_id for m in batch})
     entries = [entry("user", batch_text, batch_id=batch_id, message_ids=ids, senders=senders,
                      tokens=estimate_tokens(batch_text)),
-               entry("assistant", answer, batch_id=batch_id, message_ids=reply_ids, tokens=estimate_tokens(answer))]
+               recall.with_record(entry("assistant", answer, batch_id=batch_id, message_ids=reply_ids,
+                                        tokens=estimate_tokens(answer)), completion.recall)]
     return TurnResult(reply_ids=reply_ids, entries=entries, completion=completion)

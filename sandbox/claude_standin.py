@@ -24,6 +24,7 @@ from sandbox.claude_faults import (
     make_fault,
     overlaps,
 )
+from sandbox.claude_recall import recall_reply
 from sandbox.faults import Fault, FaultBook, FaultProfile
 from sandbox.server import (
     LoopbackServer,
@@ -270,7 +271,8 @@ class ClaudeStandin(LoopbackServer):
     def _answer(self, body: dict[str, Any]) -> dict[str, Any]:
         with self._lock:
             responder = self._responder
-        answer: Answer = wire.compression_reply(body) or (responder(body) if responder else wire.default_reply(body))
+        answer: Answer = wire.compression_reply(body) or (
+            responder(body) if responder else (recall_reply(body) or wire.default_reply(body)))
         if body["max_tokens"] == 0:
             answer = []  # max_tokens=0 only warms the prompt cache
         extra = answer if isinstance(answer, dict) else {}

@@ -1,0 +1,79 @@
+"""Topic bootstrap and the chain of recall through the real stack (issue 6, acceptance 6 and 7)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from sandbox.events import mention
+from tests.harness import (
+    BOT_OPEN_ID,
+    deliver,
+    message_id,
+    model_requests_with,
+    route_key,
+    session_log,
+    unique,
+    wait_route_idle,
+)
+
+AT_BOT = [mention(BOT_OPEN_ID, "助手")]
+
+
+def _topic(feishu: Any, earlier: int, long_at: int | None = None) -> dict[str, str]:
+    """A topic with a root and `earlier` messages by another user (message `long_at` is long)."""
+    chat, thread, root = unique("oc_topic"), unique("omt"), unique("om_root")
+    feishu.add_message(root, chat, text="根消息：月度报表导出失败", thread_id=thread, sender_open_id="ou_owner")
+    for i in range(1, earlier + 1):
+        text = f"早先消息 {i:02d}" + ("。详细日志：" + "x" * 600 if i == long_at else "")
+        feishu.add_message(unique("om_e"), chat, text=text, thread_id=thread, sender_open_id="ou_other")
+    return {"chat_id": chat, "chat_type": "group", "thread_id": thread, "root_id": root, "parent_id": root}
+
+
+def _ask(service: Any, feishu: Any, r: Any, keys: Any, topic: dict[str, str], text: str) -> dict[str, Any]:
+    env = deliver(service, feishu, sender_open_id="ou_alice", text=f"@_user_1 {text}", mentions=AT_BOT, **topic)
+    feishu.wait_for(lambda: feishu.replies_to(message_id(env)))
+    wait_route_idle(r, keys, route_key("topic", topic["chat_id"], topic["thread_id"]))
+    return env
+
+
+def _text(req: dict[str, Any]) -> str:
+    return json.dumps(req["body"]["messages"], ensure_ascii=False)
+
+
+def test_new_topic_starts_with_root_and_earlier_messages(service, feishu, claude, r, keys) -> None:
+    topic = _topic(feishu, earlier=3)
+    _ask(service, feishu, r, keys, topic, "报表的问题现在怎么处理？")
+    first = _text(model_requests_with(claude, "报表的问题现在怎么处理")[0])
+    assert "根消息：月度报表导出失败" in first
+    assert all(f"早先消息 {i:02d}" in first for i in (1, 2, 3))
+    assert first.count("报表的问题现在怎么处理") == 1  # the batch is not repeated as thread data
+    assert "<thread_context" in first and 'sender=\\"ou_other\\"' in first
+    rk = route_key("topic", topic["chat_id"], topic["thread_id"])
+    assert session_log(r, keys, rk)[0]["kind"] == "bootstrap"
+    # A session that follows a user reset is not bootstrapped.
+    _ask(service, feishu, r, keys, topic, "/reset")
+    _ask(service, feishu, r, keys, topic, "换个新问题")
+    after = _text(model_requests_with(claude, "换个新问题")[0])
+    assert "根消息" not in after and "早先消息" not in after
+
+
+def test_model_reads_thread_pages_and_next_turn_resumes(service, feishu, claude, r, keys) -> None:
+    topic = _topic(feishu, earlier=59, long_at=25)  # root + 59 = a 60-message thread
+    _ask(service, feishu, r, keys, topic, "看看话题里之前的消息")
+    lists = [q for q in feishu.requests if q["op"] == "list" and q["query"].get("container_id") == topic["thread_id"]]
+    tool_lists = [q for q in lists if q["query"].get("page_size") == "20"]
+    assert len(tool_lists) == 2 and tool_lists[1]["query"].get("page_token")  # a second page was listed
+    requests = model_requests_with(claude, "看看话题里之前的消息")
+    assert any("早先消息 30" in _text(q) and "tool_result" in _text(q) for q in requests)  # page 2 reached the model
+    assert "早先消息 30" not in _text(requests[0])  # not from the bootstrap (it holds the newest 20)
+    rk = route_key("topic", topic["chat_id"], topic["thread_id"])
+    record = session_log(r, keys, rk)[-1]["recall"]
+    assert len(record["fetched"]) == 40
+    long_id = next(i for i in record["fetched"] if i not in record["included"])
+    assert long_id in record["pending"]  # spilled: only its summary entered the request
+    assert record["cursor"]["has_more"] is True and record["cursor"]["thread"]
+    cursor = record["cursor"]["thread"]
+    _ask(service, feishu, r, keys, topic, "继续看")
+    later = [q for q in feishu.requests if q["op"] == "list" and q["query"].get("container_id") == topic["thread_id"]]
+    assert later[len(lists)]["query"].get("page_token") == cursor  # the next turn resumed from the cursor
