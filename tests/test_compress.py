@@ -32,7 +32,8 @@ def kinds(facts: list) -> dict[str, list[str]]:
 
 
 def test_facts_are_extracted_verbatim() -> None:
-    got = kinds(extract_facts([PLANTED, Entry(role="assistant", text="It is not the cache. TODO: check om_x99 later.")]))
+    answer = Entry(role="assistant", text="It is not the cache. TODO: check om_x99 later.")
+    got = kinds(extract_facts([PLANTED, answer]))
     assert {"om_plant01", "ou_alice", "recAbc123", "om_x99"} <= set(got["id"])
     assert "v2.3.1" in got["version"]
     assert "不是 ETL 任务的问题，是上游接口。" in got["negation"]
@@ -99,7 +100,8 @@ def test_no_request_exceeds_the_budget(n: int, size: int, batch: int, summary: i
     assert b.scaled(raw_request_tokens(SYSTEM, messages)) + b.reserve <= b.total
     assert messages[-1]["role"] == "user" and fitted.batch in messages[-1]["content"]
     assert not fitted.turns or fitted.turns[0]["role"] == "user"  # a kept part never starts mid-turn
-    assert [m["role"] for m in messages] == ["user", "assistant"] * (len(messages) // 2) + ["user"] * (len(messages) % 2)
+    roles = [m["role"] for m in messages]
+    assert roles == ["user", "assistant"] * (len(roles) // 2) + ["user"] * (len(roles) % 2)
 
 
 def test_an_oversized_batch_is_cut_with_a_marker() -> None:
