@@ -146,7 +146,21 @@ class Sessions:
                            self.k.session_log_prefix(rk), self.retention_s, boundary, *entries])
         if res != 1:
             raise SessionFenced({-1: "lease lost", -2: "generation moved", -3: "session moved"}.get(int(res), res))
+        self.prune(rk)
         return sid
+
+    def prune(self, rk: str, now: float | None = None) -> int:
+        """Forget records of sessions that ended more than the retention ago (their logs have expired), so a
+        route's records stay bounded however often it rotates. Runs when a session starts (rarely)."""
+        if self.retention_s <= 0:
+            return 0
+        cutoff = (now or time.time()) - self.retention_s
+        records = {str(f): str(v) for f, v in self.r.hgetall(self.k.sessions(rk)).items()}
+        old = [f for f, v in records.items() if "#" not in f and (json.loads(v).get("ended_at") or cutoff) < cutoff]
+        fields = [f for f in records if f in old or f.split("#", 1)[0] in old]
+        if fields:
+            self.r.hdel(self.k.sessions(rk), *fields)
+        return len(old)
 
 
 def entry(role: str, text: str, *, batch_id: str, message_ids: Sequence[str] = (), senders: Sequence[str] = (),

@@ -247,3 +247,17 @@ def test_a_lost_retry_is_redone_by_the_sweep(box) -> None:
     assert inbox.kick("rk", "q") is False  # waiting in the kick list
     r.delete(keys.kicks)  # lost before it was dispatched
     assert inbox.kick("rk", "q") is True
+
+
+def test_records_of_sessions_past_their_retention_are_pruned(box) -> None:
+    """A route that rotates often keeps a bounded number of session records."""
+    _inbox, keys, r = box
+    sessions = Sessions(r, keys, retention_s=100)
+    r.set(keys.lease("rk"), "exec")
+    first = sessions.start("rk", "exec", 0, expected=None)
+    r.hincrby(keys.sessions("rk"), f"{first}#turns", 3)
+    second = sessions.start("rk", "exec", 0, expected=first, end_reason="compression")
+    assert sessions.prune("rk", now=time.time() + 50) == 0  # ended 50 s ago: kept
+    assert sessions.prune("rk", now=time.time() + 150) == 1  # past the retention: record and counters go
+    assert set(r.hkeys(keys.sessions("rk"))) == {second}
+    assert sessions.state("rk").session_id == second
