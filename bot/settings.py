@@ -93,6 +93,10 @@ class Settings(BaseSettings):
     feishu_app_qps: int = Field(50, ge=1)
     transcript_turns: int = Field(20, ge=0)  # only seeds a route's first session from the old transcript
     session_retention_days: float = Field(30.0, ge=0)  # ended sessions' logs; 0 = keep forever
+    assistant_persona: str | None = None  # who the assistant is, in a sentence or two (or a file:)
+    assistant_persona_file: str | None = None
+    team_notes_file: str | None = None  # standing team notes (markdown), part of the cached system prefix
+    memory_scope: Literal["profile", "chat", "user"] = "chat"  # where notes the assistant saves are shared
     session_idle_hours_p2p: float = Field(0.0, ge=0)  # 0 = no idle boundary: sessions resume across days
     session_idle_hours_group: float = Field(0.0, ge=0)
     session_idle_hours_topic: float = Field(0.0, ge=0)

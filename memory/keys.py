@@ -144,6 +144,10 @@ class Keys:
         """ZSET of recent Open API send times for one pacing scope (a chat, or the whole app)."""
         return f"{self.prefix}:pace:{scope}"
 
+    def notes(self, scope: str) -> str:
+        """HASH note id → JSON: shared notes of one memory scope (memory/notes.py)."""
+        return f"{self.prefix}:notes:{scope}"
+
     def related(self, chat_id: str) -> str:
         """ZSET of a normal group's recent messages that did not address the bot (memory/related.py)."""
         return f"{self.prefix}:related:{chat_id}"
