@@ -77,3 +77,16 @@ def test_model_reads_thread_pages_and_next_turn_resumes(service, feishu, claude,
     _ask(service, feishu, r, keys, topic, "继续看")
     later = [q for q in feishu.requests if q["op"] == "list" and q["query"].get("container_id") == topic["thread_id"]]
     assert later[len(lists)]["query"].get("page_token") == cursor  # the next turn resumed from the cursor
+
+
+def test_bootstrap_retries_transient_errors_and_skips_permanent_ones(service, feishu, claude, r, keys) -> None:
+    topic = _topic(feishu, earlier=2)
+    feishu.inject("list", code=0, http_status=503)  # a gateway error: the turn is tried again
+    _ask(service, feishu, r, keys, topic, "第一次：报表？")
+    first = model_requests_with(claude, "第一次：报表")
+    assert len(first) == 1 and "根消息：月度报表导出失败" in _text(first[0])
+    other = _topic(feishu, earlier=2)
+    feishu.inject("list", code=230027, http_status=400)  # refused for good: answered without bootstrap
+    _ask(service, feishu, r, keys, other, "第二次：报表？")
+    second = model_requests_with(claude, "第二次：报表")
+    assert len(second) == 1 and "根消息" not in _text(second[0])
