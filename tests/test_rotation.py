@@ -1,0 +1,94 @@
+"""Capacity and rotation through the real stack (issue 6, acceptance 2): with a small CONTEXT_BUDGET_TOKENS a
+long conversation rotates S1 → S2, and what was planted early still reaches the model, within budget.
+
+A bot profile of its own (small budget), with its own worker and sweeper, so only they run its routes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+import requests
+
+from memory.budget import Budget, factor
+from memory.keys import Keys
+from sandbox import claude_wire
+from tests.harness import Proc, WebServer, deliver, message_id, settings_from, unique, wait_for, wait_route_idle
+
+TOKEN = "rotation-admin-token"
+BUDGET, RESERVE = 2000, 256
+NEGATION = "不是 ETL 任务的问题，是上游接口 v2.3.1 的字段变更。"
+OPEN_POINT = "待确认：记录 recPlant01 的口径是否按自然日。"
+# The stand-in's summary keeps the first 40 characters of each user turn: the facts come after them.
+BACKGROUND = "背景：我们组的日报表从昨天开始数据延迟，影响了三个下游看板和周会材料的准备工作，大家都很着急。"
+PLANTED = BACKGROUND + NEGATION + OPEN_POINT
+
+
+def filler(i: int) -> str:
+    return f"第{i}轮补充：" + "看了一下调度日志，任务按时启动，耗时正常，输出文件大小也和前几天差不多。" * 3 \
+        + f"（标记 R{i:02d}）"
+
+
+@pytest.fixture(scope="module")
+def rig(env: dict[str, str], workdir: Path, r: redis.Redis) -> Iterator[tuple[WebServer, Keys]]:
+    profile = unique("rot")
+    own = {**env, "BOT_PROFILE": profile, "WORKER_CONCURRENCY": "1", "ADMIN_TOKEN": TOKEN,
+           "CONTEXT_BUDGET_TOKENS": str(BUDGET), "MAX_OUTPUT_TOKENS": str(RESERVE)}
+    web, keys = WebServer(settings_from(own)), Keys(profile)
+    procs = [Proc(["-m", "jobs.sweeper"], own, str(workdir), workdir / f"{profile}-sweeper.log"),
+             Proc(["-m", "jobs.worker", "--name", profile], own, str(workdir), workdir / f"{profile}-worker.log")]
+    wait_for(lambda: r.get(keys.bot_open_id), 60, what="the rig's sweeper")
+    yield web, keys
+    web.stop()
+    for p in procs:
+        p.stop()
+
+
+def route_view(web: WebServer, rk: str) -> dict:
+    resp = requests.get(f"{web.url}/admin/api/routes/{rk}", headers={"Authorization": f"Bearer {TOKEN}"},
+                        timeout=10)
+    assert resp.status_code == 200, resp.text
+    return dict(resp.json())
+
+
+def text_of(body: dict) -> str:
+    return json.dumps(body["messages"], ensure_ascii=False)
+
+
+def test_a_long_conversation_rotates_and_keeps_what_matters_within_budget(rig, feishu, claude, r) -> None:
+    web, keys = rig
+    chat = unique("oc_rot")
+    rk = f"feishu:{keys.profile}:p2p:{chat}"
+    planted = message_id(deliver(web, feishu, chat_id=chat, chat_type="p2p", text=PLANTED))
+    wait_route_idle(r, keys, rk, timeout=40)
+    for i in range(1, 30):
+        deliver(web, feishu, chat_id=chat, chat_type="p2p", text=filler(i))
+        wait_route_idle(r, keys, rk, timeout=40)
+        if len(route_view(web, rk)["sessions"]) > 1:
+            break
+    view = route_view(web, rk)
+    s1, s2 = view["sessions"][:2]
+    assert (s1["end_reason"], s2["parent_id"], s2["end_reason"], view["session_id"]) == \
+        ("compression", s1["id"], None, s2["id"])
+    compressions = [c["body"] for c in claude.requests
+                    if claude_wire.COMPRESSION_MARKER in json.dumps(c["body"]["system"], ensure_ascii=False)]
+    assert len(compressions) == 1
+
+    cursor = len(claude.requests)
+    deliver(web, feishu, chat_id=chat, chat_type="p2p", text="昨天那个报表问题，现在该怎么处理？（标记 NEXT）")
+    wait_route_idle(r, keys, rk, timeout=40)
+    body = next(c["body"] for c in claude.requests_since(cursor) if "标记 NEXT" in text_of(c["body"]))
+    sent = text_of(body)
+    assert "<session_summary>" in sent and sent.index("<session_summary>") < sent.index("标记 NEXT")
+    assert planted in sent and NEGATION in sent and OPEN_POINT in sent  # restored: the stand-in dropped them
+    assert f"（标记 R{i:02d}）" in sent  # the newest turn is carried over verbatim
+    assert "（标记 R01）" not in sent  # the oldest went into the summary
+    calibrated = Budget(BUDGET, RESERVE, factor(r, keys)).request_cost(body["system"], body["messages"])
+    for request in [c["body"] for c in claude.requests]:  # every request of the conversation
+        assert claude_wire.input_tokens(request) + request["max_tokens"] <= BUDGET  # the stand-in's own count
+    assert calibrated + body["max_tokens"] <= BUDGET
+    assert route_view(web, rk)["session_id"] == s2["id"]  # no second rotation for one more turn
