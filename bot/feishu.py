@@ -4,18 +4,23 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 import lark_oapi as lark
 import redis
+import requests
 from lark_oapi.api.im.v1 import (
     CreateMessageRequest,
     CreateMessageRequestBody,
+    GetMessageRequest,
     ReplyMessageRequest,
     ReplyMessageRequestBody,
 )
 from lark_oapi.core.cache import ICache
 from lark_oapi.core.exception import ObtainAccessTokenException
+from lark_oapi.core.token.manager import TokenManager
 
 from bot.errors import Paused, Permanent, Retryable
 from bot.settings import Settings
@@ -24,7 +29,10 @@ from memory.keys import Keys
 log = logging.getLogger(__name__)
 
 TOKEN_INVALID = {99991663, 99991664, 99991665}
-RATE_LIMITED = {99991400, 230020, 11232}  # docs: both 99991400 and 230020 are frequency limits
+RATE_LIMITED = {99991400, 230020, 11232}
+RESOURCE_RETRY = {234019}  # docs: "scope CheckAppTenant fail ... please retry"
+ERROR_BODY_MAX = 64 * 1024  # an error answer of the resource API is small JSON; never read more
+CHUNK = 64 * 1024  # docs: both 99991400 and 230020 are frequency limits
 MESSAGE_BUSY = {230049}
 # The app itself cannot work (wrong credentials, disabled app, IP allowlist, missing scope, quota,
 # bot ability off): an operator must fix it, so work pauses instead of failing users' messages.
@@ -62,15 +70,37 @@ def _classify(code: int, http_status: int, msg: str, headers: dict[str, str]) ->
         return Paused(text, source="feishu", code=tag)
     if code in RATE_LIMITED or http_status == 429:
         return Retryable(text, retry_after=_reset_after(headers), source="feishu", code=tag)
-    if code in MESSAGE_BUSY or http_status >= 500 or code in TOKEN_INVALID or code < 0:
+    if code in MESSAGE_BUSY or code in RESOURCE_RETRY or http_status >= 500 or code in TOKEN_INVALID or code < 0:
         return Retryable(text, source="feishu", code=tag)
     return Permanent(text, source="feishu", code=tag)
+
+
+@dataclass(frozen=True)
+class Resource:
+    """A message resource's first bytes: `complete` False when it holds more than was read."""
+
+    data: bytes
+    complete: bool
+    size: int | None  # Content-Length, or len(data) when complete; None if neither is known
+    content_type: str | None
+
+
+def _error_of(resp: requests.Response) -> tuple[int, str]:
+    """The `{code, msg}` of a failed resource answer; -1 when it is not JSON (a gateway page)."""
+    raw = resp.raw.read(ERROR_BODY_MAX, decode_content=True) or b""
+    try:
+        body = json.loads(raw)
+        return int(body.get("code", -1)), str(body.get("msg", ""))
+    except (ValueError, TypeError, AttributeError):
+        return -1, f"non-JSON answer ({len(raw)} bytes)"
 
 
 class FeishuApi:
     def __init__(self, settings: Settings, r: redis.Redis, keys: Keys) -> None:
         self.cache = RedisTokenCache(r, keys)
         self.app_id = settings.app_id
+        self.domain = settings.feishu_domain.rstrip("/")
+        self.timeout = settings.feishu_timeout_seconds
         self.client = (
             lark.Client.builder().app_id(settings.app_id).app_secret(settings.secret("feishu_app_secret"))
             .domain(settings.feishu_domain).timeout(settings.feishu_timeout_seconds)
@@ -93,7 +123,8 @@ class FeishuApi:
                 self.cache.drop(f"self_tenant_token:{self.app_id}")
                 continue
             raw = resp.raw
-            raise _classify(resp.code, raw.status_code if raw else 0, resp.msg or "", dict(raw.headers or {}))
+            code = resp.code if isinstance(resp.code, int) else -1  # a non-JSON error body leaves code unset
+            raise _classify(code, raw.status_code if raw else 0, resp.msg or "", dict(raw.headers or {}))
         raise AssertionError("unreachable")
 
     def reply_text(self, message_id: str, text: str, *, uuid: str, in_thread: bool) -> str:
@@ -120,3 +151,58 @@ class FeishuApi:
         if not open_id:
             raise Permanent("bot/v3/info returned no open_id", source="feishu", code="no_open_id")
         return str(open_id)
+
+    def message_items(self, message_id: str) -> list[dict[str, Any]]:
+        """GET one message: `data.items` as JSON objects; for a merge_forward the bundle and all its descendants.
+
+        Each descendant carries `upper_message_id` (the bundle it sits in). Sender names are asked for
+        (`with_sender_name`); mentions' `id` is a string here, unlike in events.
+        """
+        req = GetMessageRequest.builder().message_id(message_id).build()
+        req.add_query("with_sender_name", "true")  # the SDK would send Python's "True"
+        resp = self._call(self.client.im.v1.message.get, req)
+        items = ((json.loads(resp.raw.content) or {}).get("data") or {}).get("items") or []
+        return [i for i in items if isinstance(i, dict)]
+
+    def resource(self, message_id: str, file_key: str, kind: str, *, max_bytes: int) -> Resource:
+        """GET a message resource (`kind` image|file), reading at most `max_bytes` of it (0: headers only).
+
+        Streamed on purpose: lark-oapi's GetMessageResourceRequest buffers whole bodies (up to Feishu's
+        100 MB) before we could look at the size. Same token cache, retry and error mapping as `_call`.
+        """
+        url = (f"{self.domain}/open-apis/im/v1/messages/{quote(message_id, safe='')}"
+               f"/resources/{quote(file_key, safe='')}")
+        for attempt in (1, 2):
+            try:
+                token = TokenManager.get_self_tenant_token(self.client.config)
+            except ObtainAccessTokenException as exc:
+                raise _classify(int(exc.code or -1), 0, str(exc.msg), {}) from exc
+            try:
+                with requests.get(url, params={"type": kind}, headers={"Authorization": f"Bearer {token}"},
+                                  stream=True, timeout=self.timeout) as resp:
+                    if 200 <= resp.status_code < 300:
+                        return _read_capped(resp, max_bytes)
+                    code, msg = _error_of(resp)
+            except requests.RequestException as exc:
+                raise Retryable(f"feishu transport error: {exc.__class__.__name__}", source="feishu",
+                                code="transport") from exc
+            if code in TOKEN_INVALID and attempt == 1:
+                self.cache.drop(f"self_tenant_token:{self.app_id}")
+                continue
+            raise _classify(code, resp.status_code, msg, dict(resp.headers))
+        raise AssertionError("unreachable")
+
+
+def _read_capped(resp: requests.Response, max_bytes: int) -> Resource:
+    length = resp.headers.get("Content-Length")
+    size = int(length) if length and length.isdigit() else None
+    data = bytearray()
+    if max_bytes > 0:
+        for chunk in resp.iter_content(CHUNK):
+            data += chunk
+            if len(data) > max_bytes:
+                break
+    complete = len(data) <= max_bytes and (size is None or size <= max_bytes) and (max_bytes > 0 or size == 0)
+    if complete and size is None:
+        size = len(data)
+    return Resource(bytes(data[:max_bytes]), complete, size, resp.headers.get("Content-Type"))

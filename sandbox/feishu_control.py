@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -51,6 +52,20 @@ def register_control(app: Flask, emu: FeishuEmulator) -> None:
         if after is not None:
             items = [m for m in items if int(m["create_time"]) > after]
         return items
+
+    def add_forward() -> dict[str, Any]:
+        body = control_body()
+        return emu.add_forward(body.get("message_id"), body["chat_id"], list(body["children"]),
+                               sender_open_id=body.get("sender_open_id", "ou_user"),
+                               chat_mode=body.get("chat_mode", "group"), thread_id=body.get("thread_id"))
+
+    def add_resource() -> dict[str, Any]:
+        body = control_body()
+        emu.add_resource(body["message_id"], body["file_key"], base64.b64decode(body["data_base64"]),
+                         kind=body.get("kind", "image"),
+                         content_type=body.get("content_type", "application/octet-stream"),
+                         file_name=body.get("file_name"))
+        return {"ok": True}
 
     def add_chat() -> dict[str, Any]:
         body = control_body()
@@ -119,6 +134,8 @@ def register_control(app: Flask, emu: FeishuEmulator) -> None:
         ("/_sandbox/messages", "GET", lambda: emu.messages),
         ("/_sandbox/bot_messages", "GET", bot_messages),
         ("/_sandbox/chats", "POST", add_chat),
+        ("/_sandbox/forwards", "POST", add_forward),
+        ("/_sandbox/resources", "POST", add_resource),
         ("/_sandbox/faults", "POST", faults),
         ("/_sandbox/delay", "POST", delay),
         ("/_sandbox/reset", "POST", reset),

@@ -13,7 +13,15 @@ from flask import Flask, Response, request
 
 from sandbox.faults import Fault, FaultBook, FaultProfile
 from sandbox.feishu_control import register_control
-from sandbox.feishu_rules import FeishuError, check_ops, error_body, fault_kinds_for, fault_options, make_fault
+from sandbox.feishu_rules import (
+    FeishuError,
+    Resource,
+    check_ops,
+    error_body,
+    fault_kinds_for,
+    fault_options,
+    make_fault,
+)
 from sandbox.feishu_store import FeishuStore
 from sandbox.server import (
     LoopbackServer,
@@ -23,9 +31,9 @@ from sandbox.server import (
     parse_json_body,
 )
 
-OPS = ("token", "bot_info", "reply", "create", "get", "list", "chat")
+OPS = ("token", "bot_info", "reply", "create", "get", "list", "chat", "resource")
 Hook = Callable[[dict[str, Any]], object]
-Handler = Callable[[dict[str, Any]], dict[str, Any]]
+Handler = Callable[[dict[str, Any]], "dict[str, Any] | Response"]
 
 
 class FeishuEmulator(LoopbackServer):
@@ -158,6 +166,27 @@ class FeishuEmulator(LoopbackServer):
             thread_id=thread_id, root_id=root_id, parent_id=parent_id, chat_mode=chat_mode,
         )
 
+    def add_forward(
+        self, message_id: str | None, chat_id: str, children: list[dict[str, Any]], *,
+        sender_open_id: str = "ou_user", chat_mode: str = "group", thread_id: str | None = None,
+    ) -> dict[str, Any]:
+        """Register a merge_forward message and its bundle; GET message then answers it with its children.
+
+        children: dicts with msg_type (default text), text or content (received format), sender_open_id,
+        sender_name (answered with `with_sender_name=true`), sender_type, create_time (ms), message_id,
+        mentions [{key, id, name}], deleted, and children for a nested merge_forward. Returns the bundle
+        message plus "children" (the flat items as GET lists them).
+        """
+        return self.store.add_forward(message_id, chat_id, children, sender_open_id=sender_open_id,
+                                      chat_mode=chat_mode, thread_id=thread_id)
+
+    def add_resource(
+        self, message_id: str, file_key: str, data: bytes, *, kind: str = "image",
+        content_type: str = "application/octet-stream", file_name: str | None = None,
+    ) -> None:
+        """Seed the bytes GET /messages/:message_id/resources/:file_key?type=`kind` returns."""
+        self.store.add_resource(message_id, file_key, Resource(data, kind, content_type, file_name))
+
     # -- inspection ---------------------------------------------------------------------------------
 
     @property
@@ -250,7 +279,7 @@ class FeishuEmulator(LoopbackServer):
             delay = self._delays.get(op, 0.0)
         self.sleep(delay)
         fault: Fault | None = None
-        body: dict[str, Any] = {}
+        body: dict[str, Any] | Response = {}
         status, headers = 0, {}
         try:
             if op != "token":  # every Open API except the token endpoint wants a tenant token
@@ -264,12 +293,13 @@ class FeishuEmulator(LoopbackServer):
             self.store.revoke_token(request.headers.get("Authorization"))  # the holder must fetch a new one
         if fault is not None and fault.body is not None:
             body, status, headers = fault.body, fault.status, fault.headers
-        self._run_hooks(op, "after", {**record, "status": status, "response": copy.deepcopy(body)})
+        shown = {"bytes": len(body.get_data())} if isinstance(body, Response) else copy.deepcopy(body)
+        self._run_hooks(op, "after", {**record, "status": status, "response": shown})
         if fault is not None:
             self.sleep(fault.delay)  # past the client's timeout: it never sees this answer
             if fault.drop:
                 drop_connection()
-        return json_response(body, status, headers)
+        return body if isinstance(body, Response) else json_response(body, status, headers)
 
     def _routes(self, app: Flask) -> None:
         routes: list[tuple[str, str, str, Handler]] = [
@@ -280,6 +310,7 @@ class FeishuEmulator(LoopbackServer):
             ("/open-apis/im/v1/messages/<message_id>", "GET", "get", self._get),
             ("/open-apis/im/v1/messages", "GET", "list", self._list),
             ("/open-apis/im/v1/chats/<chat_id>", "GET", "chat", self._chat),
+            ("/open-apis/im/v1/messages/<message_id>/resources/<file_key>", "GET", "resource", self._resource),
         ]
         for path, method, op, handler in routes:
             app.add_url_rule(path, endpoint=op, view_func=_bind(self._serve, op, handler), methods=[method])
@@ -303,13 +334,23 @@ class FeishuEmulator(LoopbackServer):
         return _ok(self.store.create(record["query"].get("receive_id_type"), record["json"], record["size"]))
 
     def _get(self, record: dict[str, Any]) -> dict[str, Any]:
-        return _ok(self.store.get(record["params"]["message_id"]))
+        with_names = record["query"].get("with_sender_name") == "true"
+        return _ok(self.store.get(record["params"]["message_id"], with_sender_name=with_names))
 
     def _list(self, record: dict[str, Any]) -> dict[str, Any]:
         return _ok(self.store.list(record["query"]))
 
     def _chat(self, record: dict[str, Any]) -> dict[str, Any]:
         return _ok(self.store.chat(record["params"]["chat_id"]))
+
+    def _resource(self, record: dict[str, Any]) -> Response:
+        """The resource's bytes with its Content-Type (feishu.md §3.1; errors stay JSON)."""
+        params = record["params"]
+        found = self.store.resource(params["message_id"], params["file_key"], record["query"].get("type"))
+        resp = Response(found.data, status=200, mimetype=found.content_type)
+        if found.file_name:
+            resp.headers["Content-Disposition"] = f"attachment; filename=\"{found.file_name}\""
+        return resp
 
 
 def _ok(data: dict[str, Any]) -> dict[str, Any]:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from sandbox.faults import Fault
@@ -35,6 +37,10 @@ MESSAGES = {
     230020: "This operation triggers the frequency limit.",
     230025: "The length of the message content reaches its limit.",
     231003: "The message is not found, maybe not exist or deleted.",
+    234001: "Invalid request param.",
+    234003: "File not in message.",
+    234037: "Downloaded file size exceeds limit.",
+    234043: "Unsupported message type.",
 }
 
 
@@ -207,3 +213,39 @@ def time_filter(items: list[dict[str, Any]], start: str | None, end: str | None)
     except ValueError:
         raise FeishuError(99992402, "field validation failed: start_time/end_time") from None
     return [m for m in items if int(m["create_time"]) >= lo and (hi is None or int(m["create_time"]) <= hi)]
+
+
+@dataclass(frozen=True)
+class Resource:
+    """A seeded message resource: what GET .../resources/:file_key?type=`kind` answers."""
+
+    data: bytes
+    kind: str = "image"  # image | file
+    content_type: str = "application/octet-stream"
+    file_name: str | None = None
+
+
+def forward_item(spec: dict[str, Any], upper_id: str, chat_id: str, now_ms: str) -> dict[str, Any]:
+    """One message inside a merge_forward bundle, as GET message lists it (mentions' id is a string there).
+
+    spec: msg_type (text), text or content, sender_open_id, sender_type (user|app), create_time (ms),
+    message_id, mentions [{key, id, name}], deleted, children (for a nested merge_forward).
+    """
+    msg_type = spec.get("msg_type", "text")
+    content = spec.get("content")
+    if content is None:
+        content = json.dumps({"text": spec.get("text", "")} if msg_type == "text" else
+                             {"content": "Merged and Forwarded Message"}, ensure_ascii=False)
+    sender_type = spec.get("sender_type", "user")
+    sender = {"id": spec.get("sender_open_id", "ou_forwarded"), "id_type": "open_id" if sender_type == "user"
+              else "app_id", "sender_type": sender_type, "tenant_key": "tenant_sandbox"}
+    created = str(spec.get("create_time") or now_ms)
+    mentions = [{"key": m["key"], "id": m.get("id", ""), "id_type": "open_id", "name": m.get("name", ""),
+                 "tenant_key": "tenant_sandbox"} for m in spec.get("mentions") or []]
+    return {
+        "message_id": spec.get("message_id") or "om_" + os.urandom(12).hex(),
+        "msg_type": msg_type, "create_time": created, "update_time": created, "deleted": bool(spec.get("deleted")),
+        "updated": False, "chat_id": spec.get("chat_id", chat_id), "sender": sender,
+        "body": {"content": "" if spec.get("deleted") else content}, "mentions": mentions,
+        "upper_message_id": upper_id,
+    }

@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import copy
+import json
 import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable
 from typing import Any
 
-from sandbox.events import TENANT_KEY
+from sandbox.events import FORWARDED_CONTENT, TENANT_KEY
 from sandbox.feishu_rules import (
     UUID_WINDOW_SECONDS,
     FeishuError,
+    Resource,
     decode_page,
     encode_page,
+    forward_item,
     page_size,
     time_filter,
     validate_send,
@@ -60,6 +63,10 @@ class FeishuStore:
             self.p2p_by_user: dict[str, str] = {}
             self.uuids: dict[str, tuple[str, float]] = {}
             self.sends: dict[str, deque[float]] = {}
+            self.forwarded: dict[str, list[dict[str, Any]]] = {}  # bundle id → all descendants, flat
+            self.forward_child: dict[str, dict[str, Any]] = {}  # descendant id → its item
+            self.resources: dict[tuple[str, str], Resource] = {}
+            self.user_names: dict[str, str] = {}
             self._last_ms = 0
 
     # -- tokens -------------------------------------------------------------------------------------
@@ -293,11 +300,69 @@ class FeishuStore:
         with self.lock:
             return {chat: _peak(times, window) for chat, times in self.send_times.items()}
 
-    def get(self, message_id: str) -> dict[str, Any]:
+    def get(self, message_id: str, with_sender_name: bool = False) -> dict[str, Any]:
+        """GET message: a merge_forward answers itself plus every descendant (`upper_message_id` links them)."""
         with self.lock:
-            if message_id not in self.by_id:
+            msg = self.by_id.get(message_id) or self.forward_child.get(message_id)
+            if msg is None:
                 raise FeishuError(231003)
-            return {"items": [copy.deepcopy(self.by_id[message_id])]}
+            items = copy.deepcopy([msg, *self.forwarded.get(message_id, [])])
+        if with_sender_name:
+            for item in items:
+                name = self.user_names.get(item["sender"]["id"])
+                if name:
+                    item["sender"]["sender_name"] = name
+        return {"items": items}
+
+    # -- merge_forward bundles and message resources (seeded by tests) --------------------------------
+
+    def add_forward(
+        self, message_id: str | None, chat_id: str, children: list[dict[str, Any]], *, sender_open_id: str,
+        chat_mode: str = "group", thread_id: str | None = None,
+    ) -> dict[str, Any]:
+        """A merge_forward message whose bundle holds `children` (see `forward_item` for their fields)."""
+        with self.lock:
+            bundle = self.add_user_message(
+                message_id, chat_id, content=json.dumps({"content": FORWARDED_CONTENT}),
+                sender_open_id=sender_open_id, msg_type="merge_forward", thread_id=thread_id, chat_mode=chat_mode,
+            )
+            flat: list[dict[str, Any]] = []
+            self._forward_level(bundle["message_id"], children, chat_id, flat)
+            self.forwarded[bundle["message_id"]] = flat
+            return {**bundle, "children": copy.deepcopy(flat)}
+
+    def _forward_level(
+        self, upper_id: str, children: list[dict[str, Any]], chat_id: str, flat: list[dict[str, Any]]
+    ) -> None:
+        for spec in children:
+            item = forward_item(spec, upper_id, chat_id, self._now_ms())
+            if spec.get("sender_name"):
+                self.user_names[item["sender"]["id"]] = spec["sender_name"]
+            flat.append(item)
+            self.forward_child[item["message_id"]] = item
+            if item["msg_type"] == "merge_forward":
+                start = len(flat)
+                self._forward_level(item["message_id"], spec.get("children") or [], chat_id, flat)
+                self.forwarded[item["message_id"]] = flat[start:]
+
+    def add_resource(self, message_id: str, file_key: str, resource: Resource) -> None:
+        with self.lock:
+            self.resources[(message_id, file_key)] = resource
+
+    def resource(self, message_id: str, file_key: str, kind: str | None) -> Resource:
+        """GET message resource, with the documented refusals (get-message-resource: 234001/234003/234043)."""
+        with self.lock:
+            if kind not in ("image", "file"):
+                raise FeishuError(234001)
+            msg = self.by_id.get(message_id)
+            if message_id in self.forward_child or (msg and msg["msg_type"] in ("merge_forward", "interactive")):
+                raise FeishuError(234043)  # the docs: not for bundles, their children, or cards
+            if msg is None:
+                raise FeishuError(231003)
+            found = self.resources.get((message_id, file_key))
+            if found is None or found.kind != kind:
+                raise FeishuError(234003)
+            return found
 
     def list(self, query: dict[str, str]) -> dict[str, Any]:
         container_type, container_id = query.get("container_id_type"), query.get("container_id", "")

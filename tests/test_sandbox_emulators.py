@@ -16,6 +16,7 @@ from lark_oapi.api.im.v1 import (
     CreateMessageRequestBody,
     GetChatRequest,
     GetMessageRequest,
+    GetMessageResourceRequest,
     ListMessageRequest,
     ReplyMessageRequest,
     ReplyMessageRequestBody,
@@ -25,7 +26,16 @@ from lark_oapi.core.token.manager import TokenManager
 
 from bot.crypto import SignatureVerifier, decrypt
 from sandbox.claude_standin import ClaudeStandin
-from sandbox.events import mention, message_event, post_content, signed_request, url_verification
+from sandbox.events import (
+    FORWARDED_CONTENT,
+    card_content,
+    image_content,
+    mention,
+    message_event,
+    post_content,
+    signed_request,
+    url_verification,
+)
 from sandbox.feishu_emulator import FeishuEmulator
 
 SECRET = "emulator-test-secret"
@@ -214,6 +224,72 @@ def test_chat_qps_hooks_and_control_api(emulator: FeishuEmulator, client: lark.C
 
 
 # -- Claude stand-in -----------------------------------------------------------------------------------
+
+
+def get_items(client: lark.Client, message_id: str) -> Any:
+    return client.im.v1.message.get(GetMessageRequest.builder().message_id(message_id).build())
+
+
+def get_resource(client: lark.Client, message_id: str, key: str, kind: str) -> Any:
+    req = GetMessageResourceRequest.builder().message_id(message_id).file_key(key).type(kind).build()
+    return client.im.v1.message_resource.get(req)
+
+
+def test_get_of_a_merge_forward_lists_the_bundle_and_its_children(emulator: FeishuEmulator,
+                                                                 client: lark.Client) -> None:
+    made = emulator.add_forward("om_fwd", "oc_team", [
+        {"text": "第一条", "sender_open_id": "ou_amy", "sender_name": "Amy", "create_time": 1700000000000},
+        {"msg_type": "merge_forward", "children": [{"text": "里层", "sender_open_id": "ou_bob"}]},
+    ])
+    resp = get_items(client, "om_fwd")
+    assert resp.code == 0, resp.msg
+    bundle, first, nested, inner = resp.data.items
+    assert (bundle.message_id, bundle.msg_type, bundle.upper_message_id) == ("om_fwd", "merge_forward", None)
+    assert json.loads(bundle.body.content) == {"content": FORWARDED_CONTENT}
+    assert (first.upper_message_id, first.msg_type, first.create_time) == ("om_fwd", "text", "1700000000000")
+    assert json.loads(first.body.content) == {"text": "第一条"} and first.sender.id == "ou_amy"
+    assert first.sender.sender_name is None  # only with with_sender_name=true
+    assert nested.upper_message_id == "om_fwd" and inner.upper_message_id == nested.message_id
+    assert [c["message_id"] for c in made["children"]] == [first.message_id, nested.message_id, inner.message_id]
+    named = GetMessageRequest.builder().message_id("om_fwd").build()
+    named.add_query("with_sender_name", "true")
+    assert client.im.v1.message.get(named).data.items[1].sender.sender_name == "Amy"
+    assert [i.message_id for i in get_items(client, nested.message_id).data.items] == [nested.message_id,
+                                                                                      inner.message_id]
+
+
+def test_message_resources_answer_bytes_or_the_documented_errors(emulator: FeishuEmulator,
+                                                                client: lark.Client) -> None:
+    emulator.add_message("om_img", "oc_team", msg_type="image", content=image_content("img_1"))
+    emulator.add_resource("om_img", "img_1", b"\x89PNG-bytes", content_type="image/png")
+    emulator.add_resource("om_img", "file_1", b"log", kind="file", content_type="text/plain", file_name="a.log")
+    ok = get_resource(client, "om_img", "img_1", "image")
+    assert (ok.code, ok.file.read(), ok.raw.headers["Content-Type"]) == (0, b"\x89PNG-bytes", "image/png")
+    named = get_resource(client, "om_img", "file_1", "file")
+    assert (named.file.read(), named.file_name) == (b"log", "a.log")
+    assert get_resource(client, "om_img", "img_1", "file").code == 234003  # type must match the resource
+    assert get_resource(client, "om_img", "img_2", "image").code == 234003  # not in this message
+    assert get_resource(client, "om_img", "img_1", "video").code == 234001
+    assert get_resource(client, "om_gone", "img_1", "image").code == 231003
+    emulator.add_message("om_card", "oc_team", msg_type="interactive", content=card_content("t", []))
+    made = emulator.add_forward("om_fwd", "oc_team", [{"msg_type": "image", "content": image_content("img_9")}])
+    for message_id in ("om_card", "om_fwd", made["children"][0]["message_id"]):
+        assert get_resource(client, message_id, "img_9", "image").code == 234043
+    emulator.inject_fault("resource", "rate_limit")
+    assert get_resource(client, "om_img", "img_1", "image").code == 99991400
+
+
+def test_forwards_and_resources_can_be_seeded_over_the_control_api(emulator: FeishuEmulator,
+                                                                   client: lark.Client) -> None:
+    emulator.add_message("om_img", "oc_team", msg_type="image", content=image_content("img_1"))
+    seeded = requests.post(f"{emulator.url}/_sandbox/resources", json={
+        "message_id": "om_img", "file_key": "img_1", "data_base64": "iVBORw==", "content_type": "image/png"})
+    assert seeded.json() == {"ok": True}
+    assert get_resource(client, "om_img", "img_1", "image").file.read() == b"\x89PNG"
+    made = requests.post(f"{emulator.url}/_sandbox/forwards", json={
+        "message_id": "om_fwd", "chat_id": "oc_team", "children": [{"text": "转发的话"}]}).json()
+    assert made["msg_type"] == "merge_forward" and len(made["children"]) == 1
+    assert len(get_items(client, "om_fwd").data.items) == 2
 
 
 def test_claude_answer_quotes_the_last_user_text(standin: ClaudeStandin, model: anthropic.Anthropic) -> None:
