@@ -90,3 +90,34 @@ def test_bootstrap_retries_transient_errors_and_skips_permanent_ones(service, fe
     _ask(service, feishu, r, keys, other, "第二次：报表？")
     second = model_requests_with(claude, "第二次：报表")
     assert len(second) == 1 and "根消息" not in _text(second[0])
+
+
+def test_history_before_a_reset_is_read_only_when_asked_and_marked(service, feishu, claude, r, keys) -> None:
+    chat = unique("oc_p2p")
+    rk = route_key("p2p", chat)
+
+    def say(text: str) -> None:
+        env = deliver(service, feishu, chat_id=chat, chat_type="p2p", text=text)
+        feishu.wait_for(lambda: feishu.replies_to(message_id(env)))
+        wait_route_idle(r, keys, rk)
+
+    say("旧话题：ETL 任务昨晚失败")
+    say("/reset")
+
+    def responder(body: dict[str, Any]) -> Any:
+        n = len(body["messages"])  # 1: the question; 3: after one tool round; 5: after two
+        if n == 1 and "重置之前" in _text({"body": body}):
+            return [{"type": "tool_use", "id": "toolu_h1", "name": "read_history", "input": {}}]
+        if n == 3:
+            return [{"type": "tool_use", "id": "toolu_h2", "name": "read_history", "input": {"cross_reset": True}}]
+        return "好的。"
+
+    claude.set_responder(responder)
+    say("我明确要求：看看重置之前我们聊了什么")
+    results = [b["content"] for q in claude.requests for m in q["body"]["messages"] if isinstance(m["content"], list)
+               for b in m["content"] if b.get("type") == "tool_result"]
+    refused, crossed = results[0], results[-1]
+    assert "ETL" not in refused and "user reset" in refused
+    assert "ETL 任务昨晚失败" in crossed and 'crosses_user_reset="true"' in crossed
+    assert "CROSSES A USER RESET" in crossed
+    assert session_log(r, keys, rk)[-1]["recall"]["crossed_reset"] is True
