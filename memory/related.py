@@ -25,7 +25,8 @@ SHOW, SHOW_TOKENS = 20, 1500  # the newest messages a turn may show, and their s
 
 def keep(r: redis.Redis, keys: Keys, m: Inbound) -> None:
     """Store one unaddressed group message (idempotent: a redelivery is the same member)."""
-    at = int(m.create_time or 0) / 1000 or time.time()
+    ct = m.create_time or ""
+    at = int(ct) / 1000 if ct.isdigit() and int(ct) > 0 else time.time()  # Feishu sends ms; be lenient
     member = json.dumps({"message_id": m.message_id, "sender": m.sender_id, "text": m.text[:2000], "at": at},
                         ensure_ascii=False, sort_keys=True)
     key = keys.related(m.chat_id)
