@@ -121,3 +121,26 @@ def test_history_before_a_reset_is_read_only_when_asked_and_marked(service, feis
     assert "ETL 任务昨晚失败" in crossed and 'crosses_user_reset="true"' in crossed
     assert "CROSSES A USER RESET" in crossed
     assert session_log(r, keys, rk)[-1]["recall"]["crossed_reset"] is True
+
+
+def test_a_tool_result_fits_its_room_and_only_sent_messages_count_as_used(env, feishu, redis_url) -> None:
+    from jobs.recall import Reader
+    from jobs.runtime import Runtime
+    from memory.budget import Budget
+    from tests.harness import settings_from
+
+    topic = _topic(feishu, earlier=59)
+    rt = Runtime(settings_from(env), redis_url)
+    b = Budget(4000, 500)
+    reader = Reader(rt, route_key("topic", topic["chat_id"], topic["thread_id"]), "s_none", b)
+    use = {"type": "tool_use", "id": "toolu_1", "name": "read_thread", "input": {"page_size": 50}}
+    [result] = reader.run([use], 500, context="")
+    assert b.cost(result["content"]) <= 500
+    assert "not_shown" in result["content"] and "早先消息 01" in result["content"]
+    record = reader.record()
+    assert len(record["fetched"]) == 50 and record["included"] == []  # read, not yet used
+    reader.sent()
+    record = reader.record()
+    assert 0 < len(record["included"]) < 50
+    assert set(record["pending"]) == set(record["fetched"]) - set(record["included"])
+    assert record["cursor"]["has_more"] is True
