@@ -84,7 +84,9 @@ def converse(rt: Runtime, rk: str, sid: str, system: list[dict[str, Any]], messa
     """Ask, run the tools the model calls (at most MAX_ROUNDS), and ask again; every request within budget."""
     b = rotation.budget_of(rt)
     reader = Reader(rt, rk, sid, b)
-    messages = _with_note(messages, reader.previous)
+    noted = _with_note(messages, reader.previous)
+    if b.request_cost(system, noted, tools) <= b.total - b.reserve:  # the note never pushes a request over
+        messages = noted
     steps: list[Step] = []
     for n in range(MAX_ROUNDS + 1):
         room = b.input_room(b.request_cost(system, messages, tools))
