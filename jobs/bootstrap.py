@@ -7,7 +7,7 @@ import logging
 
 from bot.errors import Permanent
 from jobs.runtime import Runtime
-from jobs.thread import MAX_PAGE, RouteScope, list_page, render, sender_of
+from jobs.thread import MAX_PAGE, RouteScope, get_message, list_page, render, sender_of
 from memory.context import estimate_tokens
 from memory.sessions import entry
 
@@ -46,6 +46,9 @@ def _entries(rt: Runtime, rk: str, thread_id: str) -> list[str]:
     first = list_page(rt.feishu, thread_id, page_size=1)
     newest = list_page(rt.feishu, thread_id, page_size=MAX_PAGE, newest_first=True)
     root = first.items[0] if first.items else None
+    root_id = str((root or {}).get("root_id") or "")
+    if root is not None and root_id and root_id != root.get("message_id"):  # the listing began with a reply
+        root = get_message(rt.feishu, root_id) or root
     skip = _waiting_ids(rt, rk) | ({str(root.get("message_id"))} if root else set())
     earlier = [m for m in newest.items if str(m.get("message_id")) not in skip]
     shown = list(reversed(earlier[:EARLIER]))
