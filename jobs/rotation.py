@@ -16,6 +16,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import redis
+
 from bot import metrics
 from bot.llm import Completion
 from jobs import shutdown
@@ -25,10 +27,12 @@ from jobs.session_turn import Superseded
 from memory import budget as bud
 from memory.compress import COMPRESSION_SYSTEM, compression_request, extract_facts, missing, restore, summary_entry_text
 from memory.context import Entry, estimate_tokens, session_messages
+from memory.keys import Keys
 from memory.sessions import END_COMPRESSION, SessionFenced, entry
 
 log = logging.getLogger(__name__)
 TAIL_ENTRIES = 200  # assembly reads at most this many newest entries (+ the summary): cost never grows with history
+PAGE = 16  # the first read; later reads double until the turns read fill the room
 MIN_SUMMARY_TOKENS = 64
 
 
@@ -53,22 +57,39 @@ def budget_of(rt: Runtime) -> bud.Budget:
     return bud.Budget(s.context_budget_tokens, s.max_output_tokens, bud.factor(rt.state, rt.keys))
 
 
-def load(rt: Runtime, rk: str, sid: str) -> Loaded:
-    """The session's summary (its first entry, when it began with one) and its newest turns."""
-    key = rt.keys.session_log(rk, sid)
-    pipe = rt.state.pipeline(transaction=False)
+def load(r: redis.Redis, keys: Keys, rk: str, sid: str, b: bud.Budget | None = None, room: int = 0) -> Loaded:
+    """The session's summary (its first entry, when it began with one) and its newest turns: pages read
+    from the end until they fill `room` (by `b`), at most TAIL_ENTRIES, whatever the length of the log."""
+    key = keys.session_log(rk, sid)
+    pipe = r.pipeline(transaction=False)
     pipe.llen(key)
     pipe.lindex(key, 0)
-    pipe.lrange(key, -TAIL_ENTRIES, -1)
-    length, first, tail = pipe.execute()
-    summary = ""
-    if first and json.loads(first).get("kind") == "summary":
-        summary = json.loads(first)["text"]
-        if length <= TAIL_ENTRIES:
-            tail = tail[1:]
-    raw = [e for e in tail if json.loads(e).get("kind") != "summary"]
-    turns = [Entry(role=d["role"], text=d["text"]) for d in map(json.loads, raw)]
-    return Loaded(summary, turns, raw, complete=length <= TAIL_ENTRIES + (1 if summary else 0))
+    pipe.lrange(key, -PAGE, -1)
+    length, first, page = pipe.execute()
+    head = json.loads(first) if first else {}
+    summary = head["text"] if head.get("kind") == "summary" else ""
+    body_len = length - (1 if summary else 0)
+    raw, parsed = _turns(page)
+    used = sum(b.cost(d["text"]) for d in parsed) if b else 0
+    read = len(page)
+    while read < min(length, TAIL_ENTRIES) and (b is None or used <= room):
+        n = min(read, TAIL_ENTRIES - read)  # doubling: few round trips, little read beyond the room
+        more: list[str] = r.lrange(key, -(read + n), -(read + 1))  # type: ignore[assignment]
+        if not more:
+            break
+        read += len(more)
+        more_raw, dicts = _turns(more)
+        used += sum(b.cost(d["text"]) for d in dicts) if b else 0
+        raw, parsed = more_raw + raw, dicts + parsed
+    turns = [Entry(role=d["role"], text=d["text"]) for d in parsed]
+    return Loaded(summary, turns, raw, complete=len(raw) >= body_len)
+
+
+def _turns(entries: list[str]) -> tuple[list[str], list[dict[str, Any]]]:
+    """The turn entries (not the summary), verbatim and parsed."""
+    pairs = [(e, json.loads(e)) for e in entries]
+    kept = [(e, d) for e, d in pairs if d.get("kind") != "summary"]
+    return [e for e, _ in kept], [d for _, d in kept]
 
 
 def prepare(rt: Runtime, rk: str, sid: str, batch_text: str, fence: Callable[[], bool],
@@ -76,12 +97,12 @@ def prepare(rt: Runtime, rk: str, sid: str, batch_text: str, fence: Callable[[],
     """The request's messages within the budget, after a rotation if the session no longer fits."""
     b = budget_of(rt)
     fixed = b.request_cost(system, [], tools)
-    loaded = load(rt, rk, sid)
+    loaded = load(rt.state, rt.keys, rk, sid, b, b.input_room(fixed))
     fitted = bud.fit_session(b, fixed, loaded.summary, loaded.turns, batch_text)
     if fitted.dropped or not loaded.complete:
         new_sid = rotate(rt, rk, sid, loaded, b, fixed, b.cost(fitted.batch), fence)
         if new_sid:
-            sid, loaded = new_sid, load(rt, rk, new_sid)
+            sid, loaded = new_sid, load(rt.state, rt.keys, rk, new_sid, b, b.input_room(fixed))
             fitted = bud.fit_session(b, fixed, loaded.summary, loaded.turns, batch_text)
     messages = session_messages(fitted.summary, fitted.turns, fitted.batch)
     return Prepared(sid, messages, bud.raw_request_tokens(system, messages, tools),
