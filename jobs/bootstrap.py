@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 
-from bot.errors import Permanent
+from bot.errors import Paused, Permanent
 from jobs.runtime import Runtime
 from jobs.thread import MAX_PAGE, RouteScope, get_message, list_page, render, sender_of
 from memory.context import estimate_tokens
@@ -26,7 +26,7 @@ def bootstrap_entries(rt: Runtime, rk: str) -> list[str]:
         return []
     try:
         return _entries(rt, rk, scope.thread_id)
-    except Permanent as exc:
+    except (Permanent, Paused) as exc:  # e.g. no history scope: answer without it; a reply would pause anyway
         log.warning("topic bootstrap skipped: thread not readable", extra={"route_key": rk, "error": str(exc)})
         return []
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bot.errors import Permanent
+from bot.errors import Paused, Permanent
 from bot.llm import Completion, Step
 from jobs import rotation
 from jobs.runtime import Runtime
@@ -169,7 +169,7 @@ class Reader:
             self.calls.append({"tool": use.get("name"), "input": args})
             try:
                 text, error = self._dispatch(str(use.get("name")), args, per, context), False
-            except Permanent as exc:
+            except (Permanent, Paused) as exc:  # reading is optional: the model answers without it
                 text, error = f"not available: {exc}", True
             text = self.b.fit_text(text, per)
             for mid, block in list(self.staged.items()):
