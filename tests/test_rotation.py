@@ -92,3 +92,23 @@ def test_a_long_conversation_rotates_and_keeps_what_matters_within_budget(rig, f
         assert claude_wire.input_tokens(request) + request["max_tokens"] <= BUDGET  # the stand-in's own count
     assert calibrated + body["max_tokens"] <= BUDGET
     assert route_view(web, rk)["session_id"] == s2["id"]  # no second rotation for one more turn
+
+
+def test_assembly_reads_a_bounded_tail_of_any_log(r) -> None:
+    """A log far longer than what fits (an upgrade, a bug): the turn reads pages from its end until the room
+    is full, keeps the summary at its head, and reports the session as incomplete so that it rotates."""
+    from jobs.rotation import PAGE, TAIL_ENTRIES, load
+    from memory.sessions import entry
+
+    keys, rk, sid = Keys(unique("tail")), "feishu:x:p2p:oc_tail", "s_tail"
+    log = [entry("user", "<session_summary>\nS\n</session_summary>", batch_id="c", kind="summary")]
+    log += [entry("user" if n % 2 == 0 else "assistant", f"turn {n} " + "x" * 300, batch_id=str(n))
+            for n in range(5000)]
+    r.rpush(keys.session_log(rk, sid), *log)
+    b = Budget(BUDGET, RESERVE)
+    room = b.input_room(0)
+    loaded = load(r, keys, rk, sid, b, room)
+    assert loaded.summary.startswith("<session_summary>") and not loaded.complete
+    assert loaded.turns[-1]["text"].startswith("turn 4999")
+    assert sum(b.cost(t["text"]) for t in loaded.turns) > room  # enough to fill the request
+    assert len(loaded.turns) <= 2 * PAGE and len(load(r, keys, rk, sid).turns) == TAIL_ENTRIES
