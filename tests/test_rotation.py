@@ -14,7 +14,7 @@ import pytest
 import redis
 import requests
 
-from memory.budget import Budget, factor
+from memory.budget import Budget, calibration_key, factor
 from memory.keys import Keys
 from sandbox import claude_wire
 from tests.harness import Proc, WebServer, deliver, message_id, settings_from, unique, wait_for, wait_route_idle
@@ -92,6 +92,9 @@ def test_a_long_conversation_rotates_and_keeps_what_matters_within_budget(rig, f
         assert claude_wire.input_tokens(request) + request["max_tokens"] <= BUDGET  # the stand-in's own count
     assert calibrated + body["max_tokens"] <= BUDGET
     assert route_view(web, rk)["session_id"] == s2["id"]  # no second rotation for one more turn
+    # Calibrated against the usage the stand-in reports (it counts ~4 characters a token, we ~3 bytes).
+    calibration = r.hgetall(calibration_key(keys))
+    assert int(calibration["samples"]) >= i + 2 and 0.5 <= float(calibration["factor"]) < 0.9
 
 
 def test_assembly_reads_a_bounded_tail_of_any_log(r) -> None:
