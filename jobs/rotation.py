@@ -100,7 +100,8 @@ def prepare(rt: Runtime, rk: str, sid: str, batch_text: str, fence: Callable[[],
     loaded = load(rt.state, rt.keys, rk, sid, b, b.input_room(fixed))
     fitted = bud.fit_session(b, fixed, loaded.summary, loaded.turns, batch_text)
     if fitted.dropped or not loaded.complete:
-        new_sid = rotate(rt, rk, sid, loaded, b, fixed, b.cost(fitted.batch), fence)
+        whole = load(rt.state, rt.keys, rk, sid)  # every turn is compressed, not only those the room read
+        new_sid = rotate(rt, rk, sid, whole, b, fixed, b.cost(fitted.batch), fence)
         if new_sid:
             sid, loaded = new_sid, load(rt.state, rt.keys, rk, new_sid, b, b.input_room(fixed))
             fitted = bud.fit_session(b, fixed, loaded.summary, loaded.turns, batch_text)

@@ -77,6 +77,10 @@ def test_a_long_conversation_rotates_and_keeps_what_matters_within_budget(rig, f
     compressions = [c["body"] for c in claude.requests
                     if claude_wire.COMPRESSION_MARKER in json.dumps(c["body"]["system"], ensure_ascii=False)]
     assert len(compressions) == 1
+    compressed = text_of(compressions[0])
+    carried = json.dumps(r.lrange(keys.session_log(rk, s2["id"]), 0, -1), ensure_ascii=False)
+    assert BACKGROUND in compressed  # every turn of S1 was either compressed or carried over into S2
+    assert all(f"（标记 R{n:02d}）" in compressed or f"（标记 R{n:02d}）" in carried for n in range(1, i + 1))
 
     cursor = len(claude.requests)
     deliver(web, feishu, chat_id=chat, chat_type="p2p", text="昨天那个报表问题，现在该怎么处理？（标记 NEXT）")
