@@ -137,7 +137,7 @@ def rotate(rt: Runtime, rk: str, sid: str, loaded: Loaded, b: bud.Budget, fixed:
     half = max(0, b.input_room(fixed) - batch_cost) // 2
     kept_cost = sum(b.cost(t["text"]) for t in loaded.turns[len(older):])
     room = max(MIN_SUMMARY_TOKENS, half // 2, half - kept_cost)  # the kept turns give way if need be
-    summary = _summary(rt, rk, sid, loaded.summary, older, b, room, fence)
+    summary = _summary(rt, rk, sid, loaded.summary, older, b, (room, 2 * half), fence)
     exec_id, gen = owner
     seed = [entry("user", summary, batch_id=f"compress:{sid}", kind="summary", tokens=estimate_tokens(summary))]
     try:
@@ -153,10 +153,13 @@ def rotate(rt: Runtime, rk: str, sid: str, loaded: Loaded, b: bud.Budget, fixed:
     return new_sid
 
 
-def _summary(rt: Runtime, rk: str, sid: str, earlier: str, older: Sequence[Entry], b: bud.Budget, room: int,
-             fence: Callable[[], bool]) -> str:
+def _summary(rt: Runtime, rk: str, sid: str, earlier: str, older: Sequence[Entry], b: bud.Budget,
+             rooms: tuple[int, int], fence: Callable[[], bool]) -> str:
     """The model's summary of `older` (cached per S1 and turns), with every dropped fact restored verbatim,
-    as the text of the new session's first entry; at most `room` tokens, restored facts first to stay."""
+    as the text of the new session's first entry. `rooms`: (target, cap) in tokens: the model's text gives
+    way to the restored facts, which may take the summary past its target, up to the cap (all the room the
+    batch leaves; the carried-over turns then give way at assembly)."""
+    room, cap = rooms
     facts = extract_facts([Entry(role="user", text=earlier), *older] if earlier else older)
     model_text = _compress(rt, rk, sid, earlier, older, b, room, fence)
     lost = missing(model_text, facts)
@@ -166,7 +169,7 @@ def _summary(rt: Runtime, rk: str, sid: str, earlier: str, older: Sequence[Entry
     if lost:
         log.info("summary completed", extra={"route_key": rk, "session_id": sid, "restored": len(lost)})
     text = summary_entry_text(restore(body, facts) if body else restored_block)
-    return b.fit_text(text, max(room, MIN_SUMMARY_TOKENS))
+    return b.fit_text(text, max(room, cap, MIN_SUMMARY_TOKENS))
 
 
 def _compress(rt: Runtime, rk: str, sid: str, earlier: str, older: Sequence[Entry], b: bud.Budget, room: int,
