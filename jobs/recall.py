@@ -113,7 +113,7 @@ def _with_note(messages: list[dict[str, Any]], previous: dict[str, Any] | None) 
     """Tell the model where the last turn's reading stopped (its cursor, what is still pending)."""
     cursor = (previous or {}).get("cursor") or {}
     pending = (previous or {}).get("pending") or []
-    if not (cursor.get("thread") or pending) or not isinstance(messages[-1]["content"], str):
+    if not (cursor.get("thread") or pending):
         return messages
     parts = ["<recall_state>"]
     if cursor.get("thread"):
@@ -121,7 +121,11 @@ def _with_note(messages: list[dict[str, Any]], previous: dict[str, Any] | None) 
     if pending:
         parts.append("Fetched earlier but not read whole (read_message): " + ", ".join(pending[:20]))
     parts.append("</recall_state>")
-    last = {**messages[-1], "content": messages[-1]["content"] + "\n" + "\n".join(parts)}
+    note, content = "\n".join(parts), messages[-1]["content"]
+    if isinstance(content, str):
+        last = {**messages[-1], "content": content + "\n" + note}
+    else:
+        last = {**messages[-1], "content": [*content, {"type": "text", "text": note}]}
     return [*messages[:-1], last]
 
 

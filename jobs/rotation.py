@@ -93,10 +93,12 @@ def _turns(entries: list[str]) -> tuple[list[str], list[dict[str, Any]]]:
 
 
 def prepare(rt: Runtime, rk: str, sid: str, batch_text: str, fence: Callable[[], bool],
-            system: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] = ()) -> Prepared:
-    """The request's messages within the budget, after a rotation if the session no longer fits."""
+            system: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] = (),
+            images: Sequence[dict[str, Any]] = ()) -> Prepared:
+    """The request's messages within the budget, after a rotation if the session no longer fits. `images`
+    (labelled image blocks of the batch) follow the batch text in its user message; their cost is fixed."""
     b = budget_of(rt)
-    fixed = b.request_cost(system, [], tools)
+    fixed = b.request_cost(system, [], tools) + bud.content_tokens(list(images))  # at their ceiling already
     loaded = load(rt.state, rt.keys, rk, sid, b, b.input_room(fixed))
     fitted = bud.fit_session(b, fixed, loaded.summary, loaded.turns, batch_text)
     if fitted.dropped or not loaded.complete:
@@ -106,6 +108,8 @@ def prepare(rt: Runtime, rk: str, sid: str, batch_text: str, fence: Callable[[],
             sid, loaded = new_sid, load(rt.state, rt.keys, rk, new_sid, b, b.input_room(fixed))
             fitted = bud.fit_session(b, fixed, loaded.summary, loaded.turns, batch_text)
     messages = session_messages(fitted.summary, fitted.turns, fitted.batch)
+    if images:
+        messages[-1] = {"role": "user", "content": [{"type": "text", "text": messages[-1]["content"]}, *images]}
     return Prepared(sid, messages, bud.raw_request_tokens(system, messages, tools),
                     b.request_cost(system, messages, tools))
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from bot import metrics
 from bot.envelope import Inbound
 from bot.llm import Completion
 from bot.texts import say
 from jobs import recall, rotation, shutdown
+from jobs.batch_content import batch_content
 from jobs.outbox import BATCH_CACHE_TTL_S, LeaseLost
 from jobs.runtime import Runtime
 from memory import related
@@ -31,7 +33,7 @@ def load_history(rt: Runtime, route_key: str, session_id: str) -> list[Entry]:
 
 
 def _answer_for(rt: Runtime, route_key: str, kind: str, batch_id: str, batch_text: str,
-                fence: Callable[[], bool], session_id: str) -> Completion:
+                fence: Callable[[], bool], session_id: str, images: Sequence[dict[str, Any]] = ()) -> Completion:
     """The model's answer for this batch. The first answer stored wins: a run that lost its lease while
     the model was thinking, and any later run of the batch, send that same text, never a second one."""
     key = rt.keys.answer(route_key, batch_id)
@@ -39,7 +41,8 @@ def _answer_for(rt: Runtime, route_key: str, kind: str, batch_id: str, batch_tex
     if cached:
         return Completion(**json.loads(cached))
     tools = recall.tools_for(route_key)
-    prepared = rotation.prepare(rt, route_key, session_id, batch_text, fence, system_blocks(), tools)  # may rotate
+    prepared = rotation.prepare(rt, route_key, session_id, batch_text, fence, system_blocks(), tools,
+                                images)  # may rotate
     with shutdown.interruptible():  # the model may call read-only recall tools (jobs/recall.py)
         talk = recall.converse(rt, route_key, prepared.session_id, system_blocks(), prepared.messages, tools)
     completion = talk.completion
@@ -69,10 +72,11 @@ def _related(rt: Runtime, kind: str, batch: Sequence[Inbound]) -> str:
 
 def run_turn(rt: Runtime, route_key: str, kind: str, batch: Sequence[Inbound], batch_id: str,
              fence: Callable[[], bool], session_id: str) -> TurnResult:
-    batch_text = format_batch(batch)
+    content = batch_content(rt, batch)  # forwarded bundles, images, files: fetched by the worker
+    batch_text = format_batch(batch, content.bodies)
     # Related discussion goes into this request only; the session log keeps just the batch.
     request_text = _related(rt, kind, batch) + batch_text
-    completion = _answer_for(rt, route_key, kind, batch_id, request_text, fence, session_id)
+    completion = _answer_for(rt, route_key, kind, batch_id, request_text, fence, session_id, content.images)
     answer = completion.text or say("empty_answer", batch[-1].text)
     # Reply to the batch's last message: in a topic the reply stays inside that thread.
     last = batch[-1]

@@ -23,6 +23,7 @@ EWMA_WEIGHT = 0.2
 SAFETY_MARGIN = 1.1  # the estimate varies per text; budget with a margin above the calibrated mean
 PER_MESSAGE_TOKENS = 4  # role and framing overhead of each message
 TRUNCATED = "\n…[消息过长，已截断 {n} 字 / truncated {n} characters]"
+IMAGE_TOKENS = 1600  # Anthropic: ~(width × height) / 750, about 1,600 for an image at the size limit
 
 
 def calibration_key(keys: Keys) -> str:
@@ -62,9 +63,23 @@ def raw_request_tokens(system: Sequence[dict[str, Any]], messages: Sequence[dict
     if tools:
         total += estimate_tokens(json.dumps(list(tools), ensure_ascii=False))
     for m in messages:
-        content = m["content"]
-        text = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
-        total += estimate_tokens(text) + PER_MESSAGE_TOKENS
+        total += content_tokens(m["content"]) + PER_MESSAGE_TOKENS
+    return total
+
+
+def content_tokens(content: str | Sequence[dict[str, Any]]) -> int:
+    """A message's content: text by estimate, an image at the API's ceiling for one image (its base64
+    data says nothing about its token cost), anything else (tool use, results) by its JSON."""
+    if isinstance(content, str):
+        return estimate_tokens(content)
+    total = 0
+    for block in content:
+        if block.get("type") == "text":
+            total += estimate_tokens(str(block.get("text", "")))
+        elif block.get("type") == "image":
+            total += IMAGE_TOKENS
+        else:
+            total += estimate_tokens(json.dumps(block, ensure_ascii=False))
     return total
 
 

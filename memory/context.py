@@ -43,16 +43,22 @@ def estimate_tokens(text: str) -> int:
     return math.ceil(len(text.encode("utf-8")) / 3)
 
 
-def format_batch(batch: Sequence[Inbound]) -> str:
+def format_batch(batch: Sequence[Inbound], bodies: Sequence[str | None] = ()) -> str:
     """Each message in a `<message sender=…>` element. Text is escaped like the attributes, so no user
-    can close the element and open one attributed to somebody else."""
+    can close the element and open one attributed to somebody else. `bodies[i]`, when given, replaces
+    message i's text: already escaped content built from it (jobs/batch_content.py)."""
     parts = []
-    for m in batch:
-        attrs = f'sender="{html.escape(m.sender_id)}" message_id="{html.escape(m.message_id)}"'
-        if m.parent_id:
-            attrs += f' quotes="{html.escape(m.parent_id)}"'
-        parts.append(f"<message {attrs}>\n{html.escape(m.text, quote=False)}\n</message>")
+    for i, m in enumerate(batch):
+        body = bodies[i] if i < len(bodies) and bodies[i] is not None else html.escape(m.text, quote=False)
+        parts.append(f"<message {message_attrs(m)}>\n{body}\n</message>")
     return "\n".join(parts)
+
+
+def message_attrs(m: Inbound) -> str:
+    attrs = f'sender="{html.escape(m.sender_id)}" message_id="{html.escape(m.message_id)}"'
+    if m.parent_id:
+        attrs += f' quotes="{html.escape(m.parent_id)}"'
+    return attrs
 
 
 def fit_history(history: Sequence[Entry], available: int) -> list[Entry]:

@@ -181,3 +181,62 @@ def test_two_people_in_a_group_never_share_history_and_see_chatter_only_as_marke
     for rk, own, other in ((alice, "marker-alice", "marker-bob"), (bob, "marker-bob", "marker-alice")):
         history = json.dumps(session_log(r, keys, rk), ensure_ascii=False)
         assert own in history and other not in history and "marker-bob-chatter" not in history
+
+
+PNG = bytes.fromhex("89504e470d0a1a0a0000000d4948445200000001000000010806000000") + b"\x1f\x15\xc4\x89" + b"\x00" * 16
+
+
+def _post(service, feishu, chat: str, message_id_: str, message_type: str, content: str) -> dict:
+    """Push an event for a message already registered in the emulator (a bundle, an image, a post)."""
+    from sandbox.events import message_event
+    from tests.harness import APP_ID, VERIFICATION_TOKEN
+
+    env_ = message_event(token=VERIFICATION_TOKEN, app_id=APP_ID, chat_id=chat, chat_type="p2p",
+                         message_type=message_type, content=content, message_id=message_id_)
+    assert service.post(env_).status_code == 200
+    return env_
+
+
+def test_what_the_user_wrote_and_showed_reaches_the_model(service, feishu, claude, r, keys) -> None:
+    """Layout of a post with an @mention and a code block; a forwarded bundle with its messages; a
+    screenshot as an image block."""
+    from sandbox.events import image_content, merge_forward_content, post_with_code_block
+
+    chat = unique("oc_p2p")
+    rk = f"feishu:test:p2p:{chat}"
+    code = "def f(x):\n    if x:\n        return 1"
+    post = post_with_code_block(["第一段：导出报错", "", "第二段：见下面代码"], code)
+    env = deliver(service, feishu, chat_id=chat, chat_type="p2p", message_type="post", content=post,
+                  mentions=AT_BOT)
+    feishu.wait_for(lambda: feishu.replies_to(message_id(env)), timeout=30)
+    wait_route_idle(r, keys, rk)
+    request = model_requests_with(claude, "第一段：导出报错")[0]["body"]["messages"][-1]["content"]
+    text = request if isinstance(request, str) else "".join(b.get("text", "") for b in request)
+    assert "第一段：导出报错\n\n第二段：见下面代码" in text and "    if x:\n        return 1" in text
+
+    bundle = feishu.add_forward(unique("om_fwd"), chat, [
+        {"text": "线上 500 了 marker-fwd-1", "sender_open_id": "ou_dev", "sender_name": "开发小王"},
+        {"text": "回滚后恢复 marker-fwd-2", "sender_open_id": "ou_ops", "sender_name": "运维小李"},
+    ], chat_mode="p2p")
+    fwd = _post(service, feishu, chat, bundle["message_id"], "merge_forward", merge_forward_content())
+    feishu.wait_for(lambda: feishu.replies_to(message_id(fwd)), timeout=30)
+    wait_route_idle(r, keys, rk)
+    fwd_request = json.dumps(model_requests_with(claude, "marker-fwd-1")[0]["body"]["messages"][-1],
+                             ensure_ascii=False)
+    assert "marker-fwd-2" in fwd_request and "<forwarded_message" in fwd_request and "ou_dev" in fwd_request
+
+    shot_id, key = unique("om_img"), unique("img_v3")
+    feishu.add_message(shot_id, chat, sender_open_id="ou_user", msg_type="image", content=image_content(key),
+                       chat_mode="p2p")
+    feishu.add_resource(shot_id, key, PNG, content_type="image/png")
+    shot = _post(service, feishu, chat, shot_id, "image", image_content(key))
+    feishu.wait_for(lambda: feishu.replies_to(message_id(shot)), timeout=30)
+    wait_route_idle(r, keys, rk)
+    last = claude.requests[-1]["body"]["messages"][-1]["content"]
+    images = [b for b in last if isinstance(b, dict) and b.get("type") == "image"]
+    assert len(images) == 1 and images[0]["source"]["media_type"] == "image/png"
+    import base64
+
+    assert base64.b64decode(images[0]["source"]["data"]) == PNG
+    logged = "\n".join(e["text"] for e in session_log(r, keys, rk))
+    assert '<image ref="1"/>' in logged and images[0]["source"]["data"] not in logged  # no image data in history
