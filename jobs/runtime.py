@@ -14,6 +14,7 @@ from jobs.inbox import Inbox
 from jobs.outbox import Outbox
 from jobs.queues import enqueue_drain
 from memory.keys import Keys
+from memory.notes import read_text
 from memory.sessions import Sessions
 from memory.store import resolve_url, rq_client, state_client
 from routing.keys import kind_of
@@ -45,6 +46,15 @@ class Runtime:
         s = self.settings
         return Inbox(self.state, self.keys, int(s.run_lease_seconds * 1000), keep=s.transcript_turns * 2,
                      session_retention_s=s.session_retention_s)
+
+    @cached_property
+    def persona(self) -> str:
+        s = self.settings
+        return read_text(s.assistant_persona, s.assistant_persona_file)
+
+    @cached_property
+    def team_notes(self) -> str:
+        return read_text(None, self.settings.team_notes_file)
 
     @cached_property
     def sessions(self) -> Sessions:

@@ -15,7 +15,7 @@ from jobs import recall, rotation, shutdown
 from jobs.batch_content import batch_content
 from jobs.outbox import BATCH_CACHE_TTL_S, LeaseLost
 from jobs.runtime import Runtime
-from memory import related
+from memory import notes, related
 from memory.context import Entry, estimate_tokens, format_batch, system_blocks
 from memory.sessions import entry
 
@@ -33,7 +33,8 @@ def load_history(rt: Runtime, route_key: str, session_id: str) -> list[Entry]:
 
 
 def _answer_for(rt: Runtime, route_key: str, kind: str, batch_id: str, batch_text: str,
-                fence: Callable[[], bool], session_id: str, images: Sequence[dict[str, Any]] = ()) -> Completion:
+                fence: Callable[[], bool], session_id: str, images: Sequence[dict[str, Any]] = (),
+                batch: Sequence[Inbound] = ()) -> Completion:
     """The model's answer for this batch. The first answer stored wins: a run that lost its lease while
     the model was thinking, and any later run of the batch, send that same text, never a second one."""
     key = rt.keys.answer(route_key, batch_id)
@@ -41,10 +42,11 @@ def _answer_for(rt: Runtime, route_key: str, kind: str, batch_id: str, batch_tex
     if cached:
         return Completion(**json.loads(cached))
     tools = recall.tools_for(route_key)
-    prepared = rotation.prepare(rt, route_key, session_id, batch_text, fence, system_blocks(), tools,
-                                images)  # may rotate
+    system = _system(rt, batch)
+    prepared = rotation.prepare(rt, route_key, session_id, batch_text, fence, system, tools, images)  # may rotate
     with shutdown.interruptible():  # the model may call read-only recall tools (jobs/recall.py)
-        talk = recall.converse(rt, route_key, prepared.session_id, system_blocks(), prepared.messages, tools)
+        talk = recall.converse(rt, route_key, prepared.session_id, system, prepared.messages, tools,
+                               notes_to=_note_scope(rt, batch))
     completion = talk.completion
     rotation.observe(rt, prepared, talk.first)
     _count_usage(rt, kind, completion)
@@ -52,6 +54,21 @@ def _answer_for(rt: Runtime, route_key: str, kind: str, batch_id: str, batch_tex
         raise LeaseLost(route_key)
     rt.state.set(key, json.dumps(asdict(completion), ensure_ascii=False), nx=True, ex=BATCH_CACHE_TTL_S)
     return Completion(**json.loads(rt.state.get(key) or "{}"))
+
+
+def _system(rt: Runtime, batch: Sequence[Inbound]) -> list[dict[str, Any]]:
+    """Rules, persona and team notes (cached prefix), then the shared notes of the batch's memory scope."""
+    scope = _note_scope(rt, batch)
+    saved = notes.notes_block(notes.Notes(rt.state, rt.keys).newest(scope[0]), estimate_tokens) if scope else ""
+    return system_blocks(rt.persona, rt.team_notes, saved)
+
+
+def _note_scope(rt: Runtime, batch: Sequence[Inbound]) -> tuple[str, str] | None:
+    """(memory scope id, the sender saving) for this batch: MEMORY_SCOPE decides who shares notes."""
+    if not batch:
+        return None
+    last = batch[-1]
+    return notes.scope_id(rt.settings.memory_scope, chat_id=last.chat_id, sender_id=last.sender_id), last.sender_id
 
 
 def _count_usage(rt: Runtime, kind: str, c: Completion) -> None:
@@ -76,7 +93,7 @@ def run_turn(rt: Runtime, route_key: str, kind: str, batch: Sequence[Inbound], b
     batch_text = format_batch(batch, content.bodies)
     # Related discussion goes into this request only; the session log keeps just the batch.
     request_text = _related(rt, kind, batch) + batch_text
-    completion = _answer_for(rt, route_key, kind, batch_id, request_text, fence, session_id, content.images)
+    completion = _answer_for(rt, route_key, kind, batch_id, request_text, fence, session_id, content.images, batch)
     answer = completion.text or say("empty_answer", batch[-1].text)
     # Reply to the batch's last message: in a topic the reply stays inside that thread.
     last = batch[-1]

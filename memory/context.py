@@ -33,9 +33,19 @@ class Entry(TypedDict):
     text: str
 
 
-def system_blocks() -> list[dict[str, Any]]:
-    """The stable, cache-friendly prefix: nothing per-route or time-dependent goes here."""
-    return [{"type": "text", "text": SYSTEM_PROMPT, "cache_control": {"type": "ephemeral"}}]
+def system_blocks(persona: str = "", team_notes: str = "", notes: str = "") -> list[dict[str, Any]]:
+    """The stable, cache-friendly prefix: the rules, the operator's persona and standing team notes (one
+    cached block, the same for every route); then the shared notes of the memory scope, which change
+    rarely. Nothing per-turn or time-dependent goes here."""
+    text = SYSTEM_PROMPT
+    if persona:
+        text += f"\n\nWho you are (set by the operator):\n{persona}"
+    if team_notes:
+        text += f"\n\nStanding team notes (set by the operator):\n{team_notes}"
+    blocks: list[dict[str, Any]] = [{"type": "text", "text": text, "cache_control": {"type": "ephemeral"}}]
+    if notes:
+        blocks.append({"type": "text", "text": notes})
+    return blocks
 
 
 def estimate_tokens(text: str) -> int:

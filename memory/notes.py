@@ -9,9 +9,9 @@ once never lose each other's write; the newest notes are shown, within a token s
 
 from __future__ import annotations
 
+import hashlib
 import html
 import json
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -42,19 +42,21 @@ class Notes:
 
     def save(self, scope: str, text: str, *, by: str, route_key: str) -> str:
         """Add one note; returns its id. No read-modify-write: concurrent saves all land."""
-        note_id = f"n_{int(time.time() * 1000)}_{os.urandom(3).hex()}"
-        record = {"id": note_id, "text": text.strip()[:NOTE_CHARS], "by": by, "route_key": route_key,
-                  "at": round(time.time(), 3)}
+        text = text.strip()[:NOTE_CHARS]
+        # The id is the text's hash: saving the same fact again (a retried turn) keeps one note.
+        note_id = "n_" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
+        record = {"id": note_id, "text": text, "by": by, "route_key": route_key, "at": round(time.time(), 3)}
         key = self.k.notes(scope)
-        self.r.hset(key, note_id, json.dumps(record, ensure_ascii=False))
-        if self.r.hlen(key) > MAX_NOTES:  # bounded: the oldest go (ids sort by time)
-            fields = sorted(str(f) for f in self.r.hkeys(key))
-            self.r.hdel(key, *fields[: len(fields) - MAX_NOTES])
+        self.r.hsetnx(key, note_id, json.dumps(record, ensure_ascii=False))
+        if self.r.hlen(key) > MAX_NOTES:  # bounded: the oldest go
+            oldest = self.newest(scope)[: -MAX_NOTES]
+            if oldest:
+                self.r.hdel(key, *[n["id"] for n in oldest])
         return note_id
 
     def newest(self, scope: str) -> list[dict[str, Any]]:
         records = [json.loads(str(v)) for v in self.r.hvals(self.k.notes(scope))]
-        return sorted(records, key=lambda n: n["id"])
+        return sorted(records, key=lambda n: (n["at"], n["id"]))
 
 
 def notes_block(notes: list[dict[str, Any]], estimate: Callable[[str], int], budget: int = NOTES_TOKENS) -> str:

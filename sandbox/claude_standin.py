@@ -24,7 +24,7 @@ from sandbox.claude_faults import (
     make_fault,
     overlaps,
 )
-from sandbox.claude_recall import recall_reply
+from sandbox.claude_recall import note_reply, recall_reply
 from sandbox.faults import Fault, FaultBook, FaultProfile
 from sandbox.server import (
     LoopbackServer,
@@ -272,7 +272,7 @@ class ClaudeStandin(LoopbackServer):
         with self._lock:
             responder = self._responder
         answer: Answer = wire.compression_reply(body) or (
-            responder(body) if responder else (recall_reply(body) or wire.default_reply(body)))
+            responder(body) if responder else (note_reply(body) or recall_reply(body) or wire.default_reply(body)))
         if body["max_tokens"] == 0:
             answer = []  # max_tokens=0 only warms the prompt cache
         extra = answer if isinstance(answer, dict) else {}

@@ -121,3 +121,11 @@ def test_the_stand_in_echo_stays_readable() -> None:
     batch = format_batch([message("ou_a", "if a < b && c > d: <b>x</b>")])
     reply = default_reply({"messages": [{"role": "user", "content": batch}]})
     assert reply.endswith("if a < b && c > d: <b>x</b>")
+
+
+def test_persona_and_team_notes_join_the_cached_prefix_and_saved_notes_follow_it() -> None:
+    blocks = system_blocks("你是「小飞」，数据平台组的助手。", "ETL 由数据组维护。", "<shared_notes>…</shared_notes>")
+    assert "小飞" in blocks[0]["text"] and "ETL 由数据组维护" in blocks[0]["text"]
+    assert blocks[0]["cache_control"] == {"type": "ephemeral"}
+    assert blocks[1] == {"type": "text", "text": "<shared_notes>…</shared_notes>"}
+    assert system_blocks() == [system_blocks()[0]] and "小飞" not in system_blocks()[0]["text"]
