@@ -17,7 +17,17 @@ import requests
 from memory.budget import Budget, calibration_key, factor
 from memory.keys import Keys
 from sandbox import claude_wire
-from tests.harness import Proc, WebServer, deliver, message_id, settings_from, unique, wait_for, wait_route_idle
+from tests.harness import (
+    Proc,
+    WebServer,
+    deliver,
+    message_id,
+    model_requests_with,
+    settings_from,
+    unique,
+    wait_for,
+    wait_route_idle,
+)
 
 TOKEN = "rotation-admin-token"
 BUDGET, RESERVE = 2000, 256
@@ -119,3 +129,28 @@ def test_assembly_reads_a_bounded_tail_of_any_log(r) -> None:
     assert loaded.turns[-1]["text"].startswith("turn 4999")
     assert sum(b.cost(t["text"]) for t in loaded.turns) > room  # enough to fill the request
     assert len(loaded.turns) <= 2 * PAGE and len(load(r, keys, rk, sid).turns) == TAIL_ENTRIES
+
+
+def test_no_rotation_after_a_reset_brings_pre_reset_content_back(rig, feishu, claude, r) -> None:
+    """Issue 6, acceptance 3: a reset is a hard boundary, also for every compression that follows it."""
+    web, keys = rig
+    chat = unique("oc_rot")
+    rk = f"feishu:{keys.profile}:p2p:{chat}"
+    deliver(web, feishu, chat_id=chat, chat_type="p2p", text="重置前的秘密线索 marker-before-reset " + NEGATION)
+    wait_route_idle(r, keys, rk, timeout=40)
+    deliver(web, feishu, chat_id=chat, chat_type="p2p", text="/reset")
+    wait_route_idle(r, keys, rk, timeout=40)
+    after_reset = len(claude.requests)
+    for i in range(1, 30):
+        deliver(web, feishu, chat_id=chat, chat_type="p2p", text=filler(i))
+        wait_route_idle(r, keys, rk, timeout=40)
+        if any(s["end_reason"] == "compression" for s in route_view(web, rk)["sessions"]):
+            deliver(web, feishu, chat_id=chat, chat_type="p2p", text="轮换之后的问题")
+            wait_route_idle(r, keys, rk, timeout=40)
+            break
+    view = route_view(web, rk)
+    assert [s["end_reason"] for s in view["sessions"]][:2] == ["user_reset", "compression"]
+    later = claude.requests[after_reset:]
+    assert any(claude_wire.COMPRESSION_MARKER in json.dumps(c["body"]["system"], ensure_ascii=False) for c in later)
+    assert model_requests_with(claude, "轮换之后的问题")
+    assert not [c for c in later if "marker-before-reset" in json.dumps(c["body"], ensure_ascii=False)]
