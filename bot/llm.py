@@ -23,6 +23,7 @@ class Completion:
     cache_read_tokens: int
     stop_reason: str | None
     recall: dict[str, Any] | None = None  # fetched / included / pending of recall tools (jobs/recall.py)
+    cache_creation_tokens: int = 0  # input written to the prompt cache (counted apart from input_tokens)
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,7 @@ class Step:
     output_tokens: int
     cache_read_tokens: int
     stop_reason: str | None
+    cache_creation_tokens: int = 0
 
 
 def _retry_after(exc: anthropic.APIStatusError) -> float | None:
@@ -87,6 +89,7 @@ class Claude:
         return Completion(
             text=text.strip(), input_tokens=usage.input_tokens or 0, output_tokens=usage.output_tokens or 0,
             cache_read_tokens=usage.cache_read_input_tokens or 0, stop_reason=msg.stop_reason,
+            cache_creation_tokens=usage.cache_creation_input_tokens or 0,
         )
 
     def step(self, system: list[dict[str, Any]], messages: list[dict[str, Any]], tools: list[dict[str, Any]],
@@ -113,7 +116,7 @@ class Claude:
             text="".join(b["text"] for b in content if b["type"] == "text").strip(), content=content,
             tool_uses=[b for b in content if b["type"] == "tool_use"], input_tokens=usage.input_tokens or 0,
             output_tokens=usage.output_tokens or 0, cache_read_tokens=usage.cache_read_input_tokens or 0,
-            stop_reason=msg.stop_reason,
+            stop_reason=msg.stop_reason, cache_creation_tokens=usage.cache_creation_input_tokens or 0,
         )
 
     def probe(self) -> None:

@@ -117,7 +117,7 @@ def _total(steps: Sequence[Step], record: dict[str, Any] | None) -> Completion:
     return Completion(text=last.text, input_tokens=sum(s.input_tokens for s in steps),
                       output_tokens=sum(s.output_tokens for s in steps),
                       cache_read_tokens=sum(s.cache_read_tokens for s in steps), stop_reason=last.stop_reason,
-                      recall=record)
+                      recall=record, cache_creation_tokens=sum(s.cache_creation_tokens for s in steps))
 
 
 def _with_note(messages: list[dict[str, Any]], previous: dict[str, Any] | None) -> list[dict[str, Any]]:

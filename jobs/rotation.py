@@ -116,7 +116,7 @@ def prepare(rt: Runtime, rk: str, sid: str, batch_text: str, fence: Callable[[],
 
 def observe(rt: Runtime, prepared: Prepared, c: Completion) -> None:
     """Calibrate the local estimate with the input tokens the API counted for this request."""
-    actual = c.input_tokens + c.cache_read_tokens
+    actual = c.input_tokens + c.cache_read_tokens + c.cache_creation_tokens  # all three are the request's input
     if actual:
         bud.observe(rt.state, rt.keys, prepared.raw_estimate, actual)
 
