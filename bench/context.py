@@ -110,12 +110,7 @@ def cache_friendliness(turns: int) -> dict[str, Any]:
         target = p2p_targets(1, "cx")[0]
         for turn in range(turns):
             ev = sender.event(target, text=f"第{turn}轮：{TEXT[: 60 + turn % 7 * 10]}")
-            sender.send(ev)
-            deadline = time.monotonic() + 60
-            while not stack.feishu.replies_to(ev.message_id):
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"no answer for turn {turn}")
-                time.sleep(0.01)
+            sender.ask(ev, stack.feishu.replies_to)
         bodies = [c["body"] for c in stack.claude.requests]
         sessions = sum(1 for f in stack.r.hkeys(stack.keys.sessions(ev.route)) if "#" not in str(f))
         sender.close()

@@ -1,10 +1,12 @@
 """Redis memory per route: what an active route keeps after 1, 10, 100 and 1,000 turns.
 
 Each route asks its next question only after the previous answer arrived, so every message is one turn.
-Per-route keys are counted with MEMORY USAGE (the transcript, bounded by TRANSCRIPT_TURNS, apart); the
-per-profile dedupe markers (two per message, expiring after 24 h) are reported separately. The ratio is
-the transcript's size after N turns ÷ its size after 100 turns, measured in the same run (its cap,
-TRANSCRIPT_TURNS=20, is reached after 20 turns): bounded state stays at 1 whatever N is.
+Per-route keys are counted with MEMORY USAGE, session state (the route pointer, session records, the
+current and ended sessions' logs) apart from everything else; the per-profile dedupe markers (two per
+message, expiring after 24 h) are reported separately. Session state is bounded by configuration: the
+current log by CONTEXT_BUDGET_TOKENS (rotation), ended sessions by KEEP_ENDED and SESSION_RETENTION_DAYS.
+A small budget (--budget, default 3,000) makes the routes rotate every few turns, so the bound is reached
+within the run; the ratio is session state after N turns ÷ after the last checkpoint before it.
 
     python -m bench.state                  # 4 routes × 1,000 turns, instant model (~3–5 min)
     python -m bench.state --turns 200      # shorter
@@ -24,17 +26,19 @@ from chaos.stack import Stack
 from memory.keys import route_tag
 
 OUT = Path(__file__).resolve().parent / "results" / "state.json"
-CHECKPOINTS = (1, 10, 100, 1000)
+CHECKPOINTS = (1, 10, 100, 500, 1000)
+SESSION_KINDS = ("route", "sess", "log")
 
 
 def route_bytes(stack: Stack, rk: str) -> dict[str, int]:
-    """MEMORY USAGE of every key of one route, split into transcript and the rest."""
+    """MEMORY USAGE of every key of one route, split into session state and the rest."""
     r, tag = stack.r, route_tag(rk)
-    out = {"transcript": 0, "other": 0, "keys": 0}
+    out = {"session": 0, "other": 0, "keys": 0, "sessions": 0}
     for key in r.scan_iter(f"{stack.keys.prefix}:*{{{tag}}}*", count=1000):
         size = int(r.memory_usage(key, samples=0) or 0)
-        out["transcript" if ":transcript:" in key else "other"] += size
+        out["session" if any(f":{kind}:" in key for kind in SESSION_KINDS) else "other"] += size
         out["keys"] += 1
+    out["sessions"] = sum(1 for f in r.hkeys(stack.keys.sessions(rk)) if "#" not in str(f))
     return out
 
 
@@ -46,12 +50,7 @@ def profile_bytes(stack: Stack, pattern: str) -> int:
 def converse(stack: Stack, sender: Sender, target: Any, turns: int, marks: dict[int, dict[str, int]]) -> None:
     for turn in range(1, turns + 1):
         ev = sender.event(target)
-        sender.send(ev)
-        deadline = time.monotonic() + 60
-        while not stack.feishu.replies_to(ev.message_id):
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"no answer for turn {turn} of {ev.route}")
-            time.sleep(0.01)
+        sender.ask(ev, stack.feishu.replies_to)
         if turn in CHECKPOINTS:
             _wait_idle(stack, ev.route)
             marks[turn] = route_bytes(stack, ev.route)
@@ -67,8 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--routes", type=int, default=4)
     parser.add_argument("--turns", type=int, default=1000)
+    parser.add_argument("--budget", type=int, default=3000, help="CONTEXT_BUDGET_TOKENS (small: rotate often)")
     args = parser.parse_args(argv)
-    with Stack(workers=8) as stack:
+    with Stack(workers=8, env={"CONTEXT_BUDGET_TOKENS": str(args.budget), "MAX_OUTPUT_TOKENS": "512"}) as stack:
         sender = Sender(stack, threads=args.routes)
         marks: list[dict[int, dict[str, int]]] = [{} for _ in range(args.routes)]
         threads = [threading.Thread(target=converse, args=(stack, sender, t, args.turns, marks[i]))
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
             t.join()
         seen = profile_bytes(stack, "seen:*")
         report = {"routes": args.routes, "turns": args.turns, "seconds": round(time.monotonic() - started, 1),
-                  "transcript_turns": 20, "per_route": marks, "dedupe_marker_bytes": seen,
+                  "budget": args.budget, "per_route": marks, "dedupe_marker_bytes": seen,
                   "messages": len(sender.events)}
         sender.close()
     OUT.parent.mkdir(parents=True, exist_ok=True)
@@ -90,14 +90,16 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def table(report: dict[str, Any]) -> str:
-    lines = ["| turns | keys per route | bytes per route besides the transcript | transcript bytes | "
-             "transcript ÷ at 100 turns |", "|---|---|---|---|---|"]
+    lines = ["| turns | keys per route | sessions kept | bytes besides session state | session state bytes | "
+             "÷ previous checkpoint |", "|---|---|---|---|---|---|"]
     marks = report["per_route"]
-    cap = max(m[min(100, report["turns"])]["transcript"] for m in marks)
+    previous = None
     for turn in [c for c in CHECKPOINTS if c <= report["turns"]]:
-        transcript = max(m[turn]["transcript"] for m in marks)
-        lines.append(f"| {turn} | {max(m[turn]['keys'] for m in marks)} | {max(m[turn]['other'] for m in marks)} | "
-                     f"{transcript} | {transcript / cap:.2f} |")
+        state = max(m[turn]["session"] for m in marks)
+        ratio = f"{state / previous:.2f}" if previous else "–"
+        lines.append(f"| {turn} | {max(m[turn]['keys'] for m in marks)} | {max(m[turn]['sessions'] for m in marks)} | "
+                     f"{max(m[turn]['other'] for m in marks)} | {state} | {ratio} |")
+        previous = state
     per_message = report["dedupe_marker_bytes"] / max(1, report["messages"])
     lines.append(f"\nDedupe markers (per profile, expire after 24 h): {report['dedupe_marker_bytes']} bytes for "
                  f"{report['messages']} messages = {per_message:.0f} bytes per message. "

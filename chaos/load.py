@@ -155,6 +155,15 @@ class Sender:
             heapq.heappush(self._heap, (at if at is not None else time.monotonic(), self._tie, ev.seq, kind))
             self._wake.notify()
 
+    def ask(self, ev: Event, replies: Callable[[str], list[Any]], timeout: float = 60.0) -> None:
+        """Deliver `ev` now and wait until `replies(message_id)` shows the bot's answer (closed-loop turns)."""
+        self.send(ev)
+        deadline = time.monotonic() + timeout
+        while not replies(ev.message_id):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no answer for {ev.message_id} of {ev.route} within {timeout:g}s")
+            time.sleep(0.01)
+
     def open_loop(self, targets: list[Target], rate: float, count: int, text: str = "",
                   pick: Callable[[int], Target] | None = None) -> list[Event]:
         """`count` events at a fixed `rate` per second, round-robin over `targets` (or `pick(i)`)."""

@@ -22,6 +22,7 @@ from memory.keys import Keys
 
 END_COMPRESSION, END_USER_RESET, END_IDLE = "compression", "user_reset", "idle"
 LOG_CAP = 5000  # a safety cap only: rotation keeps a session's log within the context budget
+KEEP_ENDED = 20  # ended sessions a route keeps (records and logs) for recall and admins, within the retention
 
 # KEYS: lease, route, sess   ARGV: exec_id, gen, expected_sid ('' = none), new_sid, route_key, now,
 #       end_reason ('' = first session), log_prefix, retention_s, boundary, entries...
@@ -150,16 +151,20 @@ class Sessions:
         return sid
 
     def prune(self, rk: str, now: float | None = None) -> int:
-        """Forget records of sessions that ended more than the retention ago (their logs have expired), so a
-        route's records stay bounded however often it rotates. Runs when a session starts (rarely)."""
-        if self.retention_s <= 0:
-            return 0
-        cutoff = (now or time.time()) - self.retention_s
+        """Forget sessions that ended more than the retention ago (their logs have expired) and all but the
+        newest KEEP_ENDED ended ones (records and logs), so a route's state stays bounded by configuration
+        however often it rotates. Runs when a session starts (rarely)."""
         records = {str(f): str(v) for f, v in self.r.hgetall(self.k.sessions(rk)).items()}
-        old = [f for f, v in records.items() if "#" not in f and (json.loads(v).get("ended_at") or cutoff) < cutoff]
-        fields = [f for f in records if f in old or f.split("#", 1)[0] in old]
+        ended = sorted(((json.loads(v).get("ended_at"), f) for f, v in records.items() if "#" not in f
+                        and json.loads(v).get("ended_at")), reverse=True)
+        cutoff = (now or time.time()) - self.retention_s if self.retention_s > 0 else float("-inf")
+        old = {f for i, (at, f) in enumerate(ended) if i >= KEEP_ENDED or at < cutoff}
+        fields = [f for f in records if f.split("#", 1)[0] in old]
         if fields:
-            self.r.hdel(self.k.sessions(rk), *fields)
+            pipe = self.r.pipeline(transaction=False)
+            pipe.hdel(self.k.sessions(rk), *fields)
+            pipe.delete(*[self.k.session_log(rk, sid) for sid in old])
+            pipe.execute()
         return len(old)
 
 

@@ -13,7 +13,7 @@ from rq.serializers import JSONSerializer
 from jobs.inbox import Commit, Inbox, Kick
 from jobs.queues import enqueue_drain, job_id, rq_queue_name
 from memory.keys import Keys
-from memory.sessions import Sessions
+from memory.sessions import KEEP_ENDED, Sessions
 from tests.harness import unique
 
 
@@ -261,3 +261,17 @@ def test_records_of_sessions_past_their_retention_are_pruned(box) -> None:
     assert sessions.prune("rk", now=time.time() + 150) == 1  # past the retention: record and counters go
     assert set(r.hkeys(keys.sessions("rk"))) == {second}
     assert sessions.state("rk").session_id == second
+
+
+def test_a_route_keeps_at_most_keep_ended_ended_sessions(box) -> None:
+    _inbox, keys, r = box
+    sessions = Sessions(r, keys, retention_s=0)  # no time limit: only the count bounds them
+    r.set(keys.lease("rk"), "exec")
+    sid = sessions.start("rk", "exec", 0, expected=None)
+    for i in range(KEEP_ENDED + 5):
+        r.rpush(keys.session_log("rk", sid), f"turn {i}")
+        sid = sessions.start("rk", "exec", 0, expected=sid, end_reason="compression")
+    kept = [s for s in sessions.all("rk") if s.end_reason]
+    assert len(kept) == KEEP_ENDED and sessions.state("rk").session_id == sid
+    logs = list(r.scan_iter(keys.session_log_prefix("rk") + "*"))
+    assert len(logs) == KEEP_ENDED  # the current one is empty; the oldest ended logs are gone
