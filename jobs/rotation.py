@@ -25,7 +25,14 @@ from jobs.outbox import BATCH_CACHE_TTL_S, LeaseLost
 from jobs.runtime import Runtime
 from jobs.session_turn import Superseded
 from memory import budget as bud
-from memory.compress import COMPRESSION_SYSTEM, compression_request, extract_facts, missing, restore, summary_entry_text
+from memory.compress import (
+    COMPRESSION_SYSTEM,
+    compression_request,
+    extract_facts,
+    missing,
+    restore_within,
+    summary_entry_text,
+)
 from memory.context import Entry, estimate_tokens, session_messages
 from memory.keys import Keys
 from memory.sessions import END_COMPRESSION, SessionFenced, entry
@@ -163,17 +170,22 @@ def _summary(rt: Runtime, rk: str, sid: str, earlier: str, older: Sequence[Entry
     as the text of the new session's first entry. `rooms`: (target, cap) in tokens: the model's text gives
     way to the restored facts, which may take the summary past its target, up to the cap (all the room the
     batch leaves; the carried-over turns then give way at assembly)."""
-    room, cap = rooms
+    room, _cap = rooms
     facts = extract_facts([Entry(role="user", text=earlier), *older] if earlier else older)
     model_text = _compress(rt, rk, sid, earlier, older, b, room, fence)
     lost = missing(model_text, facts)
-    restored_block = restore("", lost).strip()
-    body_room = room - b.cost(summary_entry_text(restored_block)) if lost else room
+    # The model's text gets at most half the summary's room when facts must be restored next to it.
+    body_room = room // 2 if lost else room
     body = b.fit_text(model_text, body_room) if body_room > MIN_SUMMARY_TOKENS else ""
+    text = restore_within(body, facts, lambda t: bud_tokens(b, t), room - b.cost(summary_entry_text("")))
     if lost:
         log.info("summary completed", extra={"route_key": rk, "session_id": sid, "restored": len(lost)})
-    text = summary_entry_text(restore(body, facts) if body else restored_block)
-    return b.fit_text(text, max(room, cap, MIN_SUMMARY_TOKENS))
+    return summary_entry_text(text)
+
+
+def bud_tokens(b: bud.Budget, text: str) -> int:
+    """Calibrated tokens of a piece of text (no per-message overhead): additive over the summary's lines."""
+    return b.scaled(estimate_tokens(text))
 
 
 def _compress(rt: Runtime, rk: str, sid: str, earlier: str, older: Sequence[Entry], b: bud.Budget, room: int,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import html
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from memory.context import Entry
@@ -99,6 +99,34 @@ def restore(summary: str, facts: Sequence[Fact]) -> str:
         return summary
     lines = [f"- [{f.kind}] {f.text}" for f in lost]
     return "\n".join([summary.rstrip(), "", RESTORED_HEADER, *lines])
+
+
+def restore_within(summary: str, facts: Sequence[Fact], cost: Callable[[str], int], room: int) -> str:
+    """`restore`, bounded to `room` (by `cost`, additive over lines): the dropped facts that fit, chosen by
+    priority — negations, open points, failures, unknowns and versions first, the newer before the older
+    (the latest state of what is known); then ids, the older first (where the issue began: the newest
+    turns, with their ids, are carried over verbatim anyway) — and listed in their original order; a last
+    line counts the ones left out (they stay readable in the ended session: read_history). A summary
+    therefore never outgrows its share of the budget, however long the history."""
+    lost = missing(summary, facts)
+    used = cost(_with_facts(summary, [], len(lost)))  # the summary, the header and the "left out" line
+    chosen: list[int] = []
+    for i in sorted(range(len(lost)), key=lambda i: (1, i) if lost[i].kind == "id" else (0, -i)):
+        line = cost(f"- [{lost[i].kind}] {lost[i].text}\n")
+        if used + line <= room:
+            chosen.append(i)
+            used += line
+    chosen.sort()
+    return _with_facts(summary, [lost[j] for j in chosen], len(lost) - len(chosen))
+
+
+def _with_facts(summary: str, facts: Sequence[Fact], omitted: int) -> str:
+    if not facts and not omitted:
+        return summary
+    lines = [f"- [{f.kind}] {f.text}" for f in facts]
+    if omitted:
+        lines.append(f"- （另有 {omitted} 条较早的要点未列出，可用 read_history 查看 / {omitted} older facts left out)")
+    return "\n".join([summary.rstrip(), "", RESTORED_HEADER, *lines]).strip()
 
 
 def compression_request(turns: Sequence[Entry], earlier_summary: str = "") -> list[dict[str, str]]:

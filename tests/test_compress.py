@@ -14,8 +14,8 @@ from memory.budget import (
     next_factor,
     raw_request_tokens,
 )
-from memory.compress import compression_request, extract_facts, missing, restore
-from memory.context import Entry, session_messages
+from memory.compress import compression_request, extract_facts, missing, restore, restore_within
+from memory.context import Entry, estimate_tokens, session_messages
 from sandbox.claude_wire import compression_reply
 
 PLANTED = Entry(role="user", text=(
@@ -127,3 +127,16 @@ def test_summary_leads_the_request_and_a_lone_summary_joins_the_batch() -> None:
     messages = session_messages("SUM", [Entry(role="user", text="q"), Entry(role="assistant", text="a")], "NOW")
     assert messages == [{"role": "user", "content": "SUM\nq"}, {"role": "assistant", "content": "a"},
                         {"role": "user", "content": "NOW"}]
+
+
+def test_restored_facts_stay_within_the_summarys_room_newest_and_meaningful_first() -> None:
+    turns = [Entry(role="user", text=f'<message sender="ou_a" message_id="om_{i:04d}">第{i}轮：不是模块{i}的问题。'
+                                     "</message>") for i in range(300)]
+    facts = extract_facts(turns)
+    text = restore_within("摘要", facts, estimate_tokens, 600)
+    assert estimate_tokens(text) <= 600
+    assert "不是模块299的问题" in text and "不是模块0的问题" not in text  # the newest negations first
+    assert "较早的要点未列出" in text  # what did not fit is counted
+    ids = restore_within("摘要", extract_facts(turns[:40]), estimate_tokens, 900)
+    assert "om_0000" in ids and "om_0039" not in ids  # with room to spare, the oldest ids come first
+    assert restore_within("摘要", facts, estimate_tokens, 10**6) == restore("摘要", facts)  # room for all
