@@ -158,6 +158,7 @@ def rotate(rt: Runtime, rk: str, sid: str, loaded: Loaded, b: bud.Budget, fixed:
         if not rt.inbox.holds(rk, exec_id):
             raise LeaseLost(rk) from exc
         raise Superseded(rk) from exc
+    rt.state.delete(_compress_key(rt, rk, sid, loaded.summary, older))  # done: S2 exists, no retry needs it
     log.info("session rotated", extra={"route_key": rk, "session_id": new_sid, "parent_id": sid,
                                        "compressed": len(older), "kept": keep})
     metrics.count(rt.state, rt.keys, "rotations", "compression")
@@ -188,10 +189,14 @@ def bud_tokens(b: bud.Budget, text: str) -> int:
     return b.scaled(estimate_tokens(text))
 
 
+def _compress_key(rt: Runtime, rk: str, sid: str, earlier: str, older: Sequence[Entry]) -> str:
+    digest = hashlib.sha256(json.dumps([earlier, list(older)], ensure_ascii=False).encode()).hexdigest()[:16]
+    return rt.keys.answer(rk, f"compress:{sid}:{digest}")
+
+
 def _compress(rt: Runtime, rk: str, sid: str, earlier: str, older: Sequence[Entry], b: bud.Budget, room: int,
               fence: Callable[[], bool]) -> str:
-    digest = hashlib.sha256(json.dumps([earlier, list(older)], ensure_ascii=False).encode()).hexdigest()[:16]
-    key = rt.keys.answer(rk, f"compress:{sid}:{digest}")
+    key = _compress_key(rt, rk, sid, earlier, older)
     cached = rt.state.get(key)
     if cached:
         return str(json.loads(cached)["text"])

@@ -106,6 +106,7 @@ def test_a_long_conversation_rotates_and_keeps_what_matters_within_budget(rig, f
         assert claude_wire.input_tokens(request) + request["max_tokens"] <= BUDGET  # the stand-in's own count
     assert calibrated + body["max_tokens"] <= BUDGET
     assert route_view(web, rk)["session_id"] == s2["id"]  # no second rotation for one more turn
+    assert not list(r.scan_iter(keys.answer(rk, "compress:*")))  # the summary's cache went with the rotation
     # Calibrated against the usage the stand-in reports (it counts ~4 characters a token, we ~3 bytes).
     calibration = r.hgetall(calibration_key(keys))
     assert int(calibration["samples"]) >= i + 2 and 0.5 <= float(calibration["factor"]) < 0.9
