@@ -14,24 +14,23 @@ Failure handling, per batch:
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 from rq import get_current_job
 
 from bot import metrics
 from bot.envelope import Inbound
 from bot.errors import AdapterError, Paused, Permanent, Retryable
-from bot.texts import say
 from jobs import shutdown
 from jobs.alerts import alert
+from jobs.batches import batch_id_of, ids, parse, parse_one
+from jobs.giveup import GiveUp
 from jobs.inbox import Commit
 from jobs.outbox import LeaseLost
 from jobs.queues import rq_queue_name
@@ -101,35 +100,7 @@ def chain(rt: Runtime, job_id: str, origin: str) -> list[str]:
     return outcomes
 
 
-def batch_id_of(raw: list[str]) -> str:
-    return hashlib.sha256("\x1f".join(raw).encode("utf-8")).hexdigest()[:24]
-
-
-@dataclass(frozen=True)
-class Parsed:
-    readable: list[Inbound]
-    unreadable: list[str]
-
-
-def parse_one(item: str) -> Inbound | None:
-    try:
-        return Inbound.model_validate_json(item)
-    except (ValidationError, ValueError):
-        return None
-
-
-def parse(raw: list[str]) -> Parsed:
-    readable, unreadable = [], []
-    for item in raw:
-        inbound = parse_one(item)
-        if inbound is None:
-            unreadable.append(item)
-        else:
-            readable.append(inbound)
-    return Parsed(readable, unreadable)
-
-
-class Drain:
+class Drain(GiveUp):
     def __init__(self, rt: Runtime, route_key: str, job_id: str = "") -> None:
         self.rt, self.rk, self.job_id = rt, route_key, job_id
         self.exec_id = uuid_hex()  # per execution: RQ may re-run a job while an orphan still runs
@@ -213,7 +184,7 @@ class Drain:
     def _drop_stale(self, raw: list[str]) -> None:
         batch_id = batch_id_of(raw)
         log.info("messages sent before a user reset: not answered",
-                 extra={**self.log, "batch": batch_id, "message_id": _ids(raw)})
+                 extra={**self.log, "batch": batch_id, "message_id": ids(raw)})
         self._commit(Commit(n=len(raw), batch_id=batch_id))
         self.dropped += len(raw)
 
@@ -231,7 +202,7 @@ class Drain:
     def _turn(self, raw: list[str], state: RouteState) -> str | None:
         """Answer, retry later, pause, split or bury one turn's messages."""
         batch_id = batch_id_of(raw)
-        extra = {**self.log, "batch": batch_id, "message_id": _ids(raw)}
+        extra = {**self.log, "batch": batch_id, "message_id": ids(raw)}
         parsed = parse(raw)
         if not parsed.readable:
             self._commit(Commit(n=len(raw), batch_id=batch_id, dead=self._dead(parsed, batch_id)))
@@ -317,82 +288,9 @@ class Drain:
             alert(self.rt, f"⚠️ 暂停处理：{component} 凭证或权限错误（{exc}）。消息已保留，修复后会自动继续。")
         return "paused" if self.rt.inbox.release(self.rk, self.exec_id) else "lost-lease"
 
-    # -- giving up -----------------------------------------------------------------------------------------
-
-    def _give_up(self, raw: list[str], batch_id: str, reason: str) -> str | None:
-        if len(raw) > 1:
-            return self._split(raw, batch_id)
-        self._bury(raw, batch_id, reason)
-        return None
-
-    def _split(self, raw: list[str], batch_id: str) -> str | None:
-        """Try each message of the batch on its own, in order: only a bad one gets dead-lettered."""
-        log.warning("splitting a failed batch", extra={**self.log, "batch": batch_id, "message_id": _ids(raw)})
-        self.rt.inbox.forget(self.rk, batch_id)
-        for _ in raw:
-            remaining = self._take()  # re-registers the deadline; proc shrinks by one per commit
-            if remaining is None:
-                return "lost-lease"
-            if not remaining:
-                return None
-            outcome = self._process(remaining[:1])
-            if outcome:
-                return outcome
-        return None
-
-    def _bury(self, raw: list[str], batch_id: str, reason: str) -> None:
-        """Dead-letter the batch (for admin replay) and tell its senders once."""
-        parsed = parse(raw)
-        for message in _last_per_sender(parsed.readable):
-            self._notify(message, batch_id)
-        record = {"route_key": self.rk, "batch_id": batch_id, "events": raw, "reason": reason,
-                  "message_ids": [m.message_id for m in parsed.readable],
-                  "event_ids": [m.event_id for m in parsed.readable], "at": round(time.time(), 3)}
-        dead_id = f"{batch_id}-{os.urandom(3).hex()}"
-        self._commit(Commit(n=len(raw), batch_id=batch_id, dead=[(dead_id, json.dumps({"id": dead_id, **record},
-                                                                                      ensure_ascii=False))]))
-        log.error("batch dead-lettered", extra={**self.log, "batch": batch_id, "reason": reason,
-                                                "message_id": record["message_ids"],
-                                                "event_id": record["event_ids"]})
-        alert(self.rt, f"⚠️ 有消息处理失败，已进入死信（{dead_id}）：{reason[:200]}")
-
-    def _notify(self, message: Inbound, batch_id: str) -> None:
-        try:
-            self.rt.outbox.reply(self.rk, batch_id, message.message_id, say("dead_letter", message.text),
-                                 chat_id=message.chat_id, in_thread=self.kind == "topic", fence=self.fence,
-                                 uuid_key=f"dead-{batch_id}-{message.message_id}")
-        except LeaseLost:
-            raise
-        except Exception as exc:  # the notice is best effort; the batch is kept either way
-            log.warning("dead-letter notice failed", extra={**self.log, "message_id": message.message_id,
-                                                            "error": f"{exc.__class__.__name__}: {exc}"})
-
-    def _dead(self, parsed: Parsed, batch_id: str) -> list[tuple[str, str]]:
-        """Dead-letter records for entries that are not readable events (kept verbatim for inspection)."""
-        out = []
-        for item in parsed.unreadable:
-            dead_id = f"{batch_id}-{os.urandom(3).hex()}"
-            record = {"id": dead_id, "route_key": self.rk, "batch_id": batch_id, "events": [item],
-                      "reason": "unreadable inbox entry", "message_ids": [], "event_ids": [],
-                      "at": round(time.time(), 3)}
-            out.append((dead_id, json.dumps(record, ensure_ascii=False)))
-            log.error("unreadable inbox entry dead-lettered", extra={**self.log, "batch": batch_id})
-        return out
-
 
 def uuid_hex() -> str:
     return os.urandom(16).hex()
-
-
-def _ids(raw: list[str]) -> list[str]:
-    return [m.message_id for m in parse(raw).readable]
-
-
-def _last_per_sender(batch: list[Inbound]) -> list[Inbound]:
-    last: dict[str, Inbound] = {}
-    for m in batch:
-        last[m.sender_id] = m
-    return sorted(last.values(), key=batch.index)
 
 
 def _count_error(rt: Runtime, exc: Exception) -> None:

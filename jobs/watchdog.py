@@ -14,7 +14,7 @@ import time
 from rq.command import send_stop_job_command
 
 from jobs.alerts import alert
-from jobs.drain import batch_id_of
+from jobs.batches import batch_id_of
 from jobs.runtime import Runtime
 
 log = logging.getLogger(__name__)
