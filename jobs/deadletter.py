@@ -38,7 +38,9 @@ def summary(record: dict[str, Any]) -> dict[str, Any]:
 
 
 def with_replay_count(raw: str) -> str:
-    """The event with its replay count raised by one (entries that are not JSON objects stay as they are)."""
+    """The event with its replay count raised by one and without the generation it was stored under: a
+    replay is an explicit request to answer it now, in the route's current session, even after a reset
+    (a stale generation would have it dropped unanswered). Entries that are not JSON objects stay as they are."""
     try:
         event = json.loads(raw)
     except ValueError:
@@ -46,6 +48,7 @@ def with_replay_count(raw: str) -> str:
     if not isinstance(event, dict):
         return raw
     event["replay"] = int(event.get("replay") or 0) + 1
+    event.pop("gen", None)
     return json.dumps(event, ensure_ascii=False, separators=(",", ":"))
 
 

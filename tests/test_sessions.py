@@ -258,3 +258,24 @@ def test_a_note_saved_in_one_route_is_shared_within_its_scope_only(service, feis
     elsewhere = model_requests_with(claude, "别的群的问题")[0]["body"]
     assert "marker-note" not in json.dumps(elsewhere, ensure_ascii=False)
     assert bob["system"][0]["cache_control"] == {"type": "ephemeral"} and "cache_control" not in bob["system"][-1]
+
+
+def test_a_dead_letter_replayed_after_a_reset_is_answered_not_dropped(service, admin_web, feishu, claude, r,
+                                                                       keys) -> None:
+    """Its events carry the generation they were stored under; an admin's replay is an explicit request
+    to answer them now, in the current session, so a reset in between must not make them 'stale'."""
+    chat = unique("oc_p2p")
+    rk = f"feishu:test:p2p:{chat}"
+    claude.fail(400, "invalid_request_error", times=1)
+    env = ask(service, feishu, r, keys, rk, chat_id=chat, chat_type="p2p", text="重置前失败的问题 marker-replay")
+    ask(service, feishu, r, keys, rk, chat_id=chat, chat_type="p2p", text="/reset")
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    listed = requests.get(f"{admin_web.url}/admin/api/deadletters", headers=headers, timeout=10).json()
+    (dead,) = [d for d in listed["deadletters"] if message_id(env) in d["message_ids"]]
+    assert requests.post(f"{admin_web.url}/admin/api/deadletters/{dead['id']}/replay", headers=headers,
+                         timeout=10).status_code == 200
+    answers = feishu.wait_for(lambda: [m for m in feishu.replies_to(message_id(env))
+                                       if "marker-replay" in reply_text(m)], timeout=30)
+    wait_route_idle(r, keys, rk)
+    assert len(answers) == 1
+    assert "marker-replay" in json.dumps(session_log(r, keys, rk), ensure_ascii=False)  # in the new session
