@@ -80,11 +80,11 @@ def route_state(route_key: str) -> tuple[Response, int]:
     pending, in_turn, lease, dirty = pipe.execute()
     sessions = Sessions(rt.state, k)
     state = sessions.state(route_key)
-    current = sessions.log(route_key, state.session_id) if state.session_id else []
+    entries = rt.state.llen(k.session_log(route_key, state.session_id)) if state.session_id else 0
     return jsonify(
         route_key=route_key, pending=pending, in_turn=in_turn, lease=_lease_state(lease), dirty=dirty is not None,
         session_id=state.session_id, generation=state.generation,
-        sessions=[s.public() for s in sessions.all(route_key)], session_entries=len(current),
+        sessions=[s.public() for s in sessions.all(route_key)], session_entries=entries,
         item_id=None,  # business items arrive with the Bitable work
     ), 200
 

@@ -214,7 +214,8 @@ class Drain(GiveUp):
             return self._give_up(raw, batch_id, worn_out)
         try:
             sid = ensure_session(self.rt, self.rk, self.exec_id, state)
-            result = run_turn(self.rt, self.rk, self.kind, parsed.readable, batch_id, self.fence, sid)
+            result = run_turn(self.rt, self.rk, self.kind, parsed.readable, batch_id, self.fence, sid,
+                              owner=(self.exec_id, state.generation))
         except Superseded:  # a user reset overtook the turn: nothing posted from here on, nothing written
             self.rt.inbox.bump(self.rk, batch_id, "s", -1)
             log.info("turn overtaken by a user reset", extra=extra)

@@ -101,16 +101,17 @@ def _turns(entries: list[str]) -> tuple[list[str], list[dict[str, Any]]]:
 
 def prepare(rt: Runtime, rk: str, sid: str, batch_text: str, fence: Callable[[], bool],
             system: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] = (),
-            images: Sequence[dict[str, Any]] = ()) -> Prepared:
+            images: Sequence[dict[str, Any]] = (), owner: tuple[str, int] | None = None) -> Prepared:
     """The request's messages within the budget, after a rotation if the session no longer fits. `images`
-    (labelled image blocks of the batch) follow the batch text in its user message; their cost is fixed."""
+    (labelled image blocks of the batch) follow the batch text in its user message; their cost is fixed.
+    `owner`: the run's execution id and generation, which fence the rotation's write (None: no rotation)."""
     b = budget_of(rt)
     fixed = b.request_cost(system, [], tools) + bud.content_tokens(list(images))  # at their ceiling already
     loaded = load(rt.state, rt.keys, rk, sid, b, b.input_room(fixed))
     fitted = bud.fit_session(b, fixed, loaded.summary, loaded.turns, batch_text)
     if fitted.dropped or not loaded.complete:
         whole = load(rt.state, rt.keys, rk, sid)  # every turn is compressed, not only those the room read
-        new_sid = rotate(rt, rk, sid, whole, b, fixed, b.cost(fitted.batch), fence)
+        new_sid = rotate(rt, rk, sid, whole, b, fixed, b.cost(fitted.batch), fence, owner)
         if new_sid:
             sid, loaded = new_sid, load(rt.state, rt.keys, rk, new_sid, b, b.input_room(fixed))
             fitted = bud.fit_session(b, fixed, loaded.summary, loaded.turns, batch_text)
@@ -128,19 +129,10 @@ def observe(rt: Runtime, prepared: Prepared, c: Completion) -> None:
         bud.observe(rt.state, rt.keys, prepared.raw_estimate, actual)
 
 
-def _owner(fence: Callable[[], bool]) -> tuple[str, int] | None:
-    """The run's execution id and generation. The drain passes its bound `fence`; see the report's
-    proposal to pass them explicitly."""
-    owner = getattr(fence, "__self__", None)
-    exec_id, gen = getattr(owner, "exec_id", None), getattr(owner, "gen", None)
-    return (exec_id, gen) if isinstance(exec_id, str) and isinstance(gen, int) else None
-
-
 def rotate(rt: Runtime, rk: str, sid: str, loaded: Loaded, b: bud.Budget, fixed: int, batch_cost: int,
-           fence: Callable[[], bool]) -> str | None:
+           fence: Callable[[], bool], owner: tuple[str, int] | None) -> str | None:
     """End S1 (`compression`) and start S2 with the summary and the newest turns; S2's id, or None when
     there is nothing to compress or no run identity to fence the write with."""
-    owner = _owner(fence)
     keep = bud.keep_after_rotation(b, fixed, batch_cost, loaded.turns)
     older = loaded.turns[: len(loaded.turns) - keep]
     if owner is None or not older:

@@ -34,7 +34,7 @@ def load_history(rt: Runtime, route_key: str, session_id: str) -> list[Entry]:
 
 def _answer_for(rt: Runtime, route_key: str, kind: str, batch_id: str, batch_text: str,
                 fence: Callable[[], bool], session_id: str, images: Sequence[dict[str, Any]] = (),
-                batch: Sequence[Inbound] = ()) -> Completion:
+                batch: Sequence[Inbound] = (), owner: tuple[str, int] | None = None) -> Completion:
     """The model's answer for this batch. The first answer stored wins: a run that lost its lease while
     the model was thinking, and any later run of the batch, send that same text, never a second one."""
     key = rt.keys.answer(route_key, batch_id)
@@ -42,11 +42,13 @@ def _answer_for(rt: Runtime, route_key: str, kind: str, batch_id: str, batch_tex
     if cached:
         return Completion(**json.loads(cached))
     tools = recall.tools_for(route_key)
-    system = _system(rt, batch)
-    prepared = rotation.prepare(rt, route_key, session_id, batch_text, fence, system, tools, images)  # may rotate
+    scope = _note_scope(rt, batch)
+    system = _system(rt, scope)
+    prepared = rotation.prepare(rt, route_key, session_id, batch_text, fence, system, tools, images,
+                                owner)  # may rotate
     with shutdown.interruptible():  # the model may call read-only recall tools (jobs/recall.py)
         talk = recall.converse(rt, route_key, prepared.session_id, system, prepared.messages, tools,
-                               notes_to=_note_scope(rt, batch))
+                               notes_to=scope)
     completion = talk.completion
     rotation.observe(rt, prepared, talk.first)
     _count_usage(rt, kind, completion)
@@ -56,9 +58,8 @@ def _answer_for(rt: Runtime, route_key: str, kind: str, batch_id: str, batch_tex
     return Completion(**json.loads(rt.state.get(key) or "{}"))
 
 
-def _system(rt: Runtime, batch: Sequence[Inbound]) -> list[dict[str, Any]]:
+def _system(rt: Runtime, scope: tuple[str, str] | None) -> list[dict[str, Any]]:
     """Rules, persona and team notes (cached prefix), then the shared notes of the batch's memory scope."""
-    scope = _note_scope(rt, batch)
     saved = notes.notes_block(notes.Notes(rt.state, rt.keys).newest(scope[0]), estimate_tokens) if scope else ""
     return system_blocks(rt.persona, rt.team_notes, saved)
 
@@ -88,12 +89,14 @@ def _related(rt: Runtime, kind: str, batch: Sequence[Inbound]) -> str:
 
 
 def run_turn(rt: Runtime, route_key: str, kind: str, batch: Sequence[Inbound], batch_id: str,
-             fence: Callable[[], bool], session_id: str) -> TurnResult:
+             fence: Callable[[], bool], session_id: str, owner: tuple[str, int] | None = None) -> TurnResult:
+    """`owner`: the run's execution id and generation (they fence a rotation's write)."""
     content = batch_content(rt, batch)  # forwarded bundles, images, files: fetched by the worker
     batch_text = format_batch(batch, content.bodies)
     # Related discussion goes into this request only; the session log keeps just the batch.
     request_text = _related(rt, kind, batch) + batch_text
-    completion = _answer_for(rt, route_key, kind, batch_id, request_text, fence, session_id, content.images, batch)
+    completion = _answer_for(rt, route_key, kind, batch_id, request_text, fence, session_id, content.images, batch,
+                             owner)
     answer = completion.text or say("empty_answer", batch[-1].text)
     # Reply to the batch's last message: in a topic the reply stays inside that thread.
     last = batch[-1]
