@@ -199,7 +199,7 @@ class Ingress:
             ctx["outcome"] = "ignored"
             if decision.reason in UNADDRESSED and inbound.chat_type != "p2p" and not inbound.thread_id:
                 related.keep(self.state, self.keys, inbound)  # background for later turns in this chat
-                ctx["outcome"] = "kept as related discussion"
+                ctx["outcome"] = "related"  # a metric label: short, no spaces
             log.info("message not admitted", extra={**ctx, "reason": decision.reason})
             return Response(200)
         route = route_for(inbound, self.policy, self.settings.bot_profile)

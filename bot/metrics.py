@@ -34,6 +34,7 @@ COUNTERS = {
     "stuck_runs": ("stuck_runs_total", "Runs the watchdog broke after they exceeded their budget", ()),
     "pauses": ("pauses_total", "Times work paused for an operator (credentials, permissions)", ("component",)),
     "replays": ("dead_letter_replays_total", "Dead letters replayed", ()),
+    "rotations": ("session_rotations_total", "Sessions rotated (S1 → S2) because they no longer fit", ("reason",)),
 }
 OLDEST_SAMPLE = 20
 

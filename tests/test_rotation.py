@@ -107,6 +107,8 @@ def test_a_long_conversation_rotates_and_keeps_what_matters_within_budget(rig, f
     assert calibrated + body["max_tokens"] <= BUDGET
     assert route_view(web, rk)["session_id"] == s2["id"]  # no second rotation for one more turn
     assert not list(r.scan_iter(keys.answer(rk, "compress:*")))  # the summary's cache went with the rotation
+    metrics = requests.get(f"{web.url}/metrics", timeout=10).text
+    assert 'session_rotations_total{reason="compression"} 1.0' in metrics
     # Calibrated against the usage the stand-in reports (it counts ~4 characters a token, we ~3 bytes).
     calibration = r.hgetall(calibration_key(keys))
     assert int(calibration["samples"]) >= i + 2 and 0.5 <= float(calibration["factor"]) < 0.9

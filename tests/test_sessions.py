@@ -167,6 +167,8 @@ def test_two_people_in_a_group_never_share_history_and_see_chatter_only_as_marke
         mentions=AT_BOT, **group)
     chatter = deliver(service, feishu, sender_open_id="ou_bob", text="Bob 随口说：marker-bob-chatter", **group)
     assert feishu.replies_to(message_id(chatter)) == []  # not addressed: kept, not answered
+    metrics = requests.get(f"{service.url}/metrics", timeout=10).text
+    assert 'feishu_events_total{outcome="related",status="200"}' in metrics
     ask(service, feishu, r, keys, bob, sender_open_id="ou_bob", text="@_user_1 Bob 的问题 marker-bob", mentions=AT_BOT,
         **group)
     ask(service, feishu, r, keys, alice, sender_open_id="ou_alice", text="@_user_1 Alice 追问 marker-alice-2",
