@@ -58,6 +58,23 @@ class Settings(BaseSettings):
     redis_url: str | None = None
     bitable_app_token: str | None = None
     bitable_table_id: str | None = None
+    bitable_field_title: str = "标题"
+    bitable_field_description: str = "描述"
+    bitable_field_reporter: str = "提出人"
+    bitable_field_owner: str = "负责人"
+    bitable_field_status: str = "状态"
+    bitable_field_chat: str = "来源群"
+    bitable_field_topic_link: str = "话题链接"
+    bitable_field_item_id: str = "事项ID"
+    bitable_field_answer_link: str = "首答链接"
+    bitable_field_answer_status: str = "首答状态"
+    bitable_field_answer_version: str = "首答版本"
+    # Items (README: "Items"): how an item comes to be, who may approve record changes
+    item_create_policy: Literal["topic_root", "command", "off"] = "topic_root"
+    item_admins: CsvList = ()  # open_ids that may approve any record change
+    item_approval_hours: float = Field(24.0, gt=0)
+    item_member_cache_seconds: float = Field(300.0, ge=0)  # chat membership checks for cross-chat references
+    feishu_web_origin: str = "https://feishu.cn"  # where record and topic links point (your tenant's origin)
     admin_token: SecretStr | None = None
     bot_profile: str = Field("default", pattern=r"^[A-Za-z0-9_-]{1,32}$")
     context_budget_tokens: int = Field(24000, ge=2000)
@@ -110,7 +127,7 @@ class Settings(BaseSettings):
 
     @field_validator(
         "routing_allow_chats", "routing_deny_chats", "routing_allow_users", "routing_deny_users",
-        "run_retry_delays", mode="before",
+        "run_retry_delays", "item_admins", mode="before",
     )
     @classmethod
     def _split_csv(cls, value: object) -> object:
@@ -125,7 +142,16 @@ class Settings(BaseSettings):
             raise ValueError("must be a comma-separated list of whole seconds, e.g. 2,10,30")
         return value
 
-    @field_validator("feishu_domain", "anthropic_base_url")
+    @field_validator(*[f"bitable_field_{n}" for n in (
+        "title", "description", "reporter", "owner", "status", "chat", "topic_link", "item_id", "answer_link",
+        "answer_status", "answer_version")])
+    @classmethod
+    def _field_name(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("a Bitable field name cannot be empty")
+        return value  # exact: Bitable matches field names character for character
+
+    @field_validator("feishu_domain", "anthropic_base_url", "feishu_web_origin")
     @classmethod
     def _bare_origin(cls, value: str | None) -> str | None:
         if value is not None and not value.startswith(("http://", "https://")):
@@ -163,6 +189,10 @@ class Settings(BaseSettings):
     @property
     def sandbox(self) -> bool:
         return not self.feishu_app_id or self.feishu_app_id == SANDBOX_APP_ID
+
+    @property
+    def items_enabled(self) -> bool:
+        return bool(self.bitable_app_token and self.bitable_table_id)
 
     @property
     def app_id(self) -> str:
