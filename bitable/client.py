@@ -1,0 +1,241 @@
+"""Bitable records over lark-oapi: field list, schema, search, batch get, create and update, writes serialised."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import random
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
+from typing import Any
+
+import lark_oapi as lark
+import redis
+from lark_oapi.api.bitable.v1 import (
+    AppTableRecord,
+    BatchGetAppTableRecordRequest,
+    BatchGetAppTableRecordRequestBody,
+    Condition,
+    CreateAppTableRecordRequest,
+    FilterInfo,
+    ListAppTableFieldRequest,
+    SearchAppTableRecordRequest,
+    SearchAppTableRecordRequestBody,
+    UpdateAppTableRecordRequest,
+)
+from lark_oapi.core.exception import ObtainAccessTokenException
+
+from bitable.cells import cell_links, cell_text, cell_user_ids
+from bitable.errors import LOCAL_RETRY, TOKEN_INVALID, BitableError, classify
+from bitable.lock import TableLock, lock_key
+from bitable.schema import Schema, check
+from bot.settings import Settings
+from memory.keys import Keys
+
+log = logging.getLogger(__name__)
+
+RETRY_DELAYS = (0.2, 0.4, 0.8, 1.6)  # seconds before tries 2..5 of a rate-limited or conflicting call
+SEARCH_PAGE = 500  # the documented maximum
+FIELDS_PAGE = 100
+BATCH_GET_MAX = 100  # the documented maximum of ids per batch_get
+USER_ID_TYPE = "open_id"
+
+
+@dataclass(frozen=True)
+class Record:
+    """One row: `fields` is the raw cell dict keyed by field name, as search/batch_get/create answer it."""
+
+    record_id: str
+    fields: Mapping[str, Any] = field(hash=False)
+    record_url: str = ""
+
+    def text(self, name: str) -> str:
+        return cell_text(self.fields.get(name))
+
+    def users(self, name: str) -> list[str]:
+        return cell_user_ids(self.fields.get(name))
+
+    def links(self, name: str) -> list[str]:
+        return cell_links(self.fields.get(name))
+
+    @classmethod
+    def from_wire(cls, item: Mapping[str, Any]) -> Record:
+        fields = item.get("fields")
+        url = item.get("record_url") or item.get("shared_url") or ""
+        return cls(str(item.get("record_id") or item.get("id") or ""), dict(fields) if isinstance(fields, dict) else {},
+                   str(url))
+
+
+def client_token_for(seed: str) -> str:
+    """A valid uuid4 string derived from `seed`: a create retried after a crash sends the same client_token."""
+    digest = hashlib.sha256(seed.encode("utf-8")).digest()
+    return str(uuid.UUID(bytes=digest[:16], version=4))
+
+
+def _check_client_token(token: str) -> None:
+    try:
+        parsed = uuid.UUID(token)
+    except (ValueError, AttributeError, TypeError):
+        parsed = None
+    if parsed is None or parsed.version != 4 or str(parsed) != token:
+        raise ValueError("client_token must be a uuid4 string (see client_token_for)")
+
+
+class Bitable:
+    """The items table. `lark_client` is FeishuApi(...).client, so the tenant token cache is shared."""
+
+    def __init__(self, settings: Settings, state: redis.Redis, keys: Keys, lark_client: lark.Client) -> None:
+        if not (settings.bitable_app_token and settings.bitable_table_id):
+            raise ValueError("Bitable needs BITABLE_APP_TOKEN and BITABLE_TABLE_ID")
+        self.settings, self.keys, self.client = settings, keys, lark_client
+        self.app_token, self.table_id = settings.bitable_app_token, settings.bitable_table_id
+        # One call may fetch a token and then make the request, each bounded by the SDK timeout.
+        ttl = 2 * settings.feishu_timeout_seconds + 5
+        self.lock = TableLock(state, lock_key(self.app_token, self.table_id), ttl_s=ttl, wait_s=ttl + 10)
+        self._schema: Schema | None = None
+        self._schema_lock = threading.Lock()
+
+    # -- reads -----------------------------------------------------------------------------------------
+
+    def fields(self) -> list[dict[str, Any]]:
+        """The table's field list (field_id, field_name, type, ui_type, property, is_primary), all pages."""
+        items: list[dict[str, Any]] = []
+        token = ""
+        while True:
+            builder = (ListAppTableFieldRequest.builder().app_token(self.app_token).table_id(self.table_id)
+                       .page_size(FIELDS_PAGE))
+            if token:
+                builder = builder.page_token(token)
+            data = self._call("fields", self.client.bitable.v1.app_table_field.list, builder.build())
+            items += [i for i in data.get("items") or [] if isinstance(i, dict)]
+            token = _next_page(data, token)
+            if not token:
+                return items
+
+    def schema(self) -> Schema:
+        """The configured columns, checked against the table once per process (SchemaError if one is missing)."""
+        with self._schema_lock:
+            if self._schema is None:
+                self._schema = check(self.settings, self.fields())
+            return self._schema
+
+    def search(self, field_name: str, value: str | Sequence[str] | None, operator: str = "is") -> list[Record]:
+        """Every record whose `field_name` matches (`is`, `contains`, `isEmpty` with None, ...), all pages."""
+        values = [] if value is None else [value] if isinstance(value, str) else list(value)
+        condition = Condition.builder().field_name(field_name).operator(operator).value(values).build()
+        body = (SearchAppTableRecordRequestBody.builder()
+                .filter(FilterInfo.builder().conjunction("and").conditions([condition]).build())
+                .automatic_fields(False).build())
+        records: list[Record] = []
+        token = ""
+        while True:
+            builder = (SearchAppTableRecordRequest.builder().app_token(self.app_token).table_id(self.table_id)
+                       .user_id_type(USER_ID_TYPE).page_size(SEARCH_PAGE).request_body(body))
+            if token:
+                builder = builder.page_token(token)
+            data = self._call("search", self.client.bitable.v1.app_table_record.search, builder.build())
+            records += [Record.from_wire(i) for i in data.get("items") or [] if isinstance(i, dict)]
+            token = _next_page(data, token)
+            if not token:
+                return records
+
+    def batch_get(self, record_ids: Sequence[str]) -> dict[str, Record]:
+        """record_id → Record for the ids that exist (absent or forbidden ids are simply missing)."""
+        found: dict[str, Record] = {}
+        ids = list(dict.fromkeys(record_ids))
+        for start in range(0, len(ids), BATCH_GET_MAX):
+            body = (BatchGetAppTableRecordRequestBody.builder().record_ids(ids[start:start + BATCH_GET_MAX])
+                    .user_id_type(USER_ID_TYPE).with_shared_url(True).automatic_fields(False).build())
+            req = (BatchGetAppTableRecordRequest.builder().app_token(self.app_token).table_id(self.table_id)
+                   .request_body(body).build())
+            data = self._call("batch_get", self.client.bitable.v1.app_table_record.batch_get, req)
+            for item in data.get("records") or []:
+                if isinstance(item, dict):
+                    record = Record.from_wire(item)
+                    found[record.record_id] = record
+        return found
+
+    # -- writes (one at a time per table, across processes) ---------------------------------------------
+
+    def create(self, fields: Mapping[str, Any], client_token: str) -> Record:
+        """A new record from field name → wire value; the same uuid4 `client_token` never creates twice."""
+        _check_client_token(client_token)
+        req = (CreateAppTableRecordRequest.builder().app_token(self.app_token).table_id(self.table_id)
+               .user_id_type(USER_ID_TYPE).client_token(client_token)
+               .request_body(AppTableRecord.builder().fields(dict(fields)).build()).build())
+        data = self._call("create", self.client.bitable.v1.app_table_record.create, req, write=True)
+        return Record.from_wire(data.get("record") or {})
+
+    def update(self, record_id: str, fields: Mapping[str, Any]) -> Record:
+        """Change only the given fields of one record."""
+        req = (UpdateAppTableRecordRequest.builder().app_token(self.app_token).table_id(self.table_id)
+               .record_id(record_id).user_id_type(USER_ID_TYPE)
+               .request_body(AppTableRecord.builder().fields(dict(fields)).build()).build())
+        data = self._call("update", self.client.bitable.v1.app_table_record.update, req, write=True)
+        return Record.from_wire(data.get("record") or {})
+
+    # -- one call: lock, token refresh, local retries, error mapping ---------------------------------------
+
+    def _call(self, op: str, fn: Callable[[Any], Any], request: Any, *, write: bool = False) -> dict[str, Any]:
+        """`data` of a successful answer. Rate limits and write conflicts are retried here with backoff;
+        a write holds the table lock for one try only, so other writers progress between tries."""
+        for delay in (*RETRY_DELAYS, None):
+            guard: AbstractContextManager[None] = self.lock.held() if write else nullcontext()
+            with guard:
+                outcome = self._once(fn, request)
+            if not isinstance(outcome, BitableError):
+                return outcome
+            self._log(op, outcome, final=delay is None or not _locally_retried(outcome))
+            if delay is None or not _locally_retried(outcome):
+                raise outcome
+            time.sleep(delay * random.uniform(0.75, 1.25))  # jitter: colliding writers do not retry in step
+        raise AssertionError("unreachable")
+
+    def _once(self, fn: Callable[[Any], Any], request: Any) -> dict[str, Any] | BitableError:
+        for attempt in (1, 2):
+            try:
+                resp = fn(request)
+            except ObtainAccessTokenException as exc:  # lark-oapi raises when the token call fails
+                return classify(int(exc.code or -1), str(exc.msg))
+            except Exception as exc:  # transport failures and non-JSON bodies surface as exceptions
+                return classify("transport", exc.__class__.__name__)
+            raw = resp.raw
+            if resp.success():
+                body = json.loads(raw.content) if raw is not None and raw.content else {}
+                data = body.get("data") if isinstance(body, dict) else None
+                return data if isinstance(data, dict) else {}
+            code = resp.code if isinstance(resp.code, int) else -1
+            if code in TOKEN_INVALID and attempt == 1:
+                self._drop_token()
+                continue
+            return classify(code, resp.msg or "", http_status=raw.status_code if raw is not None else 0,
+                            log_id=resp.get_log_id() or "")
+        raise AssertionError("unreachable")
+
+    def _drop_token(self) -> None:
+        cache = getattr(self.client.config, "cache", None)
+        if cache is not None and hasattr(cache, "drop"):
+            cache.drop(f"self_tenant_token:{self.client.config.app_id}")
+
+    def _log(self, op: str, err: BitableError, *, final: bool) -> None:
+        log.log(logging.WARNING if final else logging.INFO,
+                "bitable %s %s: code=%s msg=%s http=%s app=%s table=%s log_id=%s", op,
+                "failed" if final else "will retry", err.code, err.msg, err.http_status, self.app_token,
+                self.table_id, err.log_id)
+
+
+def _locally_retried(err: BitableError) -> bool:
+    return err.code.isdigit() and int(err.code) in LOCAL_RETRY
+
+
+def _next_page(data: Mapping[str, Any], current: str) -> str:
+    """The next page token, or "" when done (also when a server repeats a token: never loop forever)."""
+    token = data.get("page_token")
+    if data.get("has_more") and isinstance(token, str) and token and token != current:
+        return token
+    return ""
