@@ -7,11 +7,12 @@ import json
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from flask import Flask, Response, request
 
 from sandbox.faults import Fault, FaultBook, FaultProfile
+from sandbox.feishu_bitable import BitableStore
 from sandbox.feishu_control import register_control
 from sandbox.feishu_rules import (
     FeishuError,
@@ -31,7 +32,12 @@ from sandbox.server import (
     parse_json_body,
 )
 
-OPS = ("token", "bot_info", "reply", "create", "get", "list", "chat", "resource")
+OPS = (
+    "token", "bot_info", "reply", "create", "get", "list", "chat", "resource", "message_patch", "chat_members",
+    "drive_subscribe", "bitable_fields", "bitable_search", "bitable_batch_get", "bitable_create", "bitable_update",
+)
+BITABLE = "/open-apis/bitable/v1/apps/<app_token>/tables/<table_id>"
+T = TypeVar("T")
 Hook = Callable[[dict[str, Any]], object]
 Handler = Callable[[dict[str, Any]], "dict[str, Any] | Response"]
 
@@ -48,6 +54,7 @@ class FeishuEmulator(LoopbackServer):
         self.bot_open_id = bot_open_id
         self.bot_name = bot_name
         self.store = FeishuStore(app_id, app_secret, clock)
+        self.bitable = BitableStore(self.store.lock, self.store.person, self.store.chat_name, self.sleep, clock)
         self._lock = threading.RLock()
         self._faults = FaultBook(make_fault)
         self._delays: dict[str, float] = {}
@@ -66,6 +73,7 @@ class FeishuEmulator(LoopbackServer):
         keep_tokens=True spares issued tokens, for long-lived clients whose cached token should survive.
         """
         self.store.reset(keep_tokens=keep_tokens)
+        self.bitable.reset()
         self._faults.clear()
         with self._lock:
             self._delays.clear()
@@ -149,9 +157,85 @@ class FeishuEmulator(LoopbackServer):
         self.store.expire_tokens()
 
     def add_chat(
-        self, chat_id: str, chat_mode: str = "group", group_message_type: str = "chat", name: str = ""
+        self, chat_id: str, chat_mode: str = "group", group_message_type: str = "chat", name: str = "",
+        members: list[str] | None = None,
     ) -> dict[str, Any]:
-        return self.store.add_chat(chat_id, chat_mode, group_message_type, name)
+        """Register a chat; `members` (open_ids) are what GET chat members lists."""
+        chat = self.store.add_chat(chat_id, chat_mode, group_message_type, name)
+        if members is not None:
+            self.store.set_members(chat_id, members)
+        return chat
+
+    def set_members(self, chat_id: str, open_ids: list[str]) -> None:
+        """Replace a chat's people (auto-adding the chat); the bot is never listed, as in Feishu."""
+        self.store.set_members(chat_id, open_ids)
+
+    def add_user(self, open_id: str, name: str, *, en_name: str = "", email: str = "") -> dict[str, str]:
+        """A directory entry: names in Bitable user cells, chat member lists and with_sender_name."""
+        return self.store.add_user(open_id, name, en_name, email)
+
+    # -- Bitable (acting as the Bitable UI: not API calls, never refused as write conflicts) -------------
+
+    def add_table(
+        self, app_token: str, table_id: str, fields: list[tuple[str, int]] | None = None
+    ) -> list[dict[str, Any]]:
+        """Create a table (and its app) on demand; fields=None → feishu_bitable.DEFAULT_FIELDS. Returns its fields."""
+        table = self.bitable.add_table(app_token, table_id, fields)
+        with self.store.lock:
+            return copy.deepcopy(table.fields)
+
+    def records(self, app_token: str, table_id: str) -> list[dict[str, Any]]:
+        """Every record as {record_id, fields} with cells in the read format, in creation order."""
+        with self.store.lock:
+            table = _ui(lambda: self.bitable.table(app_token, table_id))
+            return [self.bitable.view(table, r) for r in table.records.values()]
+
+    def add_record(self, app_token: str, table_id: str, fields: dict[str, Any], *,
+                   operator_open_id: str = "ou_user") -> dict[str, Any]:
+        """A person adds a row in the UI (fields in the write format); returns {record_id, fields} as read."""
+        return self._ui_write(app_token, table_id, None, fields, operator_open_id)
+
+    def edit_record(self, app_token: str, table_id: str, record_id: str, fields: dict[str, Any], *,
+                    operator_open_id: str = "ou_user") -> dict[str, Any]:
+        """A person edits cells in the UI (partial, write format; None clears a cell); returns the record."""
+        return self._ui_write(app_token, table_id, record_id, fields, operator_open_id)
+
+    def _ui_write(self, app_token: str, table_id: str, record_id: str | None, fields: dict[str, Any],
+                  operator: str) -> dict[str, Any]:
+        with self.store.lock:
+            table = _ui(lambda: self.bitable.table(app_token, table_id))
+            if record_id is not None and record_id not in table.records:
+                raise ValueError(f"1254043: RecordIdNotFound: {record_id}")
+            cells = _ui(lambda: self.bitable.cells(table, fields))
+            return self.bitable.view(table, self.bitable.apply(table, record_id, cells, operator))
+
+    def record_change_values(self, app_token: str, table_id: str, record_id: str) -> list[dict[str, str]]:
+        """A record's cells as drive.file.bitable_record_changed_v1 after_value lists them (field_id, JSON)."""
+        with self.store.lock:
+            table = _ui(lambda: self.bitable.table(app_token, table_id))
+            values = self.bitable.read(table, table.records[record_id])
+            ids = {f["field_name"]: f["field_id"] for f in table.fields}
+            return [{"field_id": ids[name], "field_value": json.dumps(value, ensure_ascii=False)}
+                    for name, value in values.items()]
+
+    def bitable_writes(self, app_token: str, table_id: str) -> list[dict[str, Any]]:
+        """Accepted API writes, in order: {op: create|update, record_id, fields (as sent), client_token, time}."""
+        with self.store.lock:
+            return copy.deepcopy(_ui(lambda: self.bitable.table(app_token, table_id)).writes)
+
+    def set_bitable_write_time(self, seconds: float) -> None:
+        """How long each accepted write keeps its table busy (a concurrent write meanwhile gets 1254291)."""
+        with self.store.lock:
+            self.bitable.write_time = max(float(seconds), 0.0)
+
+    def subscriptions(self) -> list[dict[str, str]]:
+        """drive/v1 file subscriptions: [{file_token, file_type}] in order (repeats recorded once)."""
+        with self.store.lock:
+            return copy.deepcopy(self.store.subscriptions)
+
+    def card_versions(self, message_id: str) -> list[Any]:
+        """A bot card's JSON as sent, then after each accepted PATCH ([] for other messages)."""
+        return self.store.card_versions(message_id)
 
     def add_message(
         self, message_id: str | None, chat_id: str, text: str = "", sender_open_id: str = "ou_user",
@@ -311,6 +395,14 @@ class FeishuEmulator(LoopbackServer):
             ("/open-apis/im/v1/messages", "GET", "list", self._list),
             ("/open-apis/im/v1/chats/<chat_id>", "GET", "chat", self._chat),
             ("/open-apis/im/v1/messages/<message_id>/resources/<file_key>", "GET", "resource", self._resource),
+            ("/open-apis/im/v1/messages/<message_id>", "PATCH", "message_patch", self._patch),
+            ("/open-apis/im/v1/chats/<chat_id>/members", "GET", "chat_members", self._members),
+            ("/open-apis/drive/v1/files/<file_token>/subscribe", "POST", "drive_subscribe", self._subscribe),
+            (f"{BITABLE}/fields", "GET", "bitable_fields", self._bitable_fields),
+            (f"{BITABLE}/records/search", "POST", "bitable_search", self._bitable_search),
+            (f"{BITABLE}/records/batch_get", "POST", "bitable_batch_get", self._bitable_batch_get),
+            (f"{BITABLE}/records", "POST", "bitable_create", self._bitable_create),
+            (f"{BITABLE}/records/<record_id>", "PUT", "bitable_update", self._bitable_update),
         ]
         for path, method, op, handler in routes:
             app.add_url_rule(path, endpoint=op, view_func=_bind(self._serve, op, handler), methods=[method])
@@ -343,6 +435,37 @@ class FeishuEmulator(LoopbackServer):
     def _chat(self, record: dict[str, Any]) -> dict[str, Any]:
         return _ok(self.store.chat(record["params"]["chat_id"]))
 
+    def _patch(self, record: dict[str, Any]) -> dict[str, Any]:
+        self.store.patch(record["params"]["message_id"], record["json"], record["size"])
+        return _ok({})
+
+    def _members(self, record: dict[str, Any]) -> dict[str, Any]:
+        return _ok(self.store.chat_members(record["params"]["chat_id"], record["query"]))
+
+    def _subscribe(self, record: dict[str, Any]) -> dict[str, Any]:
+        self.store.subscribe(record["params"]["file_token"], record["query"].get("file_type"))
+        return _ok({})
+
+    def _bitable_fields(self, record: dict[str, Any]) -> dict[str, Any]:
+        p = record["params"]
+        return _ok(self.bitable.list_fields(p["app_token"], p["table_id"], record["query"]))
+
+    def _bitable_search(self, record: dict[str, Any]) -> dict[str, Any]:
+        p = record["params"]
+        return _ok(self.bitable.search(p["app_token"], p["table_id"], record["query"], record["json"]))
+
+    def _bitable_batch_get(self, record: dict[str, Any]) -> dict[str, Any]:
+        p = record["params"]
+        return _ok(self.bitable.batch_get(p["app_token"], p["table_id"], record["json"]))
+
+    def _bitable_create(self, record: dict[str, Any]) -> dict[str, Any]:
+        p = record["params"]
+        return _ok(self.bitable.create(p["app_token"], p["table_id"], record["query"], record["json"]))
+
+    def _bitable_update(self, record: dict[str, Any]) -> dict[str, Any]:
+        p = record["params"]
+        return _ok(self.bitable.update(p["app_token"], p["table_id"], p["record_id"], record["json"]))
+
     def _resource(self, record: dict[str, Any]) -> Response:
         """The resource's bytes with its Content-Type (feishu.md §3.1; errors stay JSON)."""
         params = record["params"]
@@ -362,6 +485,14 @@ def _bind(serve: Callable[..., Response], op: str, handler: Handler) -> Callable
         return serve(op, handler)
 
     return view
+
+
+def _ui(action: Callable[[], T]) -> T:
+    """Python/control API calls report Feishu refusals as ValueError (the control API answers them 400)."""
+    try:
+        return action()
+    except FeishuError as exc:
+        raise ValueError(str(exc)) from None
 
 
 def _check_op(op: str) -> None:

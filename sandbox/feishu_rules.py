@@ -36,11 +36,35 @@ MESSAGES = {
     230019: "The topic does not exist.",
     230020: "This operation triggers the frequency limit.",
     230025: "The length of the message content reaches its limit.",
+    230031: "The message is more than 14 days old and cannot be updated.",
     231003: "The message is not found, maybe not exist or deleted.",
+    232011: "Operator can NOT be out of the chat.",
     234001: "Invalid request param.",
     234003: "File not in message.",
     234037: "Downloaded file size exceeds limit.",
     234043: "Unsupported message type.",
+    1254001: "WrongRequestBody",
+    1254002: "Fail",
+    1254011: "page_size invalid",
+    1254015: "field type and value do not match",
+    1254018: "InvalidFilter",
+    1254037: "Invalid client token, make sure that it complies with the specification.",
+    1254040: "BaseTokenNotFound",
+    1254041: "TableIdNotFound",
+    1254043: "RecordIdNotFound",
+    1254045: "FieldNameNotFound",
+    1254060: "TextFieldConvFail",
+    1254061: "NumberFieldConvFail",
+    1254062: "SingleSelectFieldConvFail",
+    1254063: "MultiSelectFieldConvFail",
+    1254064: "DatetimeFieldConvFail",
+    1254065: "CheckboxFieldConvFail",
+    1254066: "UserFieldConvFail",
+    1254068: "URLFieldConvFail",
+    1254072: "PhoneFieldConvFail",
+    1254290: "TooManyRequest",
+    1254291: "Write conflict",
+    1254607: "Data not ready, please try again later",
 }
 
 
@@ -68,13 +92,22 @@ def error_body(code: int, msg: str = "") -> dict[str, Any]:
 
 
 # Fault kinds for profiles and inject_fault. "_after" kinds apply the request first (the message is stored),
-# then fail; "timeout" applies it and answers only after the client has given up.
+# then fail; "timeout" applies it and answers only after the client has given up. The bitable_* kinds answer
+# HTTP 200 with Bitable's own codes (feishu.md §5.4): 1254290, 1254607, 1254002 and 1254291 (writes only).
 FAULT_KINDS = (
     "rate_limit", "chat_limit", "token_invalid", "gateway", "gateway_after", "timeout", "timeout_before",
-    "reset", "reset_after",
+    "reset", "reset_after", "bitable_rate_limit", "bitable_not_ready", "bitable_fail", "bitable_conflict",
 )
-DEFAULT_MIX = {"rate_limit": 4.0, "chat_limit": 1.0, "token_invalid": 1.0, "gateway": 2.0, "timeout": 2.0}
+DEFAULT_MIX = {
+    "rate_limit": 4.0, "chat_limit": 1.0, "token_invalid": 1.0, "gateway": 2.0, "timeout": 2.0,
+    "bitable_rate_limit": 4.0, "bitable_fail": 1.0,
+}
 SEND_OPS = frozenset({"reply", "create"})
+BITABLE_OPS = frozenset({"bitable_fields", "bitable_search", "bitable_batch_get", "bitable_create", "bitable_update"})
+BITABLE_WRITE_OPS = frozenset({"bitable_create", "bitable_update"})
+BITABLE_FAULT_CODES = {
+    "bitable_rate_limit": 1254290, "bitable_not_ready": 1254607, "bitable_fail": 1254002, "bitable_conflict": 1254291,
+}
 FAULT_OPTIONS = {"reset_seconds": 1.0, "timeout_seconds": 11.0, "gateway_status": 502.0}
 
 
@@ -93,6 +126,10 @@ def fault_kinds_for(op: str, mix: Mapping[str, float] | None) -> dict[str, float
 def _applies(op: str, kind: str) -> bool:
     if kind == "chat_limit":
         return op in SEND_OPS  # the per-chat anti-spam limit only answers sends
+    if kind == "bitable_conflict":
+        return op in BITABLE_WRITE_OPS
+    if kind in BITABLE_FAULT_CODES:
+        return op in BITABLE_OPS
     return not (kind == "token_invalid" and op == "token")
 
 
@@ -107,6 +144,8 @@ def make_fault(kind: str, options: Mapping[str, float], times: int = 1) -> Fault
     """The Fault for one kind, as Feishu would answer it (feishu.md §3.5)."""
     gateway = int(options["gateway_status"])
     wait = options["timeout_seconds"]
+    if kind in BITABLE_FAULT_CODES:  # Bitable answers these with HTTP 200 and a non-zero code
+        return Fault(200, error_body(BITABLE_FAULT_CODES[kind]), {}, times, kind)
     if kind == "rate_limit":
         reset = {"x-ogw-ratelimit-limit": "50", "x-ogw-ratelimit-reset": f"{options['reset_seconds']:g}"}
         return Fault(429, error_body(99991400), reset, times, kind)

@@ -1,0 +1,255 @@
+"""The emulator's Bitable, drive subscribe, chat members and card PATCH endpoints, driven by the real lark-oapi."""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import lark_oapi as lark
+import pytest
+import requests
+from lark_oapi.api.bitable.v1 import (
+    AppTableRecord,
+    BatchGetAppTableRecordRequest,
+    BatchGetAppTableRecordRequestBody,
+    Condition,
+    CreateAppTableRecordRequest,
+    FilterInfo,
+    ListAppTableFieldRequest,
+    SearchAppTableRecordRequest,
+    SearchAppTableRecordRequestBody,
+    Sort,
+    UpdateAppTableRecordRequest,
+)
+from lark_oapi.core.cache import LocalCache
+from lark_oapi.core.token.manager import TokenManager
+
+from sandbox.feishu_bitable import DEFAULT_FIELDS
+from sandbox.feishu_emulator import FeishuEmulator
+
+SECRET = "bitable-test-secret"
+APP, TABLE = "bascnItems", "tblItems"
+
+
+@pytest.fixture
+def emulator() -> Iterator[FeishuEmulator]:
+    emu = FeishuEmulator(app_id=f"cli_{uuid.uuid4().hex[:12]}", app_secret=SECRET).start()
+    emu.add_table(APP, TABLE)
+    yield emu
+    emu.stop()
+
+
+@pytest.fixture
+def client(emulator: FeishuEmulator, monkeypatch: pytest.MonkeyPatch) -> lark.Client:
+    monkeypatch.setattr(TokenManager, "cache", LocalCache())
+    builder = lark.Client.builder().app_id(emulator.app_id).app_secret(SECRET).domain(emulator.url)
+    return builder.log_level(lark.LogLevel.CRITICAL).build()
+
+
+def create(client: lark.Client, fields: dict[str, Any], token: str | None = None, table: str = TABLE) -> Any:
+    req = CreateAppTableRecordRequest.builder().app_token(APP).table_id(table).user_id_type("open_id")
+    if token is not None:
+        req = req.client_token(token)
+    return client.bitable.v1.app_table_record.create(
+        req.request_body(AppTableRecord.builder().fields(fields).build()).build())
+
+
+def update(client: lark.Client, record_id: str, fields: dict[str, Any]) -> Any:
+    req = UpdateAppTableRecordRequest.builder().app_token(APP).table_id(TABLE).record_id(record_id)
+    return client.bitable.v1.app_table_record.update(
+        req.request_body(AppTableRecord.builder().fields(fields).build()).build())
+
+
+def search(client: lark.Client, *conditions: tuple[str, str, list[str]], conjunction: str = "and",
+           page_size: int | None = None, page_token: str | None = None, **body: Any) -> Any:
+    flt = FilterInfo.builder().conjunction(conjunction).conditions(
+        [Condition.builder().field_name(f).operator(op).value(v).build() for f, op, v in conditions]).build()
+    built = SearchAppTableRecordRequestBody.builder()
+    if conditions:
+        built = built.filter(flt)
+    if "sort" in body:
+        built = built.sort([Sort.builder().field_name(name).desc(desc).build() for name, desc in body["sort"]])
+    if "field_names" in body:
+        built = built.field_names(body["field_names"])
+    req = SearchAppTableRecordRequest.builder().app_token(APP).table_id(TABLE)
+    if page_size is not None:
+        req = req.page_size(page_size)
+    if page_token:
+        req = req.page_token(page_token)
+    return client.bitable.v1.app_table_record.search(req.request_body(built.build()).build())
+
+
+def batch_get(client: lark.Client, ids: list[str]) -> Any:
+    body = BatchGetAppTableRecordRequestBody.builder().record_ids(ids).build()
+    req = BatchGetAppTableRecordRequest.builder().app_token(APP).table_id(TABLE).request_body(body).build()
+    return client.bitable.v1.app_table_record.batch_get(req)
+
+
+ITEM = {
+    "标题": "登录页 500，详见 https://wiki.example/x 谢谢", "提出人": [{"id": "ou_amy"}], "状态": "待处理",
+    "来源群": [{"id": "oc_team"}], "话题链接": {"text": "话题", "link": "https://applink.feishu.cn/t"},
+    "事项ID": "IT-1", "首答版本": 1,
+}
+
+
+# -- Bitable --------------------------------------------------------------------------------------------
+
+
+def test_fields_list_the_default_table_with_paging(client: lark.Client) -> None:
+    def req() -> Any:
+        return ListAppTableFieldRequest.builder().app_token(APP).table_id(TABLE)
+
+    first = client.bitable.v1.app_table_field.list(req().page_size(5).build())
+    assert first.code == 0, first.msg
+    assert first.data.total == len(DEFAULT_FIELDS) and first.data.has_more
+    rest = client.bitable.v1.app_table_field.list(req().page_token(first.data.page_token).page_size(100).build())
+    fields = [*first.data.items, *rest.data.items]
+    assert [(f.field_name, f.type) for f in fields] == list(DEFAULT_FIELDS) and not rest.data.has_more
+    assert [f.is_primary for f in fields].count(True) == 1 and fields[0].field_name == "标题"
+    assert {f.field_name: f.ui_type for f in fields}["提出人"] == "User"
+    assert all(f.field_id.startswith("fld") for f in fields)
+
+
+def test_records_read_back_in_the_read_format(emulator: FeishuEmulator, client: lark.Client) -> None:
+    emulator.add_user("ou_amy", "Amy", email="amy@example.com")
+    emulator.add_chat("oc_team", name="研发群")
+    made = create(client, ITEM, str(uuid.uuid4()))
+    assert made.code == 0, made.msg
+    record = made.data.record
+    assert json.loads(made.raw.content)["data"]["record"]["id"] == record.record_id
+    assert len(record.record_id) == 17 and record.record_id.startswith("rec") and record.record_id[3:].isalnum()
+    got = batch_get(client, [record.record_id, "recMissing000000"])
+    assert got.code == 0 and got.data.absent_record_ids == ["recMissing000000"]
+    (item,) = got.data.records
+    assert item.record_url == f"https://feishu.cn/base/{APP}?table={TABLE}&record={record.record_id}"
+    assert item.fields["标题"] == [{"type": "text", "text": "登录页 500，详见 "},
+                                 {"type": "url", "text": "https://wiki.example/x", "link": "https://wiki.example/x"},
+                                 {"type": "text", "text": " 谢谢"}]
+    amy = item.fields["提出人"][0]
+    assert (amy["id"], amy["name"], amy["email"]) == ("ou_amy", "Amy", "amy@example.com")
+    assert item.fields["来源群"] == [{"id": "oc_team", "name": "研发群", "avatar_url": ""}]
+    assert item.fields["话题链接"] == ITEM["话题链接"] and item.fields["首答版本"] == 1
+    assert "负责人" not in item.fields  # empty cells are left out
+    assert emulator.records(APP, TABLE) == [{"record_id": record.record_id, "fields": item.fields}]
+
+
+def test_search_filters_on_plain_text_people_and_emptiness(client: lark.Client) -> None:
+    ids = [create(client, {**ITEM, "事项ID": f"IT-{i}", "提出人": [{"id": who}]}).data.record.record_id
+           for i, who in enumerate(["ou_amy", "ou_bob", "ou_amy"])]
+    assert create(client, {"标题": "无人认领"}).code == 0
+    by_amy = search(client, ("提出人", "is", ["ou_amy"]))
+    assert by_amy.code == 0 and by_amy.data.total == 2
+    assert [i.record_id for i in by_amy.data.items] == [ids[0], ids[2]]
+    assert search(client, ("标题", "contains", ["500，详见 https"])).data.total == 3  # across segments
+    assert search(client, ("事项ID", "is", ["IT-1"])).data.items[0].record_id == ids[1]
+    assert search(client, ("事项ID", "isNot", ["IT-1"])).data.total == 3
+    assert search(client, ("提出人", "isEmpty", [])).data.total == 1
+    assert search(client, ("标题", "doesNotContain", ["登录"]), ("提出人", "isNotEmpty", [])).data.total == 0
+    either = search(client, ("事项ID", "is", ["IT-0"]), ("事项ID", "is", ["IT-2"]), conjunction="or")
+    assert either.data.total == 2
+    page = search(client, page_size=3, sort=[("事项ID", True)], field_names=["事项ID"])
+    assert [i.fields for i in page.data.items] == [{"事项ID": [{"type": "text", "text": f"IT-{n}"}]} for n in (2, 1, 0)]
+    assert page.data.has_more and page.data.total == 4
+    rest = search(client, page_size=3, page_token=page.data.page_token, sort=[("事项ID", True)])
+    assert len(rest.data.items) == 1 and not rest.data.has_more
+    assert search(client, page_size=501).code == 1254011
+
+
+def test_client_token_makes_create_idempotent_and_must_be_uuid4(emulator: FeishuEmulator,
+                                                               client: lark.Client) -> None:
+    token = str(uuid.uuid4())
+    first = create(client, ITEM, token)
+    again = create(client, {"标题": "不同内容"}, token)
+    assert first.code == again.code == 0 and again.data.record.record_id == first.data.record.record_id
+    assert len(emulator.records(APP, TABLE)) == 1 and len(emulator.bitable_writes(APP, TABLE)) == 1
+    for bad in ("not-a-uuid", str(uuid.uuid1())):
+        refused = create(client, ITEM, bad)
+        assert (refused.raw.status_code, refused.code) == (400, 1254037)
+    assert create(client, ITEM, str(uuid.uuid4())).data.record.record_id != first.data.record.record_id
+
+
+def test_write_errors_carry_bitable_codes(emulator: FeishuEmulator, client: lark.Client) -> None:
+    missing = create(client, {"没有这个字段": "x"})
+    assert (missing.raw.status_code, missing.code) == (200, 1254045)
+    assert search(client, ("没有这个字段", "is", ["x"])).code == 1254045
+    assert create(client, {"标题": 5}).code == 1254060
+    assert create(client, {"首答版本": "2"}).code == 1254061
+    assert create(client, {"状态": ["a"]}).code == 1254062
+    assert create(client, {"提出人": [{"id": "ou_amy", "name": "Amy"}]}).code == 1254066
+    assert create(client, {"话题链接": "https://x"}).code == 1254068
+    assert update(client, "recNotThere00000", {"状态": "完成"}).code == 1254043
+    assert create(client, ITEM, table="tblNope").code == 1254041
+    other = CreateAppTableRecordRequest.builder().app_token("basNope").table_id(TABLE)
+    body = AppTableRecord.builder().fields(ITEM).build()
+    assert client.bitable.v1.app_table_record.create(other.request_body(body).build()).code == 1254040
+    assert emulator.records(APP, TABLE) == [] and emulator.bitable_writes(APP, TABLE) == []
+
+
+def test_update_is_partial_and_ui_edits_are_not_api_writes(emulator: FeishuEmulator, client: lark.Client) -> None:
+    record_id = create(client, ITEM).data.record.record_id
+    changed = update(client, record_id, {"状态": "处理中", "负责人": [{"id": "ou_bob"}]})
+    assert changed.code == 0 and changed.data.record.fields == {"状态": "处理中", "负责人": [{"id": "ou_bob"}]}
+    edited = emulator.edit_record(APP, TABLE, record_id, {"首答状态": "已确认", "话题链接": None})
+    assert edited["fields"]["首答状态"] == "已确认" and "话题链接" not in edited["fields"]
+    fields = batch_get(client, [record_id]).data.records[0].fields
+    assert fields["状态"] == "处理中" and fields["事项ID"] == [{"type": "text", "text": "IT-1"}]
+    assert "话题链接" not in fields
+    added = emulator.add_record(APP, TABLE, {"标题": "手工添加"})
+    assert search(client, ("标题", "is", ["手工添加"])).data.items[0].record_id == added["record_id"]
+    assert [(w["op"], w["record_id"]) for w in emulator.bitable_writes(APP, TABLE)] == [
+        ("create", record_id), ("update", record_id)]
+    with pytest.raises(ValueError, match="1254045"):
+        emulator.edit_record(APP, TABLE, record_id, {"nope": 1})
+    state = status_options(client)
+    assert {"待处理", "处理中"} <= state  # unknown single-select options are created on write
+
+
+def status_options(client: lark.Client) -> set[str]:
+    req = ListAppTableFieldRequest.builder().app_token(APP).table_id(TABLE).page_size(100).build()
+    status = next(f for f in client.bitable.v1.app_table_field.list(req).data.items if f.field_name == "状态")
+    return {o.name for o in status.property.options}
+
+
+def test_concurrent_writes_to_one_table_conflict(emulator: FeishuEmulator, client: lark.Client) -> None:
+    emulator.set_bitable_write_time(1.0)  # the first write holds the table long enough for the second to meet it
+    both_in = threading.Barrier(2, timeout=5)
+    arrivals: list[dict[str, Any]] = []
+
+    def hold(record: dict[str, Any]) -> None:  # the first two creates wait for each other: surely concurrent
+        arrivals.append(record)
+        if len(arrivals) <= 2:
+            both_in.wait()
+
+    emulator.on("bitable_create", hold, when="before")
+    codes: list[int] = []
+    writers = [threading.Thread(target=lambda i=i: codes.append(create(client, {"标题": f"并发{i}"}).code))
+               for i in range(2)]
+    for writer in writers:
+        writer.start()
+    for writer in writers:
+        writer.join(10)
+    assert sorted(codes) == [0, 1254291]
+    assert len(emulator.records(APP, TABLE)) == 1 and len(emulator.bitable_writes(APP, TABLE)) == 1
+    emulator.set_bitable_write_time(0)
+    assert create(client, {"标题": "之后"}).code == 0  # the table is free again once the write answered
+
+
+def test_rate_limit_faults_answer_bitable_codes(emulator: FeishuEmulator, client: lark.Client) -> None:
+    emulator.inject_fault("bitable_search", "bitable_rate_limit")
+    limited = search(client)
+    assert (limited.raw.status_code, limited.code) == (200, 1254290)
+    assert search(client).code == 0
+    emulator.set_profile(["bitable_create"], 1.0, {"bitable_not_ready": 1, "bitable_fail": 1}, seed=3)
+    assert {create(client, ITEM).code for _ in range(12)} == {1254607, 1254002}
+    assert emulator.records(APP, TABLE) == []
+    emulator.clear_profile()
+    requests.post(f"{emulator.url}/_sandbox/faults", json={"op": "bitable_update", "kind": "bitable_conflict"},
+                  timeout=5)
+    record_id = create(client, ITEM).data.record.record_id
+    assert update(client, record_id, {"状态": "x"}).code == 1254291
+    with pytest.raises(ValueError, match="does not apply"):
+        emulator.inject_fault("reply", "bitable_rate_limit")
+    assert emulator.stats["faults"]["bitable_search"] == {"bitable_rate_limit": 1}
