@@ -1,4 +1,4 @@
-"""The admin API (`/admin/api/*`, Bearer ADMIN_TOKEN): dead letters and route state. Redis only, like all web code.
+"""The admin API (`/admin/api/*`, Bearer ADMIN_TOKEN): dead letters, route state, items. Redis only, as all web code.
 
 Without ADMIN_TOKEN every admin path answers 404, as if it did not exist. The token is compared in
 constant time; a missing or wrong one gets 401.
@@ -85,8 +85,16 @@ def route_state(route_key: str) -> tuple[Response, int]:
         route_key=route_key, pending=pending, in_turn=in_turn, lease=_lease_state(lease), dirty=dirty is not None,
         session_id=state.session_id, generation=state.generation,
         sessions=[s.public() for s in sessions.all(route_key)], session_entries=entries,
-        item_id=None,  # business items arrive with the Bitable work
+        item_id=item.item_id if (item := rt.items.of_route(route_key)) else None,
     ), 200
+
+
+@bp.get("/items/<item_id>")
+@guarded
+def item_view(item_id: str) -> tuple[Response, int]:
+    rt = _runtime()
+    item = rt.items.get(item_id)
+    return (jsonify(rt.items.public(item)), 200) if item else (jsonify(error=f"no item {item_id}"), 404)
 
 
 def _lease_state(value: str | None) -> str:

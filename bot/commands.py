@@ -1,4 +1,5 @@
-"""User commands in a message's own text: reset (`/reset`, `/new`, `重置`, `新话题`) and `/status`. Pure.
+"""User commands in a message's own text: reset (`/reset`, `/new`, `重置`, `新话题`), `/status`, and the item
+commands `/登记` (`/item new`) and `/item link <record link or id>`. Pure.
 
 A command is the whole text of a text or post message once the bot's @mention is stripped: nothing else
 in it, so a sentence that mentions "/reset" is a question, not a command. Quoted, forwarded and card
@@ -9,13 +10,23 @@ from __future__ import annotations
 
 import re
 
-RESET, STATUS = "reset", "status"
-_COMMANDS = {"/reset": RESET, "/new": RESET, "重置": RESET, "新话题": RESET, "/status": STATUS}
+RESET, STATUS, ITEM_NEW, ITEM_LINK = "reset", "status", "item_new", "item_link"
+_COMMANDS = {"/reset": RESET, "/new": RESET, "重置": RESET, "新话题": RESET, "/status": STATUS,
+             "/登记": ITEM_NEW, "/item new": ITEM_NEW}
 _TRAILING = re.compile(r"[\s。.!！~～]+$")
+_LINK = re.compile(r"^/item\s+link\s+(\S+)$", re.IGNORECASE)
 
 
 def command_of(message_type: str, text: str) -> str | None:
     if message_type not in ("text", "post"):
         return None
-    word = _TRAILING.sub("", text.strip()).lower()
-    return _COMMANDS.get(word)
+    word = _TRAILING.sub("", text.strip())
+    if _LINK.match(word):
+        return ITEM_LINK
+    return _COMMANDS.get(re.sub(r"\s+", " ", word.lower()))
+
+
+def link_argument(text: str) -> str:
+    """The record link or id of `/item link <…>` ("" when the text is not that command)."""
+    match = _LINK.match(_TRAILING.sub("", text.strip()))
+    return match.group(1) if match else ""

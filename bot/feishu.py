@@ -14,7 +14,10 @@ import requests
 from lark_oapi.api.im.v1 import (
     CreateMessageRequest,
     CreateMessageRequestBody,
+    GetChatMembersRequest,
     GetMessageRequest,
+    PatchMessageRequest,
+    PatchMessageRequestBody,
     ReplyMessageRequest,
     ReplyMessageRequestBody,
 )
@@ -133,6 +136,36 @@ class FeishuApi:
         req = ReplyMessageRequest.builder().message_id(message_id).request_body(body).build()
         resp = self._call(self.client.im.v1.message.reply, req)
         return str(resp.data.message_id)
+
+    def reply_card(self, message_id: str, card: dict[str, Any], *, uuid: str, in_thread: bool) -> str:
+        """An interactive card as a reply; `uuid` makes a retried post land once (Feishu keeps it an hour)."""
+        body = (ReplyMessageRequestBody.builder().msg_type("interactive")
+                .content(json.dumps(card, ensure_ascii=False)).reply_in_thread(in_thread).uuid(uuid).build())
+        req = ReplyMessageRequest.builder().message_id(message_id).request_body(body).build()
+        resp = self._call(self.client.im.v1.message.reply, req)
+        return str(resp.data.message_id)
+
+    def patch_card(self, message_id: str, card: dict[str, Any]) -> None:
+        """Replace a card the bot sent (it must declare config.update_multi)."""
+        body = PatchMessageRequestBody.builder().content(json.dumps(card, ensure_ascii=False)).build()
+        req = PatchMessageRequest.builder().message_id(message_id).request_body(body).build()
+        self._call(self.client.im.v1.message.patch, req)
+
+    def chat_member_ids(self, chat_id: str, *, max_pages: int = 50) -> set[str]:
+        """Every member's open_id (GET /im/v1/chats/:chat_id/members, 100 per page)."""
+        members: set[str] = set()
+        token: str | None = None
+        for _ in range(max_pages):
+            builder = GetChatMembersRequest.builder().chat_id(chat_id).member_id_type("open_id").page_size(100)
+            if token:
+                builder = builder.page_token(token)
+            resp = self._call(self.client.im.v1.chat_members.get, builder.build())
+            data = resp.data
+            members.update(str(m.member_id) for m in (data.items or []) if m.member_id)
+            token = data.page_token if data.has_more else None
+            if not token:
+                break
+        return members
 
     def send_text(self, chat_id: str, text: str, *, uuid: str) -> str:
         """A new message in a chat (admin alerts); `uuid` makes a retried send post at most once."""

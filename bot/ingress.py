@@ -29,6 +29,7 @@ from bot.envelope import (
     to_inbound,
 )
 from bot.settings import Settings
+from bot.side_events import SIDE_EVENTS, Bad, SideEvents
 from jobs.inbox import Inbox
 from memory import related
 from memory.keys import Keys
@@ -94,6 +95,7 @@ class Ingress:
         self.encrypt_key = settings.secret("feishu_encrypt_key")
         self.token = settings.secret("feishu_verification_token")
         self.verifier = SignatureVerifier(self.encrypt_key, settings.signature_window_seconds, clock)
+        self.side = SideEvents(settings, state, self.keys, self.inbox, self.policy)
 
     def handle(self, req: Request) -> Response:
         started = time.perf_counter()
@@ -156,6 +158,8 @@ class Ingress:
         if not auth.signed:
             raise Reject(401, "missing signature headers")
         parsed = self._message_event(payload, ctx)
+        if isinstance(parsed, Response):
+            return parsed
         if parsed is None:
             return Response(200)
         bot_open_id = self.bot_open_id.get()
@@ -166,8 +170,10 @@ class Ingress:
             raise Reject(400, f"malformed message content ({exc})") from None
         return self._accept(inbound, bot_open_id, ctx)
 
-    def _message_event(self, payload: dict[str, Any], ctx: dict[str, Any]) -> tuple[Envelope, MessageEvent] | None:
-        """The `im.message.receive_v1` event; None for events we ignore; 400 (and kept) when malformed."""
+    def _message_event(self, payload: dict[str, Any],
+                       ctx: dict[str, Any]) -> tuple[Envelope, MessageEvent] | Response | None:
+        """The `im.message.receive_v1` event; a side event's response (bot/side_events.py); None for events
+        we ignore; 400 (and kept) when malformed."""
         header = payload.get("header")
         if isinstance(header, dict) and isinstance(header.get("event_id"), str):
             ctx["event_id"] = header["event_id"]
@@ -176,12 +182,25 @@ class Ingress:
             log.info("ignored non-2.0 event", extra={**ctx, "reason": "schema"})
             return None
         envelope = self._validated(Envelope, payload, payload, "malformed schema 2.0 envelope")
+        if envelope.header.event_type in SIDE_EVENTS:
+            return self._side_event(envelope, payload, ctx)
         if envelope.header.event_type != MESSAGE_RECEIVE:
             ctx["outcome"] = "ignored"
             log.info("ignored event type", extra={**ctx, "reason": envelope.header.event_type})
             return None
         event = self._validated(MessageEvent, envelope.event, payload, "malformed im.message.receive_v1 event")
         return envelope, event
+
+    def _side_event(self, envelope: Envelope, payload: dict[str, Any], ctx: dict[str, Any]) -> Response:
+        try:
+            body = self.side.handle(envelope, ctx)
+        except (Bad, ValidationError) as exc:
+            self._keep_rejected(payload)
+            reason = first_error(exc) if isinstance(exc, ValidationError) else str(exc)
+            raise Reject(400, f"malformed {envelope.header.event_type} event ({reason})") from None
+        ctx.setdefault("outcome", "queued")
+        log.info("event accepted", extra={**ctx, "reason": envelope.header.event_type})
+        return Response(200, body) if body is not None else Response(200)
 
     def _validated(self, model: type[M], value: Any, payload: dict[str, Any], what: str) -> M:
         try:

@@ -19,6 +19,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel
@@ -32,6 +33,7 @@ from jobs.alerts import alert
 from jobs.batches import batch_id_of, ids, parse, parse_one
 from jobs.giveup import GiveUp
 from jobs.inbox import Commit
+from jobs.item_runs import ITEM_COMMANDS, item_entry, item_gave_up, item_segment
 from jobs.outbox import LeaseLost
 from jobs.queues import rq_queue_name
 from jobs.runtime import Runtime, current
@@ -39,7 +41,7 @@ from jobs.segments import COMMAND, STALE, next_segment
 from jobs.session_turn import Superseded, answer_command, ensure_session
 from jobs.turn import run_turn
 from memory.sessions import RouteState
-from routing.keys import kind_of
+from routing.keys import ITEM, kind_of
 
 log = logging.getLogger(__name__)
 MAX_BATCHES_PER_RUN = 5  # then hand the route over, so one chatty route cannot hog a worker
@@ -170,16 +172,63 @@ class Drain(GiveUp):
 
     def _process(self, raw: list[str]) -> str | None:
         """Consume the segment at the front of the batch (jobs/segments.py); None when the run goes on."""
+        if self.kind == ITEM:  # an item's analysis or a record change: one entry at a time, no session
+            return self._guarded(raw[:1], lambda m, _b: item_entry(self.rt, self.rk, m, self.fence))
         items = [parse_one(item) for item in raw]
         state = self.rt.sessions.state(self.rk)
-        seg = next_segment(items, state.generation)
+        seg = next_segment(items, state.generation, self._items_on())
         self.gen = state.generation
         if seg.kind == STALE:
             self._drop_stale(raw[:seg.n])
             return None
+        if seg.kind == COMMAND and seg.command in ITEM_COMMANDS:
+            command = seg.command
+            return self._guarded(raw[:1], lambda m, b: item_segment(self.rt, self.rk, m, command, b, self.fence))
         if seg.kind == COMMAND:
             return self._command(raw[0], items[0], seg.command or "", state)
         return self._turn(raw[:seg.n], state)
+
+    def _items_on(self) -> bool:
+        return self.kind == "topic" and self.rt.settings.items_enabled and \
+            self.rt.settings.item_create_policy == "topic_root"
+
+    def _guarded(self, raw: list[str], work: Callable[[Inbound, str], object]) -> str | None:
+        """One entry answered by the service (an item command, a click, an item route's work) with the same
+        failure handling as a turn: retried with backoff, paused on credentials, dead-lettered at last."""
+        batch_id = batch_id_of(raw)
+        extra = {**self.log, "batch": batch_id, "message_id": ids(raw)}
+        parsed = parse(raw)
+        if not parsed.readable:
+            self._commit(Commit(n=len(raw), batch_id=batch_id, dead=self._dead(parsed, batch_id)))
+            return None
+        starts = self.rt.inbox.bump(self.rk, batch_id, "s")
+        worn_out = self._worn_out(batch_id, starts)
+        if worn_out:
+            return self._give_up(raw, batch_id, worn_out)
+        try:
+            work(parsed.readable[0], batch_id)
+        except Superseded:
+            log.info("overtaken by a user reset", extra=extra)
+        except (LeaseLost, shutdown.ShutdownRequested):
+            self.rt.inbox.bump(self.rk, batch_id, "s", -1)
+            raise
+        except Paused as exc:
+            self.rt.inbox.bump(self.rk, batch_id, "s", -1)
+            return self._pause(exc, extra)
+        except Permanent as exc:
+            _count_error(self.rt, exc)
+            log.error("failed permanently", extra={**extra, "error": str(exc)})
+            return self._give_up(raw, batch_id, str(exc))
+        except Exception as exc:
+            return self._failed(raw, batch_id, exc, extra)
+        self._commit(Commit(n=len(raw), batch_id=batch_id))
+        return None
+
+    def _on_bury(self, message: Inbound, batch_id: str, reason: str) -> None:
+        if self.kind == ITEM:
+            item_gave_up(self.rt, self.rk, message, reason, self.fence)
+        else:
+            self._notify(message, batch_id)
 
     def _drop_stale(self, raw: list[str]) -> None:
         batch_id = batch_id_of(raw)

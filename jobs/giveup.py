@@ -65,7 +65,7 @@ class GiveUp:
         """Dead-letter the batch (for admin replay) and tell its senders once."""
         parsed = parse(raw)
         for message in last_per_sender(parsed.readable):
-            self._notify(message, batch_id)
+            self._on_bury(message, batch_id, reason)
         record = {"route_key": self.rk, "batch_id": batch_id, "events": raw, "reason": reason,
                   "message_ids": [m.message_id for m in parsed.readable],
                   "event_ids": [m.event_id for m in parsed.readable], "at": round(time.time(), 3)}
@@ -76,6 +76,9 @@ class GiveUp:
                                                 "message_id": record["message_ids"],
                                                 "event_id": record["event_ids"]})
         alert(self.rt, f"⚠️ 有消息处理失败，已进入死信（{dead_id}）：{reason[:200]}")
+
+    def _on_bury(self, message: Inbound, batch_id: str, reason: str) -> None:
+        self._notify(message, batch_id)
 
     def _notify(self, message: Inbound, batch_id: str) -> None:
         try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable
+from typing import Any, TypeVar
 
 from lark_oapi.channel.outbound.sender import chunk_text
 
@@ -19,6 +20,9 @@ SEND_TRIES = 3
 # Feishu counts sends per second as they arrive; ours leave the limiter up to a few hundred ms apart in
 # flight, so N sends per 1.2 s here keep under N per second there.
 PACE_WINDOW_MS = 1200
+
+
+T = TypeVar("T")
 
 
 class LeaseLost(Exception):
@@ -58,10 +62,34 @@ class Outbox:
     def _send(self, target: str, chunk: str, uid: str, *, chat_id: str, in_thread: bool,
               fence: Callable[[], bool]) -> str:
         """One chunk, paced per chat and per app; short rate-limit waits are sat out here."""
+        return self._paced(chat_id, fence, lambda: self.feishu.reply_text(target, chunk, uuid=uid,
+                                                                          in_thread=in_thread))
+
+    def card(self, route_key: str, key: str, target: str, card: dict[str, Any], *, chat_id: str, in_thread: bool,
+             fence: Callable[[], bool]) -> str:
+        """Post a card as a reply once per (route, key): a rerun finds it in the ledger, or Feishu's uuid
+        window returns the card posted the first time."""
+        ledger, uid = self.k.sent(route_key, key), reply_uuid(route_key, key, 0)
+        done = self.r.hget(ledger, uid)
+        if done:
+            return str(done)
+        message_id = self._paced(chat_id, fence, lambda: self.feishu.reply_card(target, card, uuid=uid,
+                                                                               in_thread=in_thread))
+        pipe = self.r.pipeline()
+        pipe.hset(ledger, uid, message_id)
+        pipe.expire(ledger, BATCH_CACHE_TTL_S)
+        pipe.execute()
+        return message_id
+
+    def patch(self, message_id: str, card: dict[str, Any], *, chat_id: str, fence: Callable[[], bool]) -> None:
+        """Replace a card in place (idempotent: the same card twice shows the same thing)."""
+        self._paced(chat_id, fence, lambda: self.feishu.patch_card(message_id, card))
+
+    def _paced(self, chat_id: str, fence: Callable[[], bool], call: Callable[[], T]) -> T:
         for attempt in range(1, SEND_TRIES + 1):
             self._wait_turn(chat_id, fence)
             try:
-                return self.feishu.reply_text(target, chunk, uuid=uid, in_thread=in_thread)
+                return call()
             except Retryable as exc:
                 wait = _inline_wait(exc)
                 if wait is None or attempt == SEND_TRIES:

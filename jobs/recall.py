@@ -161,6 +161,7 @@ class Reader:
         self.calls: list[dict[str, Any]] = []
         self.crossed = False
         self.notes_to: tuple[str, str] | None = None  # (memory scope, sender) save_note writes for
+        self.proposals: list[dict[str, Any]] = []  # proposed record changes (jobs/approvals.py)
 
     def sent(self) -> None:
         """The request carrying the staged tool results went out: their messages are now used."""
@@ -174,7 +175,8 @@ class Reader:
         return {"fetched": self.fetched[:RECORD_IDS], "included": self.included[:RECORD_IDS],
                 "pending": list(dict.fromkeys(pending + carried))[:RECORD_IDS],
                 "cursor": {"thread": self.cursor, "has_more": self.has_more},
-                "calls": self.calls, "crossed_reset": self.crossed}
+                "calls": self.calls, "crossed_reset": self.crossed,
+                **({"proposals": self.proposals} if self.proposals else {})}
 
     def run(self, uses: Sequence[dict[str, Any]], room: int, context: str) -> list[dict[str, Any]]:
         per = max(0, int(room * 0.8) // max(1, len(uses)))  # JSON framing of the results costs extra
@@ -205,7 +207,22 @@ class Reader:
             return self._history(args, room)
         if name == "save_note":
             return self._save_note(str(args.get("text") or ""))
+        if name == "propose_record_change":
+            return self._propose(args)
         return f"unknown tool {name}"
+
+    def _propose(self, args: dict[str, Any]) -> str:
+        """Kept for after the reply (jobs/approvals.py posts the card); nothing is written now."""
+        from jobs.approvals import MAX_PROPOSALS, check_proposal
+
+        why = check_proposal(args)
+        if why:
+            return f"not proposed: {why}"
+        if len(self.proposals) >= MAX_PROPOSALS:
+            return "not proposed: too many proposals in one reply"
+        self.proposals.append({k: args.get(k) for k in ("field", "value", "reason")})
+        return ("proposed: an approval card will follow your reply; the record changes only if its owner, its "
+                "reporter or an admin approves. Tell the user that.")
 
     def _save_note(self, text: str) -> str:
         if not self.notes_to or not text.strip():

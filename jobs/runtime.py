@@ -7,6 +7,8 @@ from functools import cached_property
 
 import redis
 
+from bitable.client import Bitable
+from bitable.index import Items
 from bot.feishu import FeishuApi
 from bot.llm import Claude
 from bot.settings import Settings, load_settings
@@ -67,6 +69,17 @@ class Runtime:
     @cached_property
     def llm(self) -> Claude:
         return Claude(self.settings)
+
+    @cached_property
+    def items(self) -> Items:
+        return Items(self.state, self.keys)
+
+    @cached_property
+    def bitable(self) -> Bitable | None:
+        """The items table; None when no Bitable is configured (item features off)."""
+        if not self.settings.items_enabled:
+            return None
+        return Bitable(self.settings, self.state, self.keys, self.feishu.client)
 
     @cached_property
     def outbox(self) -> Outbox:

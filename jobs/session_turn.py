@@ -7,6 +7,9 @@ import logging
 import time
 from collections.abc import Callable
 
+from bitable.index import Item
+from bitable.refs import record_link
+from bot.cards import STATUS_ZH
 from bot.envelope import Inbound
 from bot.texts import say
 from jobs.bootstrap import bootstrap_entries
@@ -74,7 +77,20 @@ def status_text(rt: Runtime, rk: str, message: Inbound, state: RouteState) -> st
     session = rt.sessions.get(rk, state.session_id) if state.session_id else None
     none = "无" if say("reset_done", message.text).startswith("好") else "none"
     counters = session.counters if session else {}
-    return say("status", message.text, session_id=state.session_id or none,
+    item = rt.items.of_route(rk)
+    text = say("status", message.text, session_id=state.session_id or none,
                parent_id=(session.parent_id if session else None) or none, generation=state.generation,
                tokens_in=counters.get("in", 0), tokens_out=counters.get("out", 0), turns=counters.get("turns", 0),
-               item_id=none)
+               item_id=item.item_id if item else none)
+    return text + (_item_status(rt, item, message.text, none) if item else "")
+
+
+def _item_status(rt: Runtime, item: Item, sample: str, none: str) -> str:
+    """The record link and the first answer's latest version (from the index: /status reads no Bitable)."""
+    s = rt.settings
+    link = record_link(s.feishu_web_origin, s.bitable_app_token or "", s.bitable_table_id or "", item.record_id) \
+        if item.record_id else none
+    versions = rt.items.versions(item.item_id)
+    latest = versions[-1] if versions else None
+    return say("status_item", sample, record_link=link, version=latest.version if latest else 0,
+               answer_status=STATUS_ZH.get(latest.status, latest.status) if latest else none)

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from bot import metrics
 from bot.envelope import Inbound
 from bot.llm import Completion
 from bot.texts import say
-from jobs import recall, rotation, shutdown
+from jobs import approvals, item_context, recall, rotation, shutdown
 from jobs.batch_content import batch_content
 from jobs.outbox import BATCH_CACHE_TTL_S, LeaseLost
 from jobs.runtime import Runtime
@@ -41,21 +41,33 @@ def _answer_for(rt: Runtime, route_key: str, kind: str, batch_id: str, batch_tex
     cached = rt.state.get(key)
     if cached:
         return Completion(**json.loads(cached))
-    tools = recall.tools_for(route_key)
+    items = item_context.build(rt, kind, batch)  # read fresh: never part of the session log
+    tools = recall.tools_for(route_key) + ([approvals.PROPOSE] if items.item and items.item.record_id else [])
     scope = _note_scope(rt, batch)
     system = _system(rt, scope)
-    prepared = rotation.prepare(rt, route_key, session_id, batch_text, fence, system, tools, images,
+    prepared = rotation.prepare(rt, route_key, session_id, items.block + batch_text, fence, system, tools, images,
                                 owner)  # may rotate
     with shutdown.interruptible():  # the model may call read-only recall tools (jobs/recall.py)
         talk = recall.converse(rt, route_key, prepared.session_id, system, prepared.messages, tools,
                                notes_to=scope)
-    completion = talk.completion
+    completion = _with_item_notes(talk.completion, items)
+    for item in items.used:
+        rt.items.touch(item.item_id, route_key, prepared.session_id)
     rotation.observe(rt, prepared, talk.first)
     _count_usage(rt, kind, completion)
     if not fence():
         raise LeaseLost(route_key)
     rt.state.set(key, json.dumps(asdict(completion), ensure_ascii=False), nx=True, ex=BATCH_CACHE_TTL_S)
     return Completion(**json.loads(rt.state.get(key) or "{}"))
+
+
+def _with_item_notes(c: Completion, items: item_context.ItemContext) -> Completion:
+    """The reply states the first-answer version it relied on (or that the analysis is still running), and
+    starts with the refusal when the batch referenced an item its sender may not see."""
+    if not (items.footer or items.prefix) or not c.text:
+        return c
+    text = "\n\n".join(p for p in (items.prefix, c.text, items.footer) if p)
+    return replace(c, text=text)
 
 
 def _system(rt: Runtime, scope: tuple[str, str] | None) -> list[dict[str, Any]]:
@@ -102,6 +114,10 @@ def run_turn(rt: Runtime, route_key: str, kind: str, batch: Sequence[Inbound], b
     last = batch[-1]
     reply_ids = rt.outbox.reply(route_key, batch_id, last.message_id, answer, chat_id=last.chat_id,
                                 in_thread=kind == "topic", fence=fence)
+    proposals = (completion.recall or {}).get("proposals") or []
+    item = item_context.own_item(rt, kind, batch) if proposals else None
+    if item and item.record_id:
+        approvals.post(rt, route_key, item, proposals, batch_id, last, fence)
     ids, senders = [m.message_id for m in batch], sorted({m.sender_id for m in batch})
     entries = [entry("user", batch_text, batch_id=batch_id, message_ids=ids, senders=senders,
                      tokens=estimate_tokens(batch_text)),

@@ -152,6 +152,67 @@ class Keys:
         """ZSET of a normal group's recent messages that did not address the bot (memory/related.py)."""
         return f"{self.prefix}:related:{chat_id}"
 
+    # -- items (bitable/index.py): one item's keys share its tag; the lookups are profile-wide hashes ----
+
+    def item(self, item_id: str) -> str:
+        """HASH of one item: record_id, chat_id, thread_id, root_id, reporter, origin, answer_message_id, …"""
+        return f"{self.prefix}:item:{{{item_id}}}"
+
+    def item_versions(self, item_id: str) -> str:
+        """LIST of the item's first-answer versions (JSON), oldest first."""
+        return f"{self.prefix}:item:{{{item_id}}}:versions"
+
+    def item_sessions(self, item_id: str) -> str:
+        """ZSET session id → when a turn of it first worked on the item."""
+        return f"{self.prefix}:item:{{{item_id}}}:sessions"
+
+    def item_routes(self, item_id: str) -> str:
+        """ZSET route key → when it last worked on the item."""
+        return f"{self.prefix}:item:{{{item_id}}}:routes"
+
+    def item_runs(self, item_id: str) -> str:
+        """LIST of the item's analysis runs (JSON)."""
+        return f"{self.prefix}:item:{{{item_id}}}:runs"
+
+    @property
+    def items_by_thread(self) -> str:
+        return f"{self.prefix}:items:by_thread"
+
+    @property
+    def items_by_record(self) -> str:
+        return f"{self.prefix}:items:by_record"
+
+    @property
+    def items_by_route(self) -> str:
+        """HASH route key → the item its latest turn worked on (topic routes are found by their thread)."""
+        return f"{self.prefix}:items:by_route"
+
+    @property
+    def items_order(self) -> str:
+        """ZSET item id → creation time."""
+        return f"{self.prefix}:items:order"
+
+    def proposal(self, proposal_id: str) -> str:
+        """HASH of one proposed record change awaiting approval (jobs/approvals.py)."""
+        return f"{self.prefix}:proposal:{proposal_id}"
+
+    def chat_members(self, chat_id: str) -> str:
+        """SET of a chat's member open_ids, cached briefly for cross-chat item references."""
+        return f"{self.prefix}:members:{chat_id}"
+
+    def bitable_lock(self, app_token: str, table_id: str) -> str:
+        """One writer at a time per table: Bitable rejects concurrent writes (1254291)."""
+        return f"{self.prefix}:bitable:lock:{app_token}:{table_id}"
+
+    @property
+    def bitable_status(self) -> str:
+        """HASH of the Bitable start-up check (schema, subscription), read by /readyz."""
+        return f"{self.prefix}:bitable:status"
+
+    def withdrawn(self, chat_id: str) -> str:
+        """HASH message id → JSON {recalled | edited text}: recalled and edited messages of a chat."""
+        return f"{self.prefix}:withdrawn:{chat_id}"
+
     @property
     def rejected(self) -> str:
         return f"{self.prefix}:rejected"

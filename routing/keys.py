@@ -9,6 +9,9 @@ from bot.envelope import Inbound
 from routing.policy import Policy
 
 Kind = Literal["p2p", "group", "topic"]
+# Internal routes of the item machinery (jobs/items.py): `feishu:<profile>:item:<item_id>` runs an item's
+# analysis, `feishu:<profile>:item:<record_id>` a record-changed event. Never derived from a message.
+ITEM = "item"
 
 
 @dataclass(frozen=True)
@@ -25,12 +28,17 @@ def route_kind(inbound: Inbound) -> Kind:
     return "topic" if inbound.thread_id else "group"
 
 
-def kind_of(route_key: str) -> Kind:
+def kind_of(route_key: str) -> str:
     """Route keys carry their kind (`feishu:<profile>:<kind>:…`), so it never needs storing."""
     kind = route_key.split(":")[2]
-    if kind not in ("p2p", "group", "topic"):
+    if kind not in ("p2p", "group", "topic", ITEM):
         raise ValueError(f"not a route key: {route_key!r}")
-    return kind  # type: ignore[return-value]
+    return kind
+
+
+def item_route(profile: str, subject: str) -> str:
+    """The internal route of an item (`itm_…`) or of a Bitable record (`rec…`)."""
+    return f"feishu:{profile}:{ITEM}:{subject}"
 
 
 def route_for(inbound: Inbound, policy: Policy, profile: str) -> Route:

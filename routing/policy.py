@@ -55,5 +55,6 @@ def policy_from(settings: Settings) -> Policy:
             "p2p": settings.routing_queue_p2p,
             "group": settings.routing_queue_group,
             "topic": settings.routing_queue_topic,
+            "item": settings.routing_queue_topic,  # an item's analysis belongs with its topic's work
         },
     )
