@@ -24,6 +24,7 @@ from sandbox.claude_faults import (
     make_fault,
     overlaps,
 )
+from sandbox.claude_items import analysis_reply, propose_reply
 from sandbox.claude_recall import note_reply, recall_reply
 from sandbox.faults import Fault, FaultBook, FaultProfile
 from sandbox.server import (
@@ -272,7 +273,8 @@ class ClaudeStandin(LoopbackServer):
         with self._lock:
             responder = self._responder
         answer: Answer = wire.compression_reply(body) or (
-            responder(body) if responder else (note_reply(body) or recall_reply(body) or wire.default_reply(body)))
+            responder(body) if responder else (analysis_reply(body) or propose_reply(body) or note_reply(body)
+                                               or recall_reply(body) or wire.default_reply(body)))
         if body["max_tokens"] == 0:
             answer = []  # max_tokens=0 only warms the prompt cache
         extra = answer if isinstance(answer, dict) else {}
