@@ -43,13 +43,16 @@ def readyz() -> tuple[Response, int]:
         pipe.hgetall(i.keys.paused)
         pipe.hgetall(i.keys.health)
         pipe.hlen(i.keys.dead)
-        paused, checks, dead = pipe.execute()
+        pipe.hgetall(i.keys.bitable_status)
+        paused, checks, dead, table = pipe.execute()
     except Exception:
         return jsonify(status="unavailable", redis=False), 503
     paused = {name: json.loads(reason) for name, reason in paused.items()}
     unsafe = {name: verdict for name, verdict in checks.items() if verdict != "ok"}
-    status = "degraded" if paused or unsafe else "ready"
-    return jsonify(status=status, redis=True, paused=paused, redis_checks=checks, dead_letters=dead), 200
+    table_bad = bool(table) and table.get("schema") != "ok"
+    status = "degraded" if paused or unsafe or table_bad else "ready"
+    return jsonify(status=status, redis=True, paused=paused, redis_checks=checks, dead_letters=dead,
+                   bitable=table or None), 200
 
 
 @bp.get("/metrics")

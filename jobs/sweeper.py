@@ -19,7 +19,7 @@ import time
 
 from bot import identity, logs
 from bot.settings import load_settings
-from jobs import alerts, runtime, watchdog
+from jobs import alerts, runtime, table_check, watchdog
 from jobs.alerts import alert
 from jobs.queues import rq_queue_name
 from jobs.runtime import Runtime
@@ -115,6 +115,8 @@ class Paused:
             try:
                 if component == "model":
                     self.rt.llm.probe()
+                elif component == table_check.COMPONENT and self.rt.bitable is not None:
+                    table_check.probe(self.rt)
                 else:
                     self.rt.feishu.bot_open_id()
             except Exception as exc:
@@ -128,24 +130,35 @@ class Paused:
 
 
 class SideTasks(threading.Thread):
-    """Open API work off the dispatch loop: the bot's identity and admin alerts."""
+    """Open API work off the dispatch loop: the bot's identity, the items table check and admin alerts."""
 
     def __init__(self, rt: Runtime, stop: threading.Event) -> None:
         super().__init__(daemon=True, name="sweeper-side")
         self.rt, self.stop = rt, stop
 
     def run(self) -> None:
-        next_identity = 0.0
+        next_identity = next_table = 0.0
         while not self.stop.is_set():
             now = time.monotonic()
             if now >= next_identity:
                 ok = _refresh_identity(self.rt)
                 next_identity = now + (IDENTITY_REFRESH_S if ok else IDENTITY_RETRY_S)
+            if now >= next_table and self.rt.bitable is not None:
+                ok = _check_table(self.rt)
+                next_table = now + (IDENTITY_REFRESH_S if ok else IDENTITY_RETRY_S)
             try:
                 alerts.post_pending(self.rt)
             except Exception as exc:
                 log.warning("alerts not posted", extra={"error": f"{exc.__class__.__name__}: {exc}"})
             self.stop.wait(1.0)
+
+
+def _check_table(rt: Runtime) -> bool:
+    try:
+        return table_check.run(rt)
+    except Exception as exc:
+        log.warning("bitable check failed", extra={"error": f"{exc.__class__.__name__}: {exc}"})
+        return False
 
 
 def _refresh_identity(rt: Runtime) -> bool:
