@@ -224,6 +224,91 @@ def message_event(
     }
 
 
+def message_updated_event(*, update_time_ms: int | None = None, **message: Any) -> dict[str, Any]:
+    """`im.message.updated_v1` (a user edited a message): the receive_v1 body with the new content and update_time.
+
+    Takes message_event's keyword arguments (pass the original message_id and create_time_ms).
+    """
+    envelope = message_event(**message)
+    updated = update_time_ms if update_time_ms is not None else int(time.time() * 1000)
+    envelope["header"]["event_type"] = "im.message.updated_v1"
+    envelope["header"]["create_time"] = str(updated)
+    envelope["event"]["message"]["update_time"] = str(updated)
+    return envelope
+
+
+def message_recalled_event(
+    message_id: str, chat_id: str, *, recall_type: str = "message_owner", event_id: str | None = None,
+    recall_time_ms: int | None = None, token: str = DEFAULT_TOKEN, app_id: str = SANDBOX_APP_ID,
+) -> dict[str, Any]:
+    """`im.message.recalled_v1` (feishu.md §2.6): recall_type message_owner|group_owner|group_manager|…"""
+    recalled = recall_time_ms if recall_time_ms is not None else int(time.time() * 1000)
+    return {
+        "schema": "2.0",
+        "header": _header("im.message.recalled_v1", event_id, recalled, token, app_id),
+        "event": {"message_id": message_id, "chat_id": chat_id, "recall_time": str(recalled),
+                  "recall_type": recall_type},
+    }
+
+
+def card_action_event(
+    operator_open_id: str, value: dict[str, Any], *, message_id: str, chat_id: str, event_id: str | None = None,
+    token: str | None = None, update_token: str | None = None, tag: str = "button", app_id: str = SANDBOX_APP_ID,
+) -> dict[str, Any]:
+    """A `card.action.trigger` callback (feishu.md §1.10) for a button on a card in a chat.
+
+    token: the header's verification token (default the sandbox one); update_token: event.token, the
+    delayed-update token ("c-…", generated when omitted). The header's create_time is in microseconds.
+    """
+    now_us = int(time.time() * 1_000_000)
+    operator = {**user_ids(operator_open_id), "tenant_key": TENANT_KEY}
+    return {
+        "schema": "2.0",
+        "header": _header("card.action.trigger", event_id, now_us, token or DEFAULT_TOKEN, app_id),
+        "event": {
+            "operator": {k: operator[k] for k in ("open_id", "union_id", "user_id", "tenant_key")},
+            "token": update_token or "c-" + uuid.uuid4().hex,
+            "action": {"value": value, "tag": tag},
+            "host": "im_message",
+            "context": {"open_message_id": message_id, "open_chat_id": chat_id},
+        },
+    }
+
+
+def bitable_record_changed_event(
+    app_token: str, table_id: str, record_id: str, action: str = "record_added",
+    operator_open_id: str = "ou_user", *, after: list[dict[str, str]] | dict[str, Any] | None = None,
+    before: list[dict[str, str]] | dict[str, Any] | None = None, event_id: str | None = None,
+    revision: int = 1, subscribers: list[str] | None = None, token: str = DEFAULT_TOKEN,
+    app_id: str = SANDBOX_APP_ID,
+) -> dict[str, Any]:
+    """`drive.file.bitable_record_changed_v1`: one record added/edited/deleted in a subscribed base.
+
+    after/before: [{field_id, field_value (JSON string)}] as FeishuEmulator.record_change_values gives them,
+    or {field_id: value}, whose values are JSON-serialised here.
+    """
+    now_ms = int(time.time() * 1000)
+    change = {"record_id": record_id, "action": action, "before_value": _field_values(before),
+              "after_value": _field_values(after)}
+    return {
+        "schema": "2.0",
+        "header": _header("drive.file.bitable_record_changed_v1", event_id, now_ms, token, app_id),
+        "event": {
+            "file_token": app_token, "file_type": "bitable", "table_id": table_id, "revision": revision,
+            "operator_id": user_ids(operator_open_id), "action_list": [change],
+            "subscriber_id_list": [user_ids(s) for s in subscribers or []], "update_time": now_ms // 1000,
+        },
+    }
+
+
+def _field_values(values: list[dict[str, str]] | dict[str, Any] | None) -> list[dict[str, str]]:
+    if values is None:
+        return []
+    if isinstance(values, dict):
+        return [{"field_id": fid, "field_value": json.dumps(v, ensure_ascii=False)} for fid, v in values.items()]
+    return [dict(v) for v in values]
+
+
 def url_verification(challenge: str, token: str = DEFAULT_TOKEN) -> dict[str, Any]:
     """The challenge Feishu sends when the request URL is saved in the console."""
     return {"challenge": challenge, "token": token, "type": "url_verification"}

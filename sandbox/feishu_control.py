@@ -71,8 +71,42 @@ def register_control(app: Flask, emu: FeishuEmulator) -> None:
         body = control_body()
         return emu.add_chat(
             body["chat_id"], body.get("chat_mode", "group"), body.get("group_message_type", "chat"),
-            body.get("name", ""),
+            body.get("name", ""), members=body.get("members"),
         )
+
+    def set_members() -> dict[str, Any]:
+        body = control_body()
+        emu.set_members(body["chat_id"], [str(m) for m in body["members"]])
+        return {"ok": True}
+
+    def add_user() -> dict[str, Any]:
+        body = control_body()
+        return emu.add_user(body["open_id"], body["name"], en_name=body.get("en_name", ""),
+                            email=body.get("email", ""))
+
+    def add_table() -> list[dict[str, Any]]:
+        body = control_body()
+        fields = body.get("fields")  # [[name, type], …] or [{"field_name", "type"}, …]; absent = the default table
+        specs = None if fields is None else [
+            (f["field_name"], int(f["type"])) if isinstance(f, dict) else (str(f[0]), int(f[1])) for f in fields]
+        return emu.add_table(body["app_token"], body["table_id"], specs)
+
+    def table_args() -> tuple[str, str]:
+        return request.args["app_token"], request.args["table_id"]
+
+    def add_record() -> dict[str, Any]:
+        body = control_body()
+        return emu.add_record(body["app_token"], body["table_id"], dict(body["fields"]),
+                              operator_open_id=body.get("operator_open_id", "ou_user"))
+
+    def edit_record() -> dict[str, Any]:
+        body = control_body()
+        return emu.edit_record(body["app_token"], body["table_id"], body["record_id"], dict(body["fields"]),
+                               operator_open_id=body.get("operator_open_id", "ou_user"))
+
+    def write_time() -> dict[str, Any]:
+        emu.set_bitable_write_time(float(control_body()["seconds"]))
+        return {"ok": True}
 
     def faults() -> dict[str, Any]:
         body = control_body()
@@ -149,6 +183,16 @@ def register_control(app: Flask, emu: FeishuEmulator) -> None:
         ("/_sandbox/sends", "GET", sends),
         ("/_sandbox/feed", "GET", feed),
         ("/_sandbox/health", "GET", health),
+        ("/_sandbox/members", "POST", set_members),
+        ("/_sandbox/users", "POST", add_user),
+        ("/_sandbox/card_versions", "GET", lambda: emu.card_versions(request.args["message_id"])),
+        ("/_sandbox/subscriptions", "GET", emu.subscriptions),
+        ("/_sandbox/bitable/tables", "POST", add_table),
+        ("/_sandbox/bitable/records", "GET", lambda: emu.records(*table_args())),
+        ("/_sandbox/bitable/records", "POST", add_record),
+        ("/_sandbox/bitable/records/edit", "POST", edit_record),
+        ("/_sandbox/bitable/writes", "GET", lambda: emu.bitable_writes(*table_args())),
+        ("/_sandbox/bitable/write_time", "POST", write_time),
     ]
     for path, method, action in routes:
         endpoint = f"sandbox_{method}_{path}"

@@ -24,9 +24,24 @@ from lark_oapi.api.bitable.v1 import (
     Sort,
     UpdateAppTableRecordRequest,
 )
+from lark_oapi.api.drive.v1 import SubscribeFileRequest
+from lark_oapi.api.im.v1 import (
+    CreateMessageRequest,
+    CreateMessageRequestBody,
+    GetChatMembersRequest,
+    GetMessageRequest,
+    PatchMessageRequest,
+    PatchMessageRequestBody,
+)
 from lark_oapi.core.cache import LocalCache
 from lark_oapi.core.token.manager import TokenManager
 
+from sandbox.events import (
+    bitable_record_changed_event,
+    card_action_event,
+    message_recalled_event,
+    message_updated_event,
+)
 from sandbox.feishu_bitable import DEFAULT_FIELDS
 from sandbox.feishu_emulator import FeishuEmulator
 
@@ -253,3 +268,169 @@ def test_rate_limit_faults_answer_bitable_codes(emulator: FeishuEmulator, client
     with pytest.raises(ValueError, match="does not apply"):
         emulator.inject_fault("reply", "bitable_rate_limit")
     assert emulator.stats["faults"]["bitable_search"] == {"bitable_rate_limit": 1}
+
+
+# -- drive subscribe, chat members, card PATCH --------------------------------------------------------
+
+
+def test_drive_subscribe_is_recorded(emulator: FeishuEmulator, client: lark.Client) -> None:
+    req = SubscribeFileRequest.builder().file_token(APP).file_type("bitable").build()
+    resp = client.drive.v1.file.subscribe(req)
+    assert resp.code == 0, resp.msg
+    assert json.loads(resp.raw.content) == {"code": 0, "msg": "success", "data": {}}
+    assert client.drive.v1.file.subscribe(req).code == 0
+    assert emulator.subscriptions() == [{"file_token": APP, "file_type": "bitable"}]
+    assert [r["query"] for r in emulator.requests if r["op"] == "drive_subscribe"] == [{"file_type": "bitable"}] * 2
+    bad = SubscribeFileRequest.builder().file_token(APP).file_type("video").build()
+    assert client.drive.v1.file.subscribe(bad).code == 99992402
+
+
+def members(client: lark.Client, chat_id: str, page_size: int | None = None, page_token: str | None = None,
+            id_type: str = "open_id") -> Any:
+    req = GetChatMembersRequest.builder().chat_id(chat_id).member_id_type(id_type)
+    if page_size is not None:
+        req = req.page_size(page_size)
+    if page_token:
+        req = req.page_token(page_token)
+    return client.im.v1.chat_members.get(req.build())
+
+
+def test_chat_members_page_through_people(emulator: FeishuEmulator, client: lark.Client) -> None:
+    people = [f"ou_{i:02d}" for i in range(25)]
+    emulator.add_chat("oc_team", name="研发群", members=people)
+    emulator.add_user("ou_00", "Amy")
+    first = members(client, "oc_team")
+    assert first.code == 0, first.msg
+    assert len(first.data.items) == 20 and first.data.has_more and first.data.member_total == 25
+    amy = first.data.items[0]
+    assert (amy.member_id_type, amy.member_id, amy.name, amy.tenant_key) == ("open_id", "ou_00", "Amy",
+                                                                             "tenant_sandbox")
+    rest = members(client, "oc_team", page_token=first.data.page_token)
+    assert [m.member_id for m in [*first.data.items, *rest.data.items]] == people and not rest.data.has_more
+    assert members(client, "oc_team", page_size=101).code == 99992402
+    assert members(client, "oc_team", id_type="union_id").data.items[0].member_id.startswith("on_")
+    emulator.set_members("oc_team", ["ou_solo"])
+    assert [m.member_id for m in members(client, "oc_team", page_size=100).data.items] == ["ou_solo"]
+    missing = members(client, "oc_unknown")
+    assert (missing.raw.status_code, missing.code) == (400, 232011)
+
+
+def card(title: str, *, shared: bool = True) -> str:
+    body: dict[str, Any] = {"header": {"title": {"tag": "plain_text", "content": title}}, "elements": []}
+    if shared:
+        body["config"] = {"update_multi": True}
+    return json.dumps(body, ensure_ascii=False)
+
+
+def send_card(client: lark.Client, chat_id: str, content: str) -> str:
+    body = CreateMessageRequestBody.builder().receive_id(chat_id).msg_type("interactive").content(content).build()
+    resp = client.im.v1.message.create(CreateMessageRequest.builder().receive_id_type("chat_id")
+                                       .request_body(body).build())
+    assert resp.code == 0, resp.msg
+    return str(resp.data.message_id)
+
+
+def patch(client: lark.Client, message_id: str, content: str) -> Any:
+    body = PatchMessageRequestBody.builder().content(content).build()
+    return client.im.v1.message.patch(PatchMessageRequest.builder().message_id(message_id).request_body(body).build())
+
+
+def test_card_patch_keeps_history_and_needs_update_multi(emulator: FeishuEmulator, client: lark.Client) -> None:
+    emulator.add_chat("oc_team")
+    message_id = send_card(client, "oc_team", card("v1"))
+    resp = patch(client, message_id, card("v2"))
+    assert resp.code == 0, resp.msg
+    assert json.loads(resp.raw.content) == {"code": 0, "msg": "success", "data": {}}
+    assert patch(client, message_id, card("v3", shared=False)).code == 230001  # the new card must stay shared
+    assert patch(client, message_id, card("长" * 11_000)).code == 230025
+    versions = emulator.card_versions(message_id)
+    assert [v["header"]["title"]["content"] for v in versions] == ["v1", "v2"]
+    got = client.im.v1.message.get(GetMessageRequest.builder().message_id(message_id).build())
+    assert json.loads(got.data.items[0].body.content) == versions[-1]
+
+    private = send_card(client, "oc_team", card("私有", shared=False))
+    assert patch(client, private, card("改")).code == 230001  # sent without update_multi: never patchable
+    emulator.add_message("om_user", "oc_team", msg_type="interactive", content=card("用户的"))
+    assert patch(client, "om_user", card("改")).code == 230001
+    assert patch(client, "om_missing", card("改")).code == 231003
+    assert emulator.card_versions(private) == [json.loads(card("私有", shared=False))]
+    assert len(emulator.card_versions(message_id)) == 2
+
+
+def test_control_api_drives_tables_members_and_cards(emulator: FeishuEmulator, client: lark.Client) -> None:
+    base = f"{emulator.url}/_sandbox"
+    fields = requests.post(f"{base}/bitable/tables", json={"app_token": APP, "table_id": "tblSmall",
+                                                           "fields": [["名称", 1], ["数量", 2]]}, timeout=5).json()
+    assert [(f["field_name"], f["type"], f["is_primary"]) for f in fields] == [("名称", 1, True), ("数量", 2, False)]
+    args = {"app_token": APP, "table_id": "tblSmall"}
+    added = requests.post(f"{base}/bitable/records", json={**args, "fields": {"名称": "甲", "数量": 1}}, timeout=5)
+    record_id = added.json()["record_id"]
+    edited = requests.post(f"{base}/bitable/records/edit", timeout=5,
+                           json={**args, "record_id": record_id, "fields": {"数量": 2}})
+    assert edited.json()["fields"] == {"名称": [{"type": "text", "text": "甲"}], "数量": 2}
+    bad = requests.post(f"{base}/bitable/records/edit", timeout=5,
+                        json={**args, "record_id": record_id, "fields": {"数量": "二"}})
+    assert bad.status_code == 400 and "1254061" in bad.json()["msg"]
+    listed = requests.get(f"{base}/bitable/records", params=args, timeout=5).json()
+    assert listed == [{"record_id": record_id, "fields": edited.json()["fields"]}]
+    assert requests.get(f"{base}/bitable/writes", params=args, timeout=5).json() == []
+    assert requests.post(f"{base}/bitable/write_time", json={"seconds": 0}, timeout=5).json() == {"ok": True}
+    assert emulator.bitable.write_time == 0
+    requests.post(f"{base}/members", json={"chat_id": "oc_ctl", "members": ["ou_a", "ou_b"]}, timeout=5)
+    requests.post(f"{base}/users", json={"open_id": "ou_b", "name": "Bob"}, timeout=5)
+    assert [(m.member_id, m.name) for m in members(client, "oc_ctl").data.items] == [("ou_a", ""), ("ou_b", "Bob")]
+    message_id = send_card(client, "oc_ctl", card("v1"))
+    patch(client, message_id, card("v2"))
+    versions = requests.get(f"{base}/card_versions", params={"message_id": message_id}, timeout=5).json()
+    assert [v["header"]["title"]["content"] for v in versions] == ["v1", "v2"]
+    client.drive.v1.file.subscribe(SubscribeFileRequest.builder().file_token(APP).file_type("bitable").build())
+    assert requests.get(f"{base}/subscriptions", timeout=5).json() == [{"file_token": APP, "file_type": "bitable"}]
+    requests.post(f"{base}/reset", timeout=5)
+    assert emulator.subscriptions() == [] and emulator.bitable.apps == {}
+
+
+# -- event builders ------------------------------------------------------------------------------------
+
+
+def test_event_builders_parse_into_the_sdk_models(emulator: FeishuEmulator) -> None:
+    from lark_oapi.api.drive.v1 import P2DriveFileBitableRecordChangedV1
+    from lark_oapi.api.im.v1 import P2ImMessageRecalledV1, P2ImMessageReceiveV1
+    from lark_oapi.event.callback.model.p2_card_action_trigger import P2CardActionTrigger
+
+    def parse(payload: dict[str, Any], model: type) -> Any:
+        return lark.JSON.unmarshal(json.dumps(payload, ensure_ascii=False), model)
+
+    pressed = parse(card_action_event("ou_amy", {"action": "confirm", "item": "IT-1"}, message_id="om_card",
+                                      chat_id="oc_team", event_id="ev-card"), P2CardActionTrigger)
+    assert (pressed.header.event_type, pressed.header.event_id) == ("card.action.trigger", "ev-card")
+    assert pressed.event.operator.open_id == "ou_amy" and pressed.event.operator.union_id.startswith("on_")
+    assert pressed.event.action.value == {"action": "confirm", "item": "IT-1"} and pressed.event.action.tag == "button"
+    assert (pressed.event.context.open_message_id, pressed.event.context.open_chat_id) == ("om_card", "oc_team")
+    assert pressed.event.host == "im_message" and pressed.event.token.startswith("c-")
+
+    emulator.add_user("ou_amy", "Amy")
+    record_id = emulator.add_record(APP, TABLE, {"标题": "问题", "提出人": [{"id": "ou_amy"}]})["record_id"]
+    after = emulator.record_change_values(APP, TABLE, record_id)
+    changed = parse(bitable_record_changed_event(APP, TABLE, record_id, "record_edited", "ou_amy", after=after),
+                    P2DriveFileBitableRecordChangedV1)
+    assert changed.header.event_type == "drive.file.bitable_record_changed_v1"
+    event = changed.event
+    assert (event.file_token, event.file_type, event.table_id, event.operator_id.open_id) == (
+        APP, "bitable", TABLE, "ou_amy")
+    (action,) = event.action_list
+    assert (action.record_id, action.action, action.before_value) == (record_id, "record_edited", [])
+    ids = {f["field_name"]: f["field_id"] for f in emulator.add_table(APP, TABLE)}
+    values = {v.field_id: json.loads(v.field_value) for v in action.after_value}
+    assert values[ids["标题"]] == [{"type": "text", "text": "问题"}] and values[ids["提出人"]][0]["name"] == "Amy"
+    by_id = bitable_record_changed_event(APP, TABLE, record_id, after={ids["首答版本"]: 2})
+    assert by_id["event"]["action_list"][0]["after_value"] == [{"field_id": ids["首答版本"], "field_value": "2"}]
+
+    recalled = parse(message_recalled_event("om_1", "oc_team", recall_type="group_owner"), P2ImMessageRecalledV1)
+    assert (recalled.header.event_type, recalled.event.message_id, recalled.event.recall_type) == (
+        "im.message.recalled_v1", "om_1", "group_owner")
+    edited = message_updated_event(chat_id="oc_team", chat_type="group", text="改过的", message_id="om_2",
+                                   create_time_ms=1_700_000_000_000, update_time_ms=1_700_000_060_000)
+    assert edited["header"]["event_type"] == "im.message.updated_v1"
+    body = parse(edited, P2ImMessageReceiveV1).event.message  # the same body shape as receive_v1
+    assert (body.message_id, body.create_time, body.update_time) == ("om_2", "1700000000000", "1700000060000")
+    assert json.loads(body.content) == {"text": "改过的"}
