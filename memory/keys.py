@@ -200,10 +200,6 @@ class Keys:
         """SET of a chat's member open_ids, cached briefly for cross-chat item references."""
         return f"{self.prefix}:members:{chat_id}"
 
-    def bitable_lock(self, app_token: str, table_id: str) -> str:
-        """One writer at a time per table: Bitable rejects concurrent writes (1254291)."""
-        return f"{self.prefix}:bitable:lock:{app_token}:{table_id}"
-
     @property
     def bitable_status(self) -> str:
         """HASH of the Bitable start-up check (schema, subscription), read by /readyz."""
