@@ -6,23 +6,17 @@ import copy
 import json
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any, TypeVar
+from collections.abc import Callable
+from typing import Any
 
 from flask import Flask, Response, request
 
-from sandbox.faults import Fault, FaultBook, FaultProfile
+from sandbox.faults import Fault, FaultBook
 from sandbox.feishu_bitable import BitableStore
 from sandbox.feishu_control import register_control
-from sandbox.feishu_rules import (
-    FeishuError,
-    Resource,
-    check_ops,
-    error_body,
-    fault_kinds_for,
-    fault_options,
-    make_fault,
-)
+from sandbox.feishu_emulator_controls import OPS, Controls, Hook
+from sandbox.feishu_items_api import ItemsApi, ok
+from sandbox.feishu_rules import FeishuError, Resource, make_fault
 from sandbox.feishu_store import FeishuStore
 from sandbox.server import (
     LoopbackServer,
@@ -32,17 +26,12 @@ from sandbox.server import (
     parse_json_body,
 )
 
-OPS = (
-    "token", "bot_info", "reply", "create", "get", "list", "chat", "resource", "message_patch", "chat_members",
-    "drive_subscribe", "bitable_fields", "bitable_search", "bitable_batch_get", "bitable_create", "bitable_update",
-)
+__all__ = ["OPS", "FeishuEmulator"]
 BITABLE = "/open-apis/bitable/v1/apps/<app_token>/tables/<table_id>"
-T = TypeVar("T")
-Hook = Callable[[dict[str, Any]], object]
 Handler = Callable[[dict[str, Any]], "dict[str, Any] | Response"]
 
 
-class FeishuEmulator(LoopbackServer):
+class FeishuEmulator(Controls, ItemsApi, LoopbackServer):
     """Feishu IM + auth endpoints at the root path, state in memory, driven from Python or /_sandbox/."""
 
     def __init__(
@@ -81,70 +70,6 @@ class FeishuEmulator(LoopbackServer):
             self._requests.clear()
         self.store.chat_qps = None
 
-    def clear_faults(self) -> None:
-        """Drop queued faults and profiles, keeping messages and tokens (an operator fixed the cause)."""
-        self._faults.clear()
-
-    def inject(
-        self, op: str, *, code: int, http_status: int = 400, times: int = 1,
-        headers: dict[str, str] | None = None, msg: str = "",
-    ) -> None:
-        """Make the next `times` calls of `op` fail with this JSON error (code 0 + 5xx → gateway error)."""
-        _check_op(op)
-        self._faults.add(op, Fault(http_status, error_body(code, msg), dict(headers or {}), times))
-
-    def inject_fault(self, op: str, kind: str, *, times: int = 1, **options: float) -> None:
-        """Make the next `times` calls of `op` fail with one fault kind (see feishu_rules.FAULT_KINDS).
-
-        options: reset_seconds (x-ogw-ratelimit-reset), timeout_seconds (how long a timeout holds the
-        response; set it past the client's timeout), gateway_status (5xx for gateway kinds).
-        """
-        _check_op(op)
-        fault_kinds_for(op, {kind: 1.0})
-        self._faults.add(op, make_fault(kind, fault_options(options), times))
-
-    def set_profile(
-        self, ops: str | Iterable[str], rate: float, mix: Mapping[str, float] | None = None, *,
-        seed: int | None = None, **options: float,
-    ) -> None:
-        """Fail a random `rate` of each op's calls with a weighted `mix` of fault kinds.
-
-        Each op draws from its own generator seeded with (seed, op), so a seed replays the same sequence
-        of faults per op. Queued inject/inject_fault faults still come first. Options as inject_fault.
-        """
-        settings = fault_options(options)
-        profiles = {
-            op: FaultProfile(rate, fault_kinds_for(op, mix), None if seed is None else f"{seed}:{op}", **settings)
-            for op in check_ops(ops, OPS)
-        }
-        for op, profile in profiles.items():
-            self._faults.set_profile(op, profile)
-
-    def clear_profile(self, ops: str | Iterable[str] | None = None) -> None:
-        self._faults.clear_profiles(None if ops is None else check_ops(ops, OPS))
-
-    @property
-    def profiles(self) -> dict[str, dict[str, Any]]:
-        return self._faults.profiles()
-
-    def set_delay(self, op: str, seconds: float) -> None:
-        _check_op(op)
-        with self._lock:
-            self._delays[op] = float(seconds)
-
-    def on(self, op: str, callback: Hook, *, when: str = "after") -> None:
-        """Call `callback(record)` on each `op` call.
-
-        when="after": the effect is applied but the response is not sent yet (kill a worker "mid-reply");
-        when="before": before delay, auth and handling. After-hooks also see "status" and "response";
-        with an injected timeout or reset they run before the wait or the reset.
-        """
-        _check_op(op)
-        if when not in ("before", "after"):
-            raise ValueError("when must be 'before' or 'after'")
-        with self._lock:
-            self._hooks.setdefault(op, []).append((when, callback))
-
     def set_chat_qps(self, n: int | None) -> None:
         """Per-chat anti-spam limit (Feishu: 5/s) → 230020; None or 0 turns it off."""
         self.store.chat_qps = n or None
@@ -165,77 +90,6 @@ class FeishuEmulator(LoopbackServer):
         if members is not None:
             self.store.set_members(chat_id, members)
         return chat
-
-    def set_members(self, chat_id: str, open_ids: list[str]) -> None:
-        """Replace a chat's people (auto-adding the chat); the bot is never listed, as in Feishu."""
-        self.store.set_members(chat_id, open_ids)
-
-    def add_user(self, open_id: str, name: str, *, en_name: str = "", email: str = "") -> dict[str, str]:
-        """A directory entry: names in Bitable user cells, chat member lists and with_sender_name."""
-        return self.store.add_user(open_id, name, en_name, email)
-
-    # -- Bitable (acting as the Bitable UI: not API calls, never refused as write conflicts) -------------
-
-    def add_table(
-        self, app_token: str, table_id: str, fields: list[tuple[str, int]] | None = None
-    ) -> list[dict[str, Any]]:
-        """Create a table (and its app) on demand; fields=None → feishu_bitable.DEFAULT_FIELDS. Returns its fields."""
-        table = self.bitable.add_table(app_token, table_id, fields)
-        with self.store.lock:
-            return copy.deepcopy(table.fields)
-
-    def records(self, app_token: str, table_id: str) -> list[dict[str, Any]]:
-        """Every record as {record_id, fields} with cells in the read format, in creation order."""
-        with self.store.lock:
-            table = _ui(lambda: self.bitable.table(app_token, table_id))
-            return [self.bitable.view(table, r) for r in table.records.values()]
-
-    def add_record(self, app_token: str, table_id: str, fields: dict[str, Any], *,
-                   operator_open_id: str = "ou_user") -> dict[str, Any]:
-        """A person adds a row in the UI (fields in the write format); returns {record_id, fields} as read."""
-        return self._ui_write(app_token, table_id, None, fields, operator_open_id)
-
-    def edit_record(self, app_token: str, table_id: str, record_id: str, fields: dict[str, Any], *,
-                    operator_open_id: str = "ou_user") -> dict[str, Any]:
-        """A person edits cells in the UI (partial, write format; None clears a cell); returns the record."""
-        return self._ui_write(app_token, table_id, record_id, fields, operator_open_id)
-
-    def _ui_write(self, app_token: str, table_id: str, record_id: str | None, fields: dict[str, Any],
-                  operator: str) -> dict[str, Any]:
-        with self.store.lock:
-            table = _ui(lambda: self.bitable.table(app_token, table_id))
-            if record_id is not None and record_id not in table.records:
-                raise ValueError(f"1254043: RecordIdNotFound: {record_id}")
-            cells = _ui(lambda: self.bitable.cells(table, fields))
-            return self.bitable.view(table, self.bitable.apply(table, record_id, cells, operator))
-
-    def record_change_values(self, app_token: str, table_id: str, record_id: str) -> list[dict[str, str]]:
-        """A record's cells as drive.file.bitable_record_changed_v1 after_value lists them (field_id, JSON)."""
-        with self.store.lock:
-            table = _ui(lambda: self.bitable.table(app_token, table_id))
-            values = self.bitable.read(table, table.records[record_id])
-            ids = {f["field_name"]: f["field_id"] for f in table.fields}
-            return [{"field_id": ids[name], "field_value": json.dumps(value, ensure_ascii=False)}
-                    for name, value in values.items()]
-
-    def bitable_writes(self, app_token: str, table_id: str) -> list[dict[str, Any]]:
-        """Accepted API writes, in order: {op: create|update, record_id, fields (as sent), client_token, time}."""
-        with self.store.lock:
-            return copy.deepcopy(_ui(lambda: self.bitable.table(app_token, table_id)).writes)
-
-    def set_bitable_write_time(self, seconds: float) -> None:
-        """How long each accepted write keeps its table busy (a concurrent write meanwhile gets 1254291)."""
-        with self.store.lock:
-            self.bitable.write_time = max(float(seconds), 0.0)
-
-    def subscriptions(self) -> list[dict[str, str]]:
-        """drive/v1 file subscriptions: [{file_token, file_type}] in order (repeats recorded once)."""
-        with self.store.lock:
-            return copy.deepcopy(self.store.subscriptions)
-
-    def card_versions(self, message_id: str) -> list[Any]:
-        """A bot card's JSON as sent, then after each accepted PATCH ([] for other messages)."""
-        return self.store.card_versions(message_id)
 
     def add_message(
         self, message_id: str | None, chat_id: str, text: str = "", sender_open_id: str = "ou_user",
@@ -270,72 +124,6 @@ class FeishuEmulator(LoopbackServer):
     ) -> None:
         """Seed the bytes GET /messages/:message_id/resources/:file_key?type=`kind` returns."""
         self.store.add_resource(message_id, file_key, Resource(data, kind, content_type, file_name))
-
-    # -- inspection ---------------------------------------------------------------------------------
-
-    @property
-    def requests(self) -> list[dict[str, Any]]:
-        with self._lock:
-            return copy.deepcopy(self._requests)
-
-    @property
-    def messages(self) -> list[dict[str, Any]]:
-        with self.store.lock:
-            return copy.deepcopy(self.store.messages)
-
-    @property
-    def token_requests(self) -> int:
-        return self.store.token_requests
-
-    @property
-    def dedupe_hits(self) -> int:
-        return self.store.dedupe_hits
-
-    @property
-    def stats(self) -> dict[str, Any]:
-        """Calls per op, faults per op and kind, uuid dedupe hits, 230020 rejections, tokens and sends."""
-        with self.store.lock:
-            store = {
-                "dedupe_hits": self.store.dedupe_hits,
-                "chat_limit_rejections": dict(self.store.chat_limit_rejections),
-                "token_requests": self.store.token_requests,
-                "tokens_revoked": self.store.tokens_revoked,
-                "messages": len(self.store.messages),
-                "bot_messages": len(self.store.bot_sent),
-            }
-        return {**self._faults.counters.snapshot(), **store, "peak_sends_per_second": self.store.peak_sends(1.0)}
-
-    def sends(self, chat_id: str | None = None) -> dict[str, list[float]]:
-        """Per chat, the time.time() of every message the bot sent (dedupe hits excluded), in order."""
-        return self.store.send_log(chat_id)
-
-    def peak_sends(self, window: float = 1.0) -> dict[str, int]:
-        """Per chat, the most bot sends within any `window` seconds: check pacing against Feishu's 5/s."""
-        return self.store.peak_sends(window)
-
-    def bot_messages(self, chat_id: str | None = None, thread_id: str | None = None) -> list[dict[str, Any]]:
-        """Messages the bot sent, in creation order, optionally narrowed to a chat and/or topic."""
-        return self.store.bot_messages(chat_id, thread_id)
-
-    def replies_to(self, message_id: str) -> list[dict[str, Any]]:
-        """The bot's replies to one message, in creation order."""
-        return self.store.replies_to(message_id)
-
-    def feed(self, cursor: int = 0, *, bot_only: bool = True) -> tuple[list[dict[str, Any]], int]:
-        """Messages stored since `cursor` (0 = all) and the cursor for the next call: cheap polling."""
-        return self.store.feed(cursor, bot_only)
-
-    def requests_since(self, cursor: int = 0) -> list[dict[str, Any]]:
-        """Recorded requests from position `cursor` on (the next cursor is cursor + len(result))."""
-        with self._lock:
-            return copy.deepcopy(self._requests[max(cursor, 0):])
-
-    def describe(self) -> str:
-        with self._lock:
-            last = [f"{r['method']} {r['path']}" for r in self._requests[-5:]]
-        with self.store.lock:
-            counts = len(self.store.messages), len(self.store.bot_sent)
-        return f"emulator: {counts[0]} messages ({counts[1]} from the bot); last requests: {last}"
 
     # -- request plumbing ---------------------------------------------------------------------------
 
@@ -420,51 +208,20 @@ class FeishuEmulator(LoopbackServer):
         return {"code": 0, "msg": "ok", "bot": bot}
 
     def _reply(self, record: dict[str, Any]) -> dict[str, Any]:
-        return _ok(self.store.reply(record["params"]["message_id"], record["json"], record["size"]))
+        return ok(self.store.reply(record["params"]["message_id"], record["json"], record["size"]))
 
     def _create(self, record: dict[str, Any]) -> dict[str, Any]:
-        return _ok(self.store.create(record["query"].get("receive_id_type"), record["json"], record["size"]))
+        return ok(self.store.create(record["query"].get("receive_id_type"), record["json"], record["size"]))
 
     def _get(self, record: dict[str, Any]) -> dict[str, Any]:
         with_names = record["query"].get("with_sender_name") == "true"
-        return _ok(self.store.get(record["params"]["message_id"], with_sender_name=with_names))
+        return ok(self.store.get(record["params"]["message_id"], with_sender_name=with_names))
 
     def _list(self, record: dict[str, Any]) -> dict[str, Any]:
-        return _ok(self.store.list(record["query"]))
+        return ok(self.store.list(record["query"]))
 
     def _chat(self, record: dict[str, Any]) -> dict[str, Any]:
-        return _ok(self.store.chat(record["params"]["chat_id"]))
-
-    def _patch(self, record: dict[str, Any]) -> dict[str, Any]:
-        self.store.patch(record["params"]["message_id"], record["json"], record["size"])
-        return _ok({})
-
-    def _members(self, record: dict[str, Any]) -> dict[str, Any]:
-        return _ok(self.store.chat_members(record["params"]["chat_id"], record["query"]))
-
-    def _subscribe(self, record: dict[str, Any]) -> dict[str, Any]:
-        self.store.subscribe(record["params"]["file_token"], record["query"].get("file_type"))
-        return _ok({})
-
-    def _bitable_fields(self, record: dict[str, Any]) -> dict[str, Any]:
-        p = record["params"]
-        return _ok(self.bitable.list_fields(p["app_token"], p["table_id"], record["query"]))
-
-    def _bitable_search(self, record: dict[str, Any]) -> dict[str, Any]:
-        p = record["params"]
-        return _ok(self.bitable.search(p["app_token"], p["table_id"], record["query"], record["json"]))
-
-    def _bitable_batch_get(self, record: dict[str, Any]) -> dict[str, Any]:
-        p = record["params"]
-        return _ok(self.bitable.batch_get(p["app_token"], p["table_id"], record["json"]))
-
-    def _bitable_create(self, record: dict[str, Any]) -> dict[str, Any]:
-        p = record["params"]
-        return _ok(self.bitable.create(p["app_token"], p["table_id"], record["query"], record["json"]))
-
-    def _bitable_update(self, record: dict[str, Any]) -> dict[str, Any]:
-        p = record["params"]
-        return _ok(self.bitable.update(p["app_token"], p["table_id"], p["record_id"], record["json"]))
+        return ok(self.store.chat(record["params"]["chat_id"]))
 
     def _resource(self, record: dict[str, Any]) -> Response:
         """The resource's bytes with its Content-Type (feishu.md §3.1; errors stay JSON)."""
@@ -476,27 +233,12 @@ class FeishuEmulator(LoopbackServer):
         return resp
 
 
-def _ok(data: dict[str, Any]) -> dict[str, Any]:
-    return {"code": 0, "msg": "success", "data": data}
-
-
 def _bind(serve: Callable[..., Response], op: str, handler: Handler) -> Callable[..., Response]:
     def view(**_: Any) -> Response:
         return serve(op, handler)
 
     return view
 
-
-def _ui(action: Callable[[], T]) -> T:
-    """Python/control API calls report Feishu refusals as ValueError (the control API answers them 400)."""
-    try:
-        return action()
-    except FeishuError as exc:
-        raise ValueError(str(exc)) from None
-
-
-def _check_op(op: str) -> None:
-    check_ops(op, OPS)
 
 
 def _render_http_error(status: int, message: str) -> tuple[dict[str, Any], int]:
