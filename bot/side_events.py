@@ -187,10 +187,3 @@ class SideEvents:
         ctx.update(message_id=inbound.message_id, outcome="edited")
         return None
 
-
-def withdrawn(state: redis.Redis, keys: Keys, chat_id: str, message_ids: list[str]) -> dict[str, dict[str, Any]]:
-    """message id → {"recalled": True} or {"text": newest edit} for those of `message_ids` that changed."""
-    if not message_ids or not chat_id:
-        return {}
-    values = state.hmget(keys.withdrawn(chat_id), message_ids)
-    return {m: json.loads(v) for m, v in zip(message_ids, values, strict=True) if v}

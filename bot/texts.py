@@ -75,6 +75,10 @@ TEXTS = {
         "zh": "（首答分析仍在进行中，以上不含它的结论）",
         "en": "(The first-answer analysis is still in progress; the above does not include its findings)",
     },
+    "item_footer_failed": {
+        "zh": "（首答分析失败了，以上不含它的结论）",
+        "en": "(The first-answer analysis failed; the above does not include its findings)",
+    },
     "approval_refused": {
         "zh": "抱歉，只有这条记录的负责人、提出人或管理员可以审批这项修改。",
         "en": "Sorry, only the record's owner, its reporter or an admin can decide on this change.",

@@ -22,7 +22,7 @@ from bot.cards import STATUS_ZH, answer_card
 from bot.errors import Permanent
 from jobs.outbox import LeaseLost
 from jobs.runtime import Runtime
-from jobs.thread import list_page, sender_of, text_of
+from jobs.thread import Page, get_message, list_page, sender_of, text_of
 from memory.context import system_blocks
 
 log = logging.getLogger(__name__)
@@ -49,7 +49,12 @@ def title_of(text: str) -> str:
 
 def materials(rt: Runtime, item: Item) -> tuple[str, list[str], str]:
     """(the topic's messages as data, their ids, the root message's text)."""
-    page = list_page(rt.feishu, item.thread_id, page_size=MATERIAL_MESSAGES) if item.thread_id else None
+    try:
+        page = list_page(rt.feishu, item.thread_id, page_size=MATERIAL_MESSAGES) if item.thread_id else None
+    except Permanent as exc:  # the topic cannot be listed (e.g. history hidden): analyse its root alone
+        log.warning("topic not readable for the analysis", extra={"reason": item.item_id, "error": str(exc)})
+        root = get_message(rt.feishu, item.root_id) if item.root_id else None
+        page = Page(items=[root] if root else [], next_token=None, has_more=False)
     parts, ids, root_text, used = [], [], "", 0
     for m in (page.items if page else []):
         if m.get("deleted") or (m.get("sender") or {}).get("sender_type") == "app":

@@ -144,6 +144,10 @@ def record_changed(rt: Runtime, rk: str, record_id: str, fence: Callable[[], boo
     if owner and owner.thread_id and owner.thread_id != thread_id:
         log.warning("record moved to another topic: kept on its first", extra={"route_key": rk, "reason": thread_id})
         return "conflict"
+    if owner and owner.thread_id == thread_id:  # already linked (our own writes come back as edits too)
+        if owner.analysis in ("", "queued"):
+            request_analysis(rt, owner)
+        return "known"
     root = _thread_root(rt, thread_id)
     if root is None:
         log.warning("record names a topic the bot cannot read", extra={"route_key": rk, "reason": thread_id})

@@ -25,6 +25,7 @@ from jobs.outbox import BATCH_CACHE_TTL_S, LeaseLost
 from jobs.runtime import Runtime
 from jobs.session_turn import Superseded
 from memory import budget as bud
+from memory import withdrawn
 from memory.compress import (
     COMPRESSION_SYSTEM,
     compression_request,
@@ -88,6 +89,7 @@ def load(r: redis.Redis, keys: Keys, rk: str, sid: str, b: bud.Budget | None = N
         more_raw, dicts = _turns(more)
         used += sum(b.cost(d["text"]) for d in dicts) if b else 0
         raw, parsed = more_raw + raw, dicts + parsed
+    withdrawn.apply_to_entries(r, keys, rk, parsed)  # recalled messages withdrawn, edits at their newest
     turns = [Entry(role=d["role"], text=d["text"]) for d in parsed]
     return Loaded(summary, turns, raw, complete=len(raw) >= body_len)
 

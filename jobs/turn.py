@@ -15,7 +15,7 @@ from jobs import approvals, item_context, recall, rotation, shutdown
 from jobs.batch_content import batch_content
 from jobs.outbox import BATCH_CACHE_TTL_S, LeaseLost
 from jobs.runtime import Runtime
-from memory import notes, related
+from memory import notes, related, withdrawn
 from memory.context import Entry, estimate_tokens, format_batch, system_blocks
 from memory.sessions import entry
 
@@ -97,12 +97,18 @@ def _related(rt: Runtime, kind: str, batch: Sequence[Inbound]) -> str:
         return ""
     last = batch[-1]
     before = int(last.create_time) / 1000 if last.create_time and last.create_time.isdigit() else None
-    return related.block(related.recent(rt.state, rt.keys, last.chat_id, before=before), estimate_tokens)
+    items = withdrawn.apply_to_related(rt.state, rt.keys, last.chat_id,
+                                       related.recent(rt.state, rt.keys, last.chat_id, before=before))
+    return related.block(items, estimate_tokens)
 
 
 def run_turn(rt: Runtime, route_key: str, kind: str, batch: Sequence[Inbound], batch_id: str,
              fence: Callable[[], bool], session_id: str, owner: tuple[str, int] | None = None) -> TurnResult:
     """`owner`: the run's execution id and generation (they fence a rotation's write)."""
+    batch = withdrawn.apply_to_batch(rt.state, rt.keys, batch)  # recalled before we got to them: not answered
+    if not batch:
+        return TurnResult(reply_ids=[], entries=[], completion=Completion(text="", input_tokens=0, output_tokens=0,
+                                                                          cache_read_tokens=0, stop_reason=None))
     content = batch_content(rt, batch)  # forwarded bundles, images, files: fetched by the worker
     batch_text = format_batch(batch, content.bodies)
     # Related discussion goes into this request only; the session log keeps just the batch.

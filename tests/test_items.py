@@ -390,3 +390,23 @@ def test_a_wrong_field_name_is_named_in_readyz_and_pauses_item_work(rig, feishu,
         feishu.subscriptions()
     ok = Runtime(settings_from({**wrong, "BITABLE_FIELD_OWNER": "负责人"}), own["REDIS_URL"])
     table_check.probe(ok)  # the sweeper's probe passes once the config is fixed
+
+
+# -- an analysis that keeps failing: the card and the record say so; follow-ups never show findings ----------
+
+def test_an_analysis_that_gives_up_marks_the_card_and_record_failed(rig, feishu, claude, r) -> None:
+    web, keys, _ = rig
+    claude.fail_when("DOOMED-7731", 500, "api_error")
+    try:
+        chat, thread, root, item = open_topic(web, feishu, r, keys, text="DOOMED-7731 上传图片报错", wait_done=False)
+        items = Items(r, keys)
+        wait_for(lambda: (items.get(item.item_id) or item).analysis == "failed", 60, what="the analysis giving up")
+    finally:
+        claude.clear_fail_when("DOOMED-7731")
+    item = items.get(item.item_id)
+    assert [v.status for v in items.versions(item.item_id)] == ["placeholder", "failed"]
+    assert "分析失败" in footer_of(feishu.card_versions(item.answer_message_id)[-1])
+    record = records_of(feishu, item.item_id)[0]["fields"]
+    assert record["首答状态"] == "分析失败" and record["首答版本"] == 2
+    _, reply = follow_up(web, feishu, chat, thread, root, "那现在怎么办？")
+    assert "首答分析失败" in reply_text(reply)
