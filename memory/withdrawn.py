@@ -17,6 +17,7 @@ from bot.envelope import Inbound
 from memory.keys import Keys
 
 RECALLED_TEXT = "[该消息已被撤回，内容作废]"
+ANSWER_WITHDRAWN = "[这条回答所答的消息已被撤回，回答一并作废]"
 EDITED_MARK = "（已编辑）"
 # One message element of a logged batch (memory/context.format_batch): its attributes and escaped body.
 _ELEMENT = re.compile(r'(<message [^>]*message_id="([^"]+)"[^>]*>\n)(.*?)(\n</message>)', re.DOTALL)
@@ -58,9 +59,16 @@ def apply_to_entries(r: redis.Redis, keys: Keys, route_key: str, entries: list[d
     changed = notes(r, keys, chat_of(route_key), ids)
     if not changed:
         return
+    gone: set[str] = set()  # batches whose every message was recalled: their answers go too
     for e in entries:
-        if e.get("role") == "user" and set(e.get("message_ids") or []) & changed.keys():
+        mids = set(e.get("message_ids") or [])
+        if e.get("role") == "user" and mids & changed.keys():
             e["text"] = rewrite(str(e.get("text", "")), changed)
+            if all(changed.get(m, {}).get("recalled") for m in mids) and e.get("batch_id"):
+                gone.add(str(e["batch_id"]))
+    for e in entries:
+        if e.get("role") == "assistant" and e.get("batch_id") in gone:
+            e["text"] = ANSWER_WITHDRAWN
 
 
 def apply_to_batch(r: redis.Redis, keys: Keys, batch: Sequence[Inbound]) -> list[Inbound]:

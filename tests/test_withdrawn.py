@@ -9,7 +9,7 @@ from typing import Any
 
 from bot.envelope import Inbound
 from memory.context import format_batch
-from memory.withdrawn import EDITED_MARK, RECALLED_TEXT, rewrite
+from memory.withdrawn import ANSWER_WITHDRAWN, EDITED_MARK, RECALLED_TEXT, rewrite
 from sandbox.events import message_recalled_event, message_updated_event
 from tests.harness import (
     APP_ID,
@@ -47,8 +47,11 @@ def test_later_turns_use_the_newest_edit_and_withdraw_recalled_messages(service,
     assert service.post(recall).status_code == 200
     _ask(service, feishu, r, keys, chat, "再说一遍分支是哪个？")
     request = _last_request(claude, "再说一遍分支")
-    assert f"release-4{EDITED_MARK}" in request and "release-3" not in request
-    assert "hunter2-xyz" not in request and RECALLED_TEXT in request
+    asked = json.loads(request)
+    users = " ".join(m["content"] for m in asked if m["role"] == "user")
+    assert f"release-4{EDITED_MARK}" in users and "release-3" not in users
+    # a recalled message is withdrawn, and so is the answer that quoted it
+    assert "hunter2-xyz" not in request and RECALLED_TEXT in request and ANSWER_WITHDRAWN in request
 
 
 def test_an_older_edit_delivered_late_never_replaces_a_newer_one(service, feishu, claude, r, keys) -> None:
