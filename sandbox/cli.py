@@ -1,9 +1,8 @@
-"""`python -m sandbox serve|say`: run the local emulators, or talk to the running bot as a Feishu user."""
+"""`python -m sandbox serve|say|…`: run the local emulators, or talk to the running bot as a Feishu user."""
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import sys
@@ -13,11 +12,23 @@ from typing import Any
 import requests
 
 from bot.settings import Settings, load_settings
+from sandbox import cli_items, cli_records
 from sandbox.claude_standin import ClaudeStandin
-from sandbox.events import mention, message_event, signed_request
+from sandbox.cli_wire import (
+    HTTP_TIMEOUT,
+    SANDBOX_APP_TOKEN,
+    SANDBOX_TABLE_ID,
+    bot_open_id,
+    emulator_settings,
+    events_url,
+    message_text,
+    post_event,
+    table_ids,
+)
+from sandbox.events import mention, message_event
 from sandbox.feishu_emulator import FeishuEmulator
 
-HTTP_TIMEOUT = 10.0
+SANDBOX_USERS = {"ou_sandbox_user": "沙盒用户", "ou_sandbox_owner": "沙盒负责人"}
 SETTLE_SECONDS = 1.0  # after the first reply, wait this long for further chunks of a long answer
 
 
@@ -56,12 +67,14 @@ def serve(_: argparse.Namespace) -> int:
         port=settings.sandbox_feishu_port,
     )
     claude = ClaudeStandin(port=settings.sandbox_model_port)
+    _seed_items(feishu, settings)  # before it listens: the sweeper's table check never sees a missing table
     feishu.start()  # a busy port makes werkzeug print the reason and exit(1)
     claude.start()
     print(f"sandbox: Feishu emulator at {feishu.url} (app_id {settings.app_id}, bot {feishu.bot_open_id})")
     print(f"sandbox: Claude stand-in at {claude.url}")
     python = os.path.relpath(sys.executable) if sys.executable.startswith(os.getcwd()) else sys.executable
     print(f'sandbox: try  {python} -m sandbox say "你好"   (or --group, --thread omt_demo)', flush=True)
+    _print_items_hint(settings, python)
     try:
         _wait_for_signal()
     finally:
@@ -70,34 +83,22 @@ def serve(_: argparse.Namespace) -> int:
     return 0
 
 
-def _bot_open_id(base: str, settings: Settings) -> str:
-    """Ask the emulator who the bot is, as the service would; fall back to the emulator default."""
-    creds = {"app_id": settings.app_id, "app_secret": settings.secret("feishu_app_secret")}
-    try:
-        token = requests.post(
-            f"{base}/open-apis/auth/v3/tenant_access_token/internal", json=creds, timeout=HTTP_TIMEOUT
-        ).json()["tenant_access_token"]
-        auth = {"Authorization": f"Bearer {token}"}
-        info = requests.get(f"{base}/open-apis/bot/v3/info", headers=auth, timeout=HTTP_TIMEOUT).json()
-        return str(info["bot"]["open_id"])
-    except (requests.RequestException, ValueError, KeyError):
-        return "ou_bot"
+def _seed_items(feishu: FeishuEmulator, settings: Settings) -> None:
+    """The sandbox table (fixed ids, and the configured ones if they differ) and named sandbox users."""
+    for app, table in {(SANDBOX_APP_TOKEN, SANDBOX_TABLE_ID), table_ids(settings)}:
+        feishu.add_table(app, table)
+    for open_id, name in SANDBOX_USERS.items():
+        feishu.add_user(open_id, name)
 
 
-def message_text(message: dict[str, Any]) -> str:
-    """Readable text of a sent message: text as is, post flattened, anything else as raw JSON."""
-    raw = message.get("body", {}).get("content", "")
-    try:
-        content = json.loads(raw)
-    except ValueError:
-        return raw
-    if message.get("msg_type") == "text" and isinstance(content, dict):
-        return str(content.get("text", ""))
-    if message.get("msg_type") == "post" and isinstance(content, dict):
-        post: dict[str, Any] = next(iter(content.values()), {})
-        lines = [" ".join(str(el.get("text", "")) for el in para) for para in post.get("content", [])]
-        return "\n".join(filter(None, [post.get("title", ""), *lines]))
-    return raw
+def _print_items_hint(settings: Settings, python: str) -> None:
+    app, table = table_ids(settings)
+    if not settings.items_enabled:
+        print(f"sandbox: items are off; try them with  BITABLE_APP_TOKEN={SANDBOX_APP_TOKEN} "
+              f"BITABLE_TABLE_ID={SANDBOX_TABLE_ID} make run", flush=True)
+        return
+    print(f"sandbox: items on, Bitable table {app}/{table}; try  {python} -m sandbox topic \"报表导出一直是空的\"  "
+          f"(then reply-topic, click, records, edit-record)", flush=True)
 
 
 def _register(base: str, args: argparse.Namespace, chat_id: str, text: str) -> dict[str, Any]:
@@ -132,15 +133,14 @@ def _await_replies(base: str, message: dict[str, Any], wait: float) -> list[dict
 
 
 def say(args: argparse.Namespace) -> int:
-    settings = load_settings()
-    if not settings.sandbox:
-        print("say needs the sandbox emulator; FEISHU_APP_ID is set (real Feishu).", file=sys.stderr)
+    settings = emulator_settings("say")
+    if settings is None:
         return 2
     base = settings.feishu_domain
     chat_id = args.chat or ("oc_sandbox_group" if args.group else "oc_sandbox_p2p")
     text, mentions = args.text, []
     if args.group:  # in groups the bot only hears @mentions
-        text, mentions = f"@_user_1 {args.text}", [mention(_bot_open_id(base, settings), "助手")]
+        text, mentions = f"@_user_1 {args.text}", [mention(bot_open_id(base, settings), "助手")]
     try:
         message = _register(base, args, chat_id, text)
     except requests.RequestException as exc:
@@ -153,11 +153,9 @@ def say(args: argparse.Namespace) -> int:
         create_time_ms=int(message["create_time"]), token=settings.secret("feishu_verification_token"),
         app_id=settings.app_id,
     )
-    key = settings.secret("feishu_encrypt_key")
-    body, headers = signed_request(event, encrypt_key=key, encrypt=bool(key))
-    url = args.url or f"http://127.0.0.1:{settings.port}/feishu/events"
+    url = events_url(settings, args.url)
     try:
-        status = requests.post(url, data=body, headers=headers, timeout=HTTP_TIMEOUT).status_code
+        status = post_event(settings, event, url).status_code
     except requests.RequestException as exc:
         print(f"POST {url} failed: {exc}")
         return 1
@@ -183,6 +181,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--url", default=None, help="webhook URL (default http://127.0.0.1:$PORT/feishu/events)")
     p.add_argument("--wait", type=float, default=30.0, help="seconds to wait for the reply")
     p.set_defaults(func=say)
+    cli_items.add_commands(sub)
+    cli_records.add_commands(sub)
     return parser
 
 

@@ -188,7 +188,10 @@ def register_control(app: Flask, emu: FeishuEmulator) -> None:
         ("/_sandbox/card_versions", "GET", lambda: emu.card_versions(request.args["message_id"])),
         ("/_sandbox/subscriptions", "GET", emu.subscriptions),
         ("/_sandbox/bitable/tables", "POST", add_table),
+        ("/_sandbox/bitable/fields", "GET", lambda: emu.table_fields(*table_args())),
         ("/_sandbox/bitable/records", "GET", lambda: emu.records(*table_args())),
+        ("/_sandbox/bitable/change_values", "GET", lambda: emu.record_change_values(
+            *table_args(), request.args["record_id"])),
         ("/_sandbox/bitable/records", "POST", add_record),
         ("/_sandbox/bitable/records/edit", "POST", edit_record),
         ("/_sandbox/bitable/writes", "GET", lambda: emu.bitable_writes(*table_args())),

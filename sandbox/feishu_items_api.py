@@ -41,6 +41,11 @@ class ItemsApi:
         with self.store.lock:
             return copy.deepcopy(table.fields)
 
+    def table_fields(self, app_token: str, table_id: str) -> list[dict[str, Any]]:
+        """A table's fields as GET fields lists them (field_id, field_name, type, …), in order."""
+        with self.store.lock:
+            return copy.deepcopy(_ui(lambda: self.bitable.table(app_token, table_id)).fields)
+
     def records(self, app_token: str, table_id: str) -> list[dict[str, Any]]:
         """Every record as {record_id, fields} with cells in the read format, in creation order."""
         with self.store.lock:
