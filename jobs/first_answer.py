@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import html
 import logging
+import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -42,8 +43,12 @@ FULL_TASK = ("Write the FULL ANALYSIS: symptoms, likely causes ranked, what to c
              "or workaround, and what information is still missing. Use short sections.")
 
 
+LEADING_MENTIONS = re.compile(r"^(?:@\S+\s+)+")
+
+
 def title_of(text: str) -> str:
-    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    """The report's first line, without the @mentions it starts with."""
+    line = next((LEADING_MENTIONS.sub("", ln.strip()) for ln in text.splitlines() if ln.strip()), "")
     return line if len(line) <= TITLE_CHARS else line[:TITLE_CHARS - 1] + "…"
 
 

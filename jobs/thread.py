@@ -84,7 +84,7 @@ def text_of(item: dict[str, Any]) -> str:
     if not isinstance(content, dict):
         return raw
     if kind == "text":
-        return str(content.get("text") or "")
+        return _named(str(content.get("text") or ""), item)
     if kind == "post":
         if "content" not in content:  # locale-wrapped ({"zh_cn": {...}}): take the first locale
             content = next((v for v in content.values() if isinstance(v, dict)), {})
@@ -93,6 +93,14 @@ def text_of(item: dict[str, Any]) -> str:
                  for para in content.get("content") or [] if isinstance(para, list)]
         return "\n".join([str(content.get("title") or ""), *lines]).strip()
     return f"[{kind}]"
+
+
+def _named(text: str, item: dict[str, Any]) -> str:
+    """`@_user_1` keys as `@Name` (list/get carry the names in `mentions`, as events do)."""
+    for m in item.get("mentions") or []:
+        if isinstance(m, dict) and m.get("key") and m.get("name"):
+            text = text.replace(str(m["key"]), f"@{m['name']}")
+    return text
 
 
 def sender_of(item: dict[str, Any]) -> str:

@@ -95,13 +95,15 @@ class FeishuEmulator(Controls, ItemsApi, LoopbackServer):
         self, message_id: str | None, chat_id: str, text: str = "", sender_open_id: str = "ou_user",
         thread_id: str | None = None, root_id: str | None = None, parent_id: str | None = None,
         msg_type: str = "text", content: str | None = None, *, chat_mode: str = "group",
+        mentions: list[dict[str, Any]] | None = None,
     ) -> dict[str, Any]:
-        """Register a user message (auto-adding the chat as `chat_mode`) so the bot can reply to it."""
+        """Register a user message (auto-adding the chat as `chat_mode`) so the bot can reply to it.
+        `mentions` as the event carries them; GET/list show them in their own shape."""
         if content is None:
             content = json.dumps({"text": text}, ensure_ascii=False)
         return self.store.add_user_message(
             message_id, chat_id, content=content, sender_open_id=sender_open_id, msg_type=msg_type,
-            thread_id=thread_id, root_id=root_id, parent_id=parent_id, chat_mode=chat_mode,
+            thread_id=thread_id, root_id=root_id, parent_id=parent_id, chat_mode=chat_mode, mentions=mentions,
         )
 
     def add_forward(

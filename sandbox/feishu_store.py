@@ -160,8 +160,9 @@ class FeishuStore(CardsAndPeople, MessageReads):
     def add_user_message(
         self, message_id: str | None, chat_id: str, *, content: str, sender_open_id: str,
         msg_type: str = "text", thread_id: str | None = None, root_id: str | None = None,
-        parent_id: str | None = None, chat_mode: str = "group",
+        parent_id: str | None = None, chat_mode: str = "group", mentions: list[dict[str, Any]] | None = None,
     ) -> dict[str, Any]:
+        """`mentions` in the event's shape; list/get show them as Feishu does (`id` a string open_id)."""
         with self.lock:
             if message_id and message_id in self.by_id:
                 return copy.deepcopy(self.by_id[message_id])  # registering twice is harmless
@@ -178,6 +179,7 @@ class FeishuStore(CardsAndPeople, MessageReads):
                 chat_id, sender, msg_type, content, message_id,
                 root_id=root_id, parent_id=parent_id or root_id, thread_id=thread_id,
             )
+            msg["mentions"] = [_listed_mention(m) for m in mentions or []]
             return copy.deepcopy(msg)
 
     def _bot_sender(self) -> dict[str, Any]:
@@ -258,3 +260,10 @@ class FeishuStore(CardsAndPeople, MessageReads):
             self.add_chat(chat_id, chat_mode="p2p")
             self.p2p_by_user[receive_id] = chat_id
         return self.p2p_by_user[receive_id]
+
+
+def _listed_mention(m: dict[str, Any]) -> dict[str, Any]:
+    """An event mention ({key, id: {open_id…}, name}) as list/get return it ({key, id: "ou_…", id_type, name})."""
+    ids = m.get("id") if isinstance(m.get("id"), dict) else {}
+    return {"key": m.get("key", ""), "id": ids.get("open_id", ""), "id_type": "open_id", "name": m.get("name", ""),
+            "tenant_key": TENANT_KEY}

@@ -254,7 +254,7 @@ def deliver(service: WebServer, feishu: Any, *, expect: int = 200, **kw: Any) ->
     feishu.add_message(m["message_id"], m["chat_id"], sender_open_id=kw.get("sender_open_id", "ou_user"),
                        thread_id=m.get("thread_id"), root_id=m.get("root_id"), parent_id=m.get("parent_id"),
                        msg_type=m["message_type"], content=m["content"],
-                       chat_mode="p2p" if m["chat_type"] == "p2p" else "group")
+                       chat_mode="p2p" if m["chat_type"] == "p2p" else "group", mentions=m.get("mentions"))
     resp = service.post(envelope)
     assert resp.status_code == expect, resp.text
     return envelope

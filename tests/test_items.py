@@ -42,7 +42,7 @@ from tests.test_rotation import filler
 TOKEN = "items-admin-token"
 APP, TABLE = "bascnItemsApp01", "tblItems01"
 AT_BOT = [mention(BOT_OPEN_ID, "助手")]
-REPORT = "报表导出 rpt-7781 一直是空的\n从昨天 18:00 开始，三个客户都受影响。"
+REPORT = "@_user_1 报表导出 rpt-7781 一直是空的\n从昨天 18:00 开始，三个客户都受影响。"  # as Feishu sends it
 BUDGET, RESERVE = 2600, 256
 
 
@@ -113,11 +113,12 @@ def follow_up(web: WebServer, feishu: Any, chat: str, thread: str, root: str, te
 
 def test_a_topic_report_becomes_one_record_and_a_first_answer_in_three_versions(rig, feishu, r) -> None:
     web, keys, _ = rig
-    chat, thread, root, item = open_topic(web, feishu, r, keys)
+    chat, thread, _root, item = open_topic(web, feishu, r, keys)
     records = records_of(feishu, item.item_id)
     assert len(records) == 1 and item.record_id == records[0]["record_id"]
     fields = records[0]["fields"]
     assert _text(fields["标题"]) == "报表导出 rpt-7781 一直是空的" and "三个客户" in _text(fields["描述"])
+    assert "@_user_1" not in json.dumps(fields, ensure_ascii=False)
     assert [u["id"] for u in fields["提出人"]] == ["ou_reporter"] and thread in json.dumps(fields["话题链接"])
     assert fields["首答版本"] == 3 and fields["首答状态"] == "完整分析" and fields["首答链接"]
     cards = [m for m in feishu.bot_messages(chat) if m["msg_type"] == "interactive"]
@@ -151,6 +152,13 @@ def test_a_redelivered_report_makes_no_second_item_record_or_card(rig, feishu, r
     wait_route_idle(r, keys, topic_rk(keys, chat, thread))
     assert len(records_of(feishu, item.item_id)) == 1 and len(feishu.records(APP, TABLE)) == 1
     assert len([m for m in feishu.bot_messages(chat) if m["msg_type"] == "interactive"]) == 1
+    # `/登记` in a topic that already is an item: told so, nothing new
+    cmd = deliver(web, feishu, chat_id=chat, chat_type="group", thread_id=thread, root_id=message_id(env),
+                  text="/登记", mentions=AT_BOT, sender_open_id="ou_other")
+    reply = wait_for(lambda: feishu.replies_to(message_id(cmd)), 30)[0]
+    assert item.item_id in reply_text(reply) and "不用重复登记" in reply_text(reply)
+    wait_route_idle(r, keys, topic_rk(keys, chat, thread))
+    assert items.by_thread(thread).item_id == item.item_id and len(feishu.records(APP, TABLE)) == 1
 
 
 # -- 2. follow-ups read the record fresh and name the version; a placeholder is never findings ------------
@@ -271,7 +279,7 @@ def test_item_link_links_an_existing_record_to_the_topic(rig, feishu, r) -> None
 
 def test_a_reference_from_another_chat_needs_membership_of_the_origin_chat(rig, feishu, claude, r) -> None:
     web, keys, _ = rig
-    chat, thread, root, item = open_topic(web, feishu, r, keys, text="支付回调丢单 PAY-553 机密细节：商户号 889900")
+    chat, _thread, _root, item = open_topic(web, feishu, r, keys, text="支付回调丢单 PAY-553 机密细节：商户号 889900")
     feishu.set_members(chat, ["ou_reporter", "ou_member"])
     elsewhere = unique("oc_other")
     link = f"https://x.feishu.cn/base/{APP}?table={TABLE}&record={item.record_id}"
@@ -326,7 +334,8 @@ def test_an_approval_writes_once_strangers_and_rejections_write_nothing(rig, fei
     _click(web, "ou_stranger", buttons["approve"], card["message_id"], chat)
     wait_for(lambda: feishu.replies_to(card["message_id"]), 30, what="the polite refusal")
     wait_route_idle(r, keys, rk)
-    assert _status_writes(feishu, item.record_id) == [] and "抱歉" in reply_text(feishu.replies_to(card["message_id"])[0])
+    assert _status_writes(feishu, item.record_id) == []
+    assert "抱歉" in reply_text(feishu.replies_to(card["message_id"])[0])
     first = _click(web, "ou_reporter", buttons["approve"], card["message_id"], chat)
     assert web.post(first).status_code == 200  # the same callback delivered again
     _click(web, "ou_reporter", buttons["approve"], card["message_id"], chat)  # and a double click
