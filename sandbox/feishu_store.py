@@ -264,6 +264,7 @@ class FeishuStore(CardsAndPeople, MessageReads):
 
 def _listed_mention(m: dict[str, Any]) -> dict[str, Any]:
     """An event mention ({key, id: {open_id…}, name}) as list/get return it ({key, id: "ou_…", id_type, name})."""
-    ids = m.get("id") if isinstance(m.get("id"), dict) else {}
+    raw = m.get("id")
+    ids: dict[str, Any] = raw if isinstance(raw, dict) else {}
     return {"key": m.get("key", ""), "id": ids.get("open_id", ""), "id_type": "open_id", "name": m.get("name", ""),
             "tenant_key": TENANT_KEY}
