@@ -53,19 +53,18 @@ def own_item(rt: Runtime, kind: str, batch: Sequence[Inbound]) -> Item | None:
     return rt.items.by_thread(thread) if thread else None
 
 
-def referenced(rt: Runtime, batch: Sequence[Inbound], own: Item | None) -> list[Item]:
+def referenced(rt: Runtime, batch: Sequence[Inbound], own: Item | None) -> list[tuple[Item, set[str]]]:
+    """Items the batch names by id or record link (not the route's own), each with the senders naming it."""
     s = rt.settings
-    text = "\n".join(m.text for m in batch)
-    found: dict[str, Item] = {}
-    for iid in item_ids(text):
-        item = rt.items.get(iid)
-        if item:
-            found[item.item_id] = item
-    for rid in record_ids(text, s.bitable_app_token or "", s.bitable_table_id or ""):
-        item = rt.items.by_record(rid)
-        if item:
-            found[item.item_id] = item
-    return [i for i in found.values() if own is None or i.item_id != own.item_id]
+    found: dict[str, tuple[Item, set[str]]] = {}
+    for m in batch:
+        named = [rt.items.get(iid) for iid in item_ids(m.text)]
+        named += [rt.items.by_record(rid) for rid in record_ids(m.text, s.bitable_app_token or "",
+                                                                 s.bitable_table_id or "")]
+        for item in named:
+            if item and (own is None or item.item_id != own.item_id):
+                found.setdefault(item.item_id, (item, set()))[1].add(m.sender_id)
+    return list(found.values())
 
 
 def is_member(rt: Runtime, chat_id: str, open_id: str) -> bool:
@@ -88,11 +87,12 @@ def build(rt: Runtime, kind: str, batch: Sequence[Inbound]) -> ItemContext:
         return ctx
     own = own_item(rt, kind, batch)
     ctx.item = own
-    sender, here = batch[-1].sender_id, batch[-1].chat_id
+    here = batch[-1].chat_id
     allowed = [own] if own else []
     refused = False
-    for item in referenced(rt, batch, own):
-        if item.chat_id == here or is_member(rt, item.chat_id, sender):
+    for item, senders in referenced(rt, batch, own):
+        # everyone who named it must be a member of its origin chat (the reply answers them all)
+        if item.chat_id == here or all(is_member(rt, item.chat_id, sender) for sender in senders):
             allowed.append(item)
         else:
             refused = True

@@ -20,6 +20,7 @@ import requests
 
 from bitable.index import Items
 from bot.cards import footer_of
+from bot.settings import ChatOverride
 from memory.keys import Keys
 from sandbox.events import bitable_record_changed_event, card_action_event, mention
 from tests.harness import (
@@ -44,6 +45,7 @@ APP, TABLE = "bascnItemsApp01", "tblItems01"
 AT_BOT = [mention(BOT_OPEN_ID, "助手")]
 REPORT = "@_user_1 报表导出 rpt-7781 一直是空的\n从昨天 18:00 开始，三个客户都受影响。"  # as Feishu sends it
 BUDGET, RESERVE = 2600, 256
+SHARED = "oc_items_shared_refs"  # a group whose members share one route (ROUTING_CHAT_OVERRIDES)
 
 
 @pytest.fixture(scope="module")
@@ -52,8 +54,10 @@ def rig(env: dict[str, str], workdir: Path, r: redis.Redis) -> Iterator[tuple[We
     own = {**env, "BOT_PROFILE": profile, "WORKER_CONCURRENCY": "3", "ADMIN_TOKEN": TOKEN,
            "BITABLE_APP_TOKEN": APP, "BITABLE_TABLE_ID": TABLE, "ITEM_ADMINS": "ou_admin",
            "ITEM_MEMBER_CACHE_SECONDS": "60", "CONTEXT_BUDGET_TOKENS": str(BUDGET),
-           "MAX_OUTPUT_TOKENS": str(RESERVE)}
-    web, keys = WebServer(settings_from(own)), Keys(profile)
+           "MAX_OUTPUT_TOKENS": str(RESERVE), "ROUTING_CHAT_OVERRIDES": json.dumps({SHARED: {"group_scope": "shared"}})}
+    settings = settings_from({k: v for k, v in own.items() if k != "ROUTING_CHAT_OVERRIDES"}).model_copy(
+        update={"routing_chat_overrides": {SHARED: ChatOverride(group_scope="shared")}})  # as the env parses it
+    web, keys = WebServer(settings), Keys(profile)
     procs = [Proc(["-m", "jobs.sweeper"], own, str(workdir), workdir / f"{profile}-sweeper.log"),
              Proc(["-m", "jobs.worker", "--name", profile], own, str(workdir), workdir / f"{profile}-worker.log")]
     wait_for(lambda: r.get(keys.bot_open_id), 60, what="the items rig's sweeper")
@@ -296,6 +300,35 @@ def test_a_reference_from_another_chat_needs_membership_of_the_origin_chat(rig, 
     assert "889900" not in refused and "PAY-553" not in refused and "<item_facts" not in refused
 
 
+def test_a_batch_naming_an_item_is_refused_when_any_of_its_senders_is_not_a_member(rig, feishu, claude, r) -> None:
+    """Two people in one shared group route, one of them outside the origin chat: the reply answers both."""
+    web, keys, _ = rig
+    chat, _thread, _root, item = open_topic(web, feishu, r, keys, text="退款接口超时 REF-118 内部代号 kestrel")
+    feishu.set_members(chat, ["ou_reporter", "ou_member"])
+    release, held = threading.Event(), threading.Event()
+
+    def hold(body: dict[str, Any]) -> None:
+        if "先占住共享路由" in json.dumps(body.get("messages"), ensure_ascii=False):
+            held.set()
+            release.wait(30)
+
+    claude.on_request(hold)
+    try:
+        deliver(web, feishu, chat_id=SHARED, chat_type="group", text="先占住共享路由", mentions=AT_BOT,
+                sender_open_id="ou_member")
+        assert held.wait(30)
+        deliver(web, feishu, chat_id=SHARED, chat_type="group", text=f"{item.item_id} 进展如何？", mentions=AT_BOT,
+                sender_open_id="ou_member")
+        last = deliver(web, feishu, chat_id=SHARED, chat_type="group", text=f"我也想知道 {item.item_id}",
+                       mentions=AT_BOT, sender_open_id="ou_stranger")
+    finally:
+        release.set()
+    reply = wait_for(lambda: feishu.replies_to(message_id(last)), 30)[0]
+    assert "你不在" in reply_text(reply)
+    asked = json.dumps(model_requests_with(claude, "我也想知道")[-1]["body"], ensure_ascii=False)
+    assert "kestrel" not in asked and "REF-118" not in asked and "<item_facts" not in asked
+
+
 # -- 6. approvals: strangers write nothing, a doubled approval writes once, rejection nothing ---------------
 
 def _proposal_card(feishu: Any, chat: str) -> dict[str, Any]:
@@ -384,7 +417,8 @@ def test_a_wrong_field_name_is_named_in_readyz_and_pauses_item_work(rig, feishu,
     from jobs.runtime import Runtime
 
     _, _, own = rig
-    wrong = {**own, "BOT_PROFILE": unique("wrongfield"), "BITABLE_FIELD_OWNER": "责任人"}
+    wrong = {**{k: v for k, v in own.items() if k != "ROUTING_CHAT_OVERRIDES"}, "BOT_PROFILE": unique("wrongfield"),
+             "BITABLE_FIELD_OWNER": "责任人"}
     rt = Runtime(settings_from(wrong), own["REDIS_URL"])
     assert table_check.run(rt) is False
     web = WebServer(settings_from(wrong))
