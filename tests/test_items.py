@@ -140,6 +140,10 @@ def test_a_topic_report_becomes_one_record_and_a_first_answer_in_three_versions(
     mirrored = [w["fields"].get("首答版本") for w in feishu.bitable_writes(APP, TABLE) if "首答版本" in w["fields"]]
     assert mirrored == [1, 2, 3]
     assert admin(web, f"routes/{topic_rk(keys, chat, thread)}")["item_id"] == item.item_id
+    status = deliver(web, feishu, chat_id=chat, chat_type="group", thread_id=thread, root_id=_root, text="/status",
+                     mentions=AT_BOT, sender_open_id="ou_other")
+    shown = reply_text(wait_for(lambda: feishu.replies_to(message_id(status)), 30)[0])
+    assert item.item_id in shown and f"record={item.record_id}" in shown and "第 3 版 · 完整分析" in shown
 
 
 def test_a_redelivered_report_makes_no_second_item_record_or_card(rig, feishu, r) -> None:
@@ -385,6 +389,17 @@ def test_an_approval_writes_once_strangers_and_rejections_write_nothing(rig, fei
     wait_route_idle(r, keys, rk)
     assert _status_writes(feishu, item.record_id) == ["已解决"]
     assert "已拒绝" in json.dumps(feishu.card_versions(second["message_id"])[-1], ensure_ascii=False)
+
+    follow_up(web, feishu, chat, thread, root, "先别急，把状态改成已关闭", sender="ou_dev")
+    third = wait_for(lambda: (c := _proposal_card(feishu, chat)) and c["message_id"] not in
+                     (card["message_id"], second["message_id"]) and c, 30, what="a third approval card")
+    value = _buttons(feishu, third["message_id"])["approve"]
+    r.hset(keys.proposal(value["p"]), "expires_at", "0")  # 24 hours have passed
+    _click(web, "ou_reporter", value, third["message_id"], chat)
+    wait_for(lambda: len(feishu.card_versions(third["message_id"])) >= 2, 30)
+    wait_route_idle(r, keys, rk)
+    assert _status_writes(feishu, item.record_id) == ["已解决"]
+    assert "已过期" in json.dumps(feishu.card_versions(third["message_id"])[-1], ensure_ascii=False)
 
 
 # -- 7. five items at once against rate limits and write conflicts ----------------------------------------
