@@ -63,6 +63,10 @@ TEXTS = {
         "zh": "还没有配置多维表格，事项功能未开启。",
         "en": "No Bitable is configured, so item features are off.",
     },
+    "items_create_off": {
+        "zh": "事项登记已被管理员关闭（ITEM_CREATE_POLICY=off）。",
+        "en": "Registering items is turned off by the admin (ITEM_CREATE_POLICY=off).",
+    },
     "item_ref_refused": {
         "zh": "你引用的事项来自一个你不在的群，我不能在这里展示它的内容。",
         "en": "The item you referenced belongs to a chat you are not in, so I cannot show its content here.",

@@ -67,6 +67,8 @@ def item_command(rt: Runtime, rk: str, message: Inbound, command: str, fence: Ca
     sample = message.text
     if rt.bitable is None:
         return say("items_off", sample)
+    if rt.settings.item_create_policy == "off":
+        return say("items_create_off", sample)
     if not message.thread_id:
         return say("item_needs_topic", sample)
     if command == "item_new":
