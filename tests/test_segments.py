@@ -1,0 +1,55 @@
+"""Pure rules of how a run walks its batch and reads commands and ids (jobs/segments.py, bot/commands.py,
+bitable/refs.py): no fakes needed."""
+
+from __future__ import annotations
+
+import json
+
+from bitable.refs import item_ids, record_ids, thread_ids
+from bot.commands import ITEM_LINK, ITEM_NEW, RESET, STATUS, command_of, link_argument
+from bot.envelope import Inbound
+from bot.side_events import CARD_ACTION_TYPE
+from jobs.segments import CARD, COMMAND, ITEM_OPEN, STALE, TURN, next_segment, opens_topic
+
+
+def msg(text: str = "hi", *, mid: str = "om_1", thread: str | None = None, root: str | None = None,
+        gen: int | None = None, kind: str = "text") -> Inbound:
+    return Inbound(event_id="e", message_id=mid, chat_id="oc", chat_type="group", sender_open_id="ou_a",
+                   sender_type="user", message_type=kind, text=text, content=json.dumps({"text": text}),
+                   thread_id=thread, root_id=root, gen=gen)
+
+
+def test_item_commands_are_whole_texts_only() -> None:
+    assert command_of("text", "/登记") == ITEM_NEW and command_of("post", "/item  new。") == ITEM_NEW
+    assert command_of("text", "/item link recAbc12345X") == ITEM_LINK
+    assert link_argument("/item link https://x/base/b?table=t&record=recAbc12345X") == \
+        "https://x/base/b?table=t&record=recAbc12345X"
+    assert command_of("text", "请帮我 /登记 一下") is None and command_of("text", "/item link") is None
+    assert command_of("image", "/登记") is None and command_of("text", "/reset") == RESET
+    assert command_of("text", "/status") == STATUS
+
+
+def test_a_topic_opening_report_is_an_item_only_when_items_are_on() -> None:
+    root = msg("报表是空的", mid="om_r", thread="omt_1")
+    assert opens_topic(root) and opens_topic(msg(mid="om_r", thread="omt_1", root="om_r"))
+    assert not opens_topic(msg(mid="om_2", thread="omt_1", root="om_r")) and not opens_topic(msg())
+    assert next_segment([root], 0, items_on=True) == next_segment([root], 0, True)
+    assert next_segment([root], 0, items_on=True).command == ITEM_OPEN
+    assert next_segment([root], 0, items_on=False).kind == TURN
+    reply = msg("追问", mid="om_2", thread="omt_1", root="om_r")
+    assert next_segment([reply, reply], 0, items_on=True).kind == TURN
+
+
+def test_a_card_click_is_never_stale_and_stands_alone() -> None:
+    click = msg("", mid="om_card", kind=CARD_ACTION_TYPE, gen=0)
+    seg = next_segment([click, msg(gen=1)], 1)
+    assert (seg.kind, seg.command, seg.n) == (COMMAND, CARD, 1)
+    assert next_segment([msg(gen=0), click], 1).kind == STALE
+
+
+def test_ids_in_text_only_ours_and_never_words() -> None:
+    text = ("see recordings and recnE5Ahw1Kq9, https://x.feishu.cn/base/bascnA?table=tblA&record=recAB12cdEF3 "
+            "https://x.feishu.cn/base/other?table=tblA&record=recZZ12cdEF3 itm_0123456789ab omt_abc123")
+    assert record_ids(text, "bascnA", "tblA") == ["recAB12cdEF3", "recnE5Ahw1Kq9"]
+    assert item_ids(text) == ["itm_0123456789ab"] and thread_ids(text) == ["omt_abc123"]
+    assert item_ids("itm_0123456789abc") == [] and record_ids("recording_studio") == []
