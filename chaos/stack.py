@@ -103,6 +103,7 @@ class Stack:
         self.env: dict[str, str] = {}
         self.services: dict[str, Service] = {}
         self._r: redis.Redis | None = None
+        self._sweeper_log_from = 0  # where the current sweeper's log starts (its "started" line is after it)
 
     # -- lifecycle -----------------------------------------------------------------------------------------
 
@@ -176,13 +177,37 @@ class Stack:
             if workers < self.concurrency:
                 found.append(f"{workers}/{self.concurrency} RQ workers")
             sweeper = self.services.get("sweeper")
-            if sweeper and "sweeper started" not in sweeper.log_path.read_text(errors="replace"):
+            if sweeper and "sweeper started" not in self._log_from(sweeper, self._sweeper_log_from):
                 found.append("sweeper starting")
             if self.r.get(self.keys.bot_open_id) != BOT_OPEN_ID:
                 found.append("bot identity not cached")
         except redis.RedisError as exc:
             found.append(f"redis: {exc.__class__.__name__}")
         return found
+
+    @staticmethod
+    def _log_from(service: Service, offset: int) -> str:
+        with open(service.log_path, "rb") as f:
+            f.seek(offset)
+            return f.read().decode("utf-8", "replace")
+
+    def reconfigure(self, services: tuple[str, ...] = ("worker", "sweeper"), timeout: float = 300.0,
+                    **env: str) -> float:
+        """Restart `services` with `env` added to the deployment's environment and wait until the stack serves
+        again; returns the seconds it took. Between scenarios the stack is idle, so a SIGKILL loses nothing.
+        Later starts of any service (a scenario's web reboot) use the new environment too."""
+        started = time.monotonic()
+        self.env = {**self.env, **env}
+        if "sweeper" in services:
+            self._sweeper_log_from = self.services["sweeper"].log_path.stat().st_size
+        for name in services:
+            self.services[name].kill()
+        for name, service in self.services.items():
+            service.env = self.env
+            if name in services:
+                service.start()
+        self.wait_ready(timeout)
+        return time.monotonic() - started
 
     def http_status(self, path: str, **kw: Any) -> int | None:
         try:
@@ -272,6 +297,7 @@ class Stack:
         """No faults, delays, poison or pacing limits left over from a scenario."""
         self.feishu.clear_faults()
         self.feishu.set_chat_qps(None)
+        self.feishu.set_bitable_write_time(0)
         for op in OPS:
             self.feishu.set_delay(op, 0)
         self.claude.clear_profile()

@@ -72,6 +72,6 @@ def execute(ctx: Context, sc: Scenario) -> Result:
 
 
 def load_all() -> dict[int, Scenario]:
-    from chaos.scenarios import crashes, edges, faults, outages, soak  # noqa: F401  (they register themselves)
+    from chaos.scenarios import crashes, edges, faults, items, outages, soak  # noqa: F401  (they register themselves)
 
     return dict(sorted(REGISTRY.items()))
