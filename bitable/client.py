@@ -31,7 +31,7 @@ from lark_oapi.api.bitable.v1 import (
 from lark_oapi.core.exception import ObtainAccessTokenException
 
 from bitable.cells import cell_links, cell_text, cell_user_ids
-from bitable.errors import LOCAL_RETRY, TOKEN_INVALID, BitableError, classify
+from bitable.errors import LOCAL_RETRY, TOKEN_INVALID, BitableError, SchemaError, classify
 from bitable.lock import TableLock, lock_key
 from bitable.schema import Schema, check
 from bot.settings import Settings
@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 RETRY_DELAYS = (0.2, 0.4, 0.8, 1.6)  # seconds before tries 2..5 of a rate-limited or conflicting call
 SEARCH_PAGE = 500  # the documented maximum
 FIELDS_PAGE = 100
+SCHEMA_TTL_S = 600  # a renamed column is noticed within this long (and at once by the hourly table check)
 BATCH_GET_MAX = 100  # the documented maximum of ids per batch_get
 USER_ID_TYPE = "open_id"
 
@@ -99,6 +100,8 @@ class Bitable:
         self.lock = TableLock(state, lock_key(self.app_token, self.table_id), ttl_s=ttl, wait_s=ttl + 10)
         self._schema: Schema | None = None
         self._schema_lock = threading.Lock()
+        self.state = state
+        self._schema_key = f"{keys.prefix}:bitable:fields:{self.app_token}:{self.table_id}"
 
     # -- reads -----------------------------------------------------------------------------------------
 
@@ -118,11 +121,29 @@ class Bitable:
                 return items
 
     def schema(self) -> Schema:
-        """The configured columns, checked against the table once per process (SchemaError if one is missing)."""
+        """The configured columns, checked against the table (SchemaError if one is missing). The field list is
+        shared through Redis for SCHEMA_TTL_S, so a forked work-horse does not read it again for every job."""
         with self._schema_lock:
             if self._schema is None:
-                self._schema = check(self.settings, self.fields())
+                cached = self.state.get(self._schema_key)
+                table_fields = json.loads(cached) if cached else self.fields()
+                self._schema = check(self.settings, table_fields)
+                if not cached:
+                    self.state.set(self._schema_key, json.dumps(table_fields, ensure_ascii=False), ex=SCHEMA_TTL_S)
             return self._schema
+
+    def check_now(self) -> Schema:
+        """Read the field list now and check it (the start-up and hourly check); the shared copy follows."""
+        table_fields = self.fields()
+        try:
+            schema = check(self.settings, table_fields)
+        except SchemaError:
+            self.state.delete(self._schema_key)
+            raise
+        self.state.set(self._schema_key, json.dumps(table_fields, ensure_ascii=False), ex=SCHEMA_TTL_S)
+        with self._schema_lock:
+            self._schema = schema
+        return schema
 
     def search(self, field_name: str, value: str | Sequence[str] | None, operator: str = "is") -> list[Record]:
         """Every record whose `field_name` matches (`is`, `contains`, `isEmpty` with None, ...), all pages."""

@@ -14,7 +14,6 @@ import time
 from lark_oapi.api.drive.v1 import SubscribeFileRequest
 
 from bitable.errors import SchemaError
-from bitable.schema import check
 from jobs.alerts import alert
 from jobs.runtime import Runtime
 
@@ -25,7 +24,7 @@ COMPONENT = "bitable"
 def probe(rt: Runtime) -> None:
     """Raises while the configured field names do not match the table (the sweeper's pause probe)."""
     assert rt.bitable is not None
-    check(rt.settings, rt.bitable.fields())
+    rt.bitable.check_now()
 
 
 def run(rt: Runtime) -> bool:
