@@ -14,7 +14,6 @@ Failure handling, per batch:
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
@@ -27,11 +26,10 @@ from rq import get_current_job
 
 from bot import metrics
 from bot.envelope import Inbound
-from bot.errors import AdapterError, Paused, Permanent, Retryable
+from bot.errors import Paused, Permanent
 from jobs import shutdown
-from jobs.alerts import alert
 from jobs.batches import batch_id_of, ids, parse, parse_one
-from jobs.giveup import GiveUp
+from jobs.giveup import GiveUp, count_error
 from jobs.inbox import Commit
 from jobs.item_runs import ITEM_COMMANDS, item_entry, item_gave_up, item_segment
 from jobs.outbox import LeaseLost
@@ -46,7 +44,6 @@ from routing.keys import ITEM, kind_of
 log = logging.getLogger(__name__)
 MAX_BATCHES_PER_RUN = 5  # then hand the route over, so one chatty route cannot hog a worker
 MAX_ROUTES_PER_JOB, CHAIN_SECONDS = 8, 30.0  # routes one RQ job may run back to back (see `chain`)
-CRASH_LIMIT = 10  # runs of one batch that died without an outcome before the batch gives up
 
 
 class DrainPayload(BaseModel):
@@ -216,7 +213,7 @@ class Drain(GiveUp):
             self.rt.inbox.bump(self.rk, batch_id, "s", -1)
             return self._pause(exc, extra)
         except Permanent as exc:
-            _count_error(self.rt, exc)
+            count_error(self.rt, exc)
             log.error("failed permanently", extra={**extra, "error": str(exc)})
             return self._give_up(raw, batch_id, str(exc))
         except Exception as exc:
@@ -278,7 +275,7 @@ class Drain(GiveUp):
             self.rt.inbox.bump(self.rk, batch_id, "s", -1)
             return self._pause(exc, extra)
         except Permanent as exc:
-            _count_error(self.rt, exc)
+            count_error(self.rt, exc)
             log.error("turn failed permanently", extra={**extra, "error": str(exc)})
             return self._give_up(raw, batch_id, str(exc))
         except Exception as exc:  # Retryable, and anything unexpected: both deserve another try
@@ -293,56 +290,10 @@ class Drain(GiveUp):
                             tokens=tokens))
         return None
 
-    def _worn_out(self, batch_id: str, starts: int) -> str | None:
-        """Why the batch gives up without a turn: its runs keep dying, or the watchdog broke them too often.
-        Never when its answer is stored: then the turn only sends what is missing and commits."""
-        k = self.rt.keys
-        if self.rt.state.exists(k.answer(self.rk, batch_id)):
-            return None
-        fails = int(self.rt.state.hget(k.fails(self.rk), f"f:{batch_id}") or 0)
-        if fails >= self.rt.settings.dead_letter_after:
-            return f"failed {fails} times (runs broken by the watchdog)"
-        if starts > CRASH_LIMIT:
-            return f"its runs died {starts - 1} times"
-        return None
-
     def _commit(self, c: Commit) -> None:
         if not self.rt.inbox.commit(self.rk, self.exec_id, c):
             raise LeaseLost(self.rk)
 
-    def _failed(self, raw: list[str], batch_id: str, exc: Exception, extra: dict[str, Any]) -> str | None:
-        _count_error(self.rt, exc)
-        fails = self.rt.inbox.bump(self.rk, batch_id, "f")
-        self.rt.inbox.bump(self.rk, batch_id, "s", -1)
-        error = f"{exc.__class__.__name__}: {exc}"
-        if fails >= self.rt.settings.dead_letter_after:
-            log.error("turn failed, giving up", extra={**extra, "attempt": fails, "error": error})
-            return self._give_up(raw, batch_id, f"failed {fails} times; last: {error}")
-        delays = self.rt.settings.retry_delays
-        delay = float(delays[min(fails, len(delays)) - 1])
-        if isinstance(exc, Retryable) and exc.retry_after:
-            delay = max(delay, exc.retry_after)
-        log.warning("turn failed, will retry", extra={**extra, "attempt": fails, "error": error,
-                                                      "duration_ms": int(delay * 1000)})
-        source, code = (exc.source, exc.code) if isinstance(exc, AdapterError) else ("internal", "error")
-        metrics.count(self.rt.state, self.rt.keys, "retries", source or "internal", code or "error")
-        return self._hand_over("retry-later", delay_s=delay)
-
-    def _pause(self, exc: Paused, extra: dict[str, Any]) -> str:
-        component = exc.source or "model"
-        reason = json.dumps({"reason": str(exc), "code": exc.code, "since": round(time.time(), 3)})
-        if self.rt.state.hsetnx(self.rt.keys.paused, component, reason):
-            log.error("work paused: an operator must fix a credential or permission",
-                      extra={**extra, "reason": component, "error": str(exc)})
-            metrics.count(self.rt.state, self.rt.keys, "pauses", component)
-            alert(self.rt, f"⚠️ 暂停处理：{component} 凭证或权限错误（{exc}）。消息已保留，修复后会自动继续。")
-        return "paused" if self.rt.inbox.release(self.rk, self.exec_id) else "lost-lease"
-
 
 def uuid_hex() -> str:
     return os.urandom(16).hex()
-
-
-def _count_error(rt: Runtime, exc: Exception) -> None:
-    if isinstance(exc, AdapterError):
-        metrics.count(rt.state, rt.keys, "errors", exc.source or "internal", exc.code or "error")

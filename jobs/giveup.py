@@ -1,4 +1,5 @@
-"""Giving up on a batch: split it so only a bad message is dead-lettered, bury it, tell each sender once.
+"""A batch's failures: retry later, pause on credentials, or give up — split the batch so only a bad message is
+dead-lettered, bury it, tell each sender once.
 
 A mixin of jobs/drain.py's Drain, which provides the run's identity, its fence and the batch loop.
 """
@@ -11,7 +12,9 @@ import os
 import time
 from typing import Any
 
+from bot import metrics
 from bot.envelope import Inbound
+from bot.errors import AdapterError, Paused, Retryable
 from bot.texts import say
 from jobs.alerts import alert
 from jobs.batches import Parsed, ids, last_per_sender, parse
@@ -20,12 +23,14 @@ from jobs.outbox import LeaseLost
 from jobs.runtime import Runtime
 
 log = logging.getLogger("jobs.drain")
+CRASH_LIMIT = 10  # runs of one batch that died without an outcome before the batch gives up
 
 
 class GiveUp:
     rt: Runtime
     rk: str
     kind: str
+    exec_id: str
     log: dict[str, Any]
 
     def fence(self) -> bool:
@@ -38,6 +43,9 @@ class GiveUp:
         raise NotImplementedError
 
     def _commit(self, c: Commit) -> None:
+        raise NotImplementedError
+
+    def _hand_over(self, outcome: str, delay_s: float = 0.0) -> str:
         raise NotImplementedError
 
     def _give_up(self, raw: list[str], batch_id: str, reason: str) -> str | None:
@@ -102,3 +110,49 @@ class GiveUp:
             out.append((dead_id, json.dumps(record, ensure_ascii=False)))
             log.error("unreadable inbox entry dead-lettered", extra={**self.log, "batch": batch_id})
         return out
+
+    def _worn_out(self, batch_id: str, starts: int) -> str | None:
+        """Why the batch gives up without a turn: its runs keep dying, or the watchdog broke them too often.
+        Never when its answer is stored: then the turn only sends what is missing and commits."""
+        k = self.rt.keys
+        if self.rt.state.exists(k.answer(self.rk, batch_id)):
+            return None
+        fails = int(self.rt.state.hget(k.fails(self.rk), f"f:{batch_id}") or 0)
+        if fails >= self.rt.settings.dead_letter_after:
+            return f"failed {fails} times (runs broken by the watchdog)"
+        if starts > CRASH_LIMIT:
+            return f"its runs died {starts - 1} times"
+        return None
+
+    def _failed(self, raw: list[str], batch_id: str, exc: Exception, extra: dict[str, Any]) -> str | None:
+        count_error(self.rt, exc)
+        fails = self.rt.inbox.bump(self.rk, batch_id, "f")
+        self.rt.inbox.bump(self.rk, batch_id, "s", -1)
+        error = f"{exc.__class__.__name__}: {exc}"
+        if fails >= self.rt.settings.dead_letter_after:
+            log.error("turn failed, giving up", extra={**extra, "attempt": fails, "error": error})
+            return self._give_up(raw, batch_id, f"failed {fails} times; last: {error}")
+        delays = self.rt.settings.retry_delays
+        delay = float(delays[min(fails, len(delays)) - 1])
+        if isinstance(exc, Retryable) and exc.retry_after:
+            delay = max(delay, exc.retry_after)
+        log.warning("turn failed, will retry", extra={**extra, "attempt": fails, "error": error,
+                                                      "duration_ms": int(delay * 1000)})
+        source, code = (exc.source, exc.code) if isinstance(exc, AdapterError) else ("internal", "error")
+        metrics.count(self.rt.state, self.rt.keys, "retries", source or "internal", code or "error")
+        return self._hand_over("retry-later", delay_s=delay)
+
+    def _pause(self, exc: Paused, extra: dict[str, Any]) -> str:
+        component = exc.source or "model"
+        reason = json.dumps({"reason": str(exc), "code": exc.code, "since": round(time.time(), 3)})
+        if self.rt.state.hsetnx(self.rt.keys.paused, component, reason):
+            log.error("work paused: an operator must fix a credential or permission",
+                      extra={**extra, "reason": component, "error": str(exc)})
+            metrics.count(self.rt.state, self.rt.keys, "pauses", component)
+            alert(self.rt, f"⚠️ 暂停处理：{component} 凭证或权限错误（{exc}）。消息已保留，修复后会自动继续。")
+        return "paused" if self.rt.inbox.release(self.rk, self.exec_id) else "lost-lease"
+
+
+def count_error(rt: Runtime, exc: Exception) -> None:
+    if isinstance(exc, AdapterError):
+        metrics.count(rt.state, rt.keys, "errors", exc.source or "internal", exc.code or "error")
