@@ -19,6 +19,7 @@ from typing import Any
 from bitable.client import client_token_for
 from bitable.index import FAILED, FULL, PLACEHOLDER, SUMMARY, Item, Version
 from bitable.refs import record_link, topic_link
+from bot import metrics
 from bot.cards import STATUS_ZH, answer_card
 from bot.errors import Permanent
 from jobs.outbox import LeaseLost
@@ -170,6 +171,10 @@ class FirstAnswer:
         system = [*system_blocks(rt.persona, rt.team_notes), {"type": "text", "text": ANALYSIS_RULES.format(task=task)}]
         messages = [{"role": "user", "content": f"<materials>\n{body}\n</materials>"}]
         completion = rt.llm.complete(system, messages)
+        for kind, n in (("input", completion.input_tokens), ("output", completion.output_tokens),
+                        ("cache_read", completion.cache_read_tokens)):
+            if n:
+                metrics.count(rt.state, rt.keys, "tokens", "item", kind, n=n)
         return completion.text
 
     def _publish(self, number: int, status: str, text: str, coverage: list[str], title: str,
