@@ -26,10 +26,9 @@ from rq import get_current_job
 
 from bot import metrics
 from bot.envelope import Inbound
-from bot.errors import Paused, Permanent
 from jobs import shutdown
-from jobs.batches import batch_id_of, ids, parse, parse_one
-from jobs.giveup import GiveUp, count_error
+from jobs.batches import Parsed, batch_id_of, ids, parse, parse_one
+from jobs.giveup import GiveUp, Outcome
 from jobs.inbox import Commit
 from jobs.item_runs import ITEM_COMMANDS, item_entry, item_gave_up, item_segment
 from jobs.outbox import LeaseLost
@@ -37,7 +36,7 @@ from jobs.queues import rq_queue_name
 from jobs.runtime import Runtime, current
 from jobs.segments import COMMAND, STALE, next_segment
 from jobs.session_turn import Superseded, answer_command, ensure_session
-from jobs.turn import run_turn
+from jobs.turn import TurnResult, run_turn
 from memory.sessions import RouteState
 from routing.keys import ITEM, kind_of
 
@@ -192,34 +191,30 @@ class Drain(GiveUp):
     def _guarded(self, raw: list[str], work: Callable[[Inbound, str], object]) -> str | None:
         """One entry answered by the service (an item command, a click, an item route's work) with the same
         failure handling as a turn: retried with backoff, paused on credentials, dead-lettered at last."""
+        started = self._start(raw)
+        if isinstance(started, Outcome):
+            return started.value
+        batch_id, extra, parsed = started
+        done = self._attempt(raw, batch_id, extra, lambda: work(parsed.readable[0], batch_id))
+        if isinstance(done, Outcome):
+            return done.value
+        self._commit(Commit(n=len(raw), batch_id=batch_id))
+        return None
+
+    def _start(self, raw: list[str]) -> Outcome | tuple[str, dict[str, Any], Parsed]:
+        """Count the start of a batch's attempt; an Outcome when it ends here (unreadable, worn out)."""
         batch_id = batch_id_of(raw)
         extra = {**self.log, "batch": batch_id, "message_id": ids(raw)}
         parsed = parse(raw)
         if not parsed.readable:
             self._commit(Commit(n=len(raw), batch_id=batch_id, dead=self._dead(parsed, batch_id)))
-            return None
+            return Outcome(None)
         starts = self.rt.inbox.bump(self.rk, batch_id, "s")
         worn_out = self._worn_out(batch_id, starts)
         if worn_out:
-            return self._give_up(raw, batch_id, worn_out)
-        try:
-            work(parsed.readable[0], batch_id)
-        except Superseded:
-            log.info("overtaken by a user reset", extra=extra)
-        except (LeaseLost, shutdown.ShutdownRequested):
-            self.rt.inbox.bump(self.rk, batch_id, "s", -1)
-            raise
-        except Paused as exc:
-            self.rt.inbox.bump(self.rk, batch_id, "s", -1)
-            return self._pause(exc, extra)
-        except Permanent as exc:
-            count_error(self.rt, exc)
-            log.error("failed permanently", extra={**extra, "error": str(exc)})
-            return self._give_up(raw, batch_id, str(exc))
-        except Exception as exc:
-            return self._failed(raw, batch_id, exc, extra)
-        self._commit(Commit(n=len(raw), batch_id=batch_id))
-        return None
+            log.error("batch gives up before its turn", extra={**extra, "attempt": starts, "reason": worn_out})
+            return Outcome(self._give_up(raw, batch_id, worn_out))
+        return batch_id, extra, parsed
 
     def _on_bury(self, message: Inbound, batch_id: str, reason: str) -> None:
         if self.kind == ITEM:
@@ -247,39 +242,19 @@ class Drain(GiveUp):
 
     def _turn(self, raw: list[str], state: RouteState) -> str | None:
         """Answer, retry later, pause, split or bury one turn's messages."""
-        batch_id = batch_id_of(raw)
-        extra = {**self.log, "batch": batch_id, "message_id": ids(raw)}
-        parsed = parse(raw)
-        if not parsed.readable:
-            self._commit(Commit(n=len(raw), batch_id=batch_id, dead=self._dead(parsed, batch_id)))
-            return None
-        starts = self.rt.inbox.bump(self.rk, batch_id, "s")
-        worn_out = self._worn_out(batch_id, starts)
-        if worn_out:
-            log.error("batch gives up before its turn", extra={**extra, "attempt": starts, "reason": worn_out})
-            return self._give_up(raw, batch_id, worn_out)
-        try:
+        started = self._start(raw)
+        if isinstance(started, Outcome):
+            return started.value
+        batch_id, extra, parsed = started
+
+        def work() -> TurnResult:
             sid = ensure_session(self.rt, self.rk, self.exec_id, state)
-            result = run_turn(self.rt, self.rk, self.kind, parsed.readable, batch_id, self.fence, sid,
-                              owner=(self.exec_id, state.generation))
-        except Superseded:  # a user reset overtook the turn: nothing posted from here on, nothing written
-            self.rt.inbox.bump(self.rk, batch_id, "s", -1)
-            log.info("turn overtaken by a user reset", extra=extra)
-            self._commit(Commit(n=len(raw), batch_id=batch_id))
-            self.dropped += len(raw)
-            return None
-        except (LeaseLost, shutdown.ShutdownRequested):
-            self.rt.inbox.bump(self.rk, batch_id, "s", -1)
-            raise
-        except Paused as exc:
-            self.rt.inbox.bump(self.rk, batch_id, "s", -1)
-            return self._pause(exc, extra)
-        except Permanent as exc:
-            count_error(self.rt, exc)
-            log.error("turn failed permanently", extra={**extra, "error": str(exc)})
-            return self._give_up(raw, batch_id, str(exc))
-        except Exception as exc:  # Retryable, and anything unexpected: both deserve another try
-            return self._failed(raw, batch_id, exc, extra)
+            return run_turn(self.rt, self.rk, self.kind, parsed.readable, batch_id, self.fence, sid,
+                            owner=(self.exec_id, state.generation))
+
+        result = self._attempt(raw, batch_id, extra, work)
+        if isinstance(result, Outcome):
+            return result.value
         c = result.completion
         log.info("turn done", extra={**extra, "usage": {"in": c.input_tokens, "out": c.output_tokens,
                                                         "cache_read": c.cache_read_tokens}})

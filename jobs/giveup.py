@@ -10,20 +10,34 @@ import json
 import logging
 import os
 import time
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from bot import metrics
 from bot.envelope import Inbound
-from bot.errors import AdapterError, Paused, Retryable
+from bot.errors import AdapterError, Paused, Permanent, Retryable
 from bot.texts import say
+from jobs import shutdown
 from jobs.alerts import alert
 from jobs.batches import Parsed, ids, last_per_sender, parse
 from jobs.inbox import Commit
 from jobs.outbox import LeaseLost
 from jobs.runtime import Runtime
+from jobs.session_turn import Superseded
 
 log = logging.getLogger("jobs.drain")
 CRASH_LIMIT = 10  # runs of one batch that died without an outcome before the batch gives up
+
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a run ends (or goes on, None) when a batch's attempt did not produce its result."""
+
+    value: str | None
 
 
 class GiveUp:
@@ -32,6 +46,7 @@ class GiveUp:
     kind: str
     exec_id: str
     log: dict[str, Any]
+    dropped: int
 
     def fence(self) -> bool:
         raise NotImplementedError
@@ -47,6 +62,30 @@ class GiveUp:
 
     def _hand_over(self, outcome: str, delay_s: float = 0.0) -> str:
         raise NotImplementedError
+
+    def _attempt(self, raw: list[str], batch_id: str, extra: dict[str, Any], work: Callable[[], T]) -> T | Outcome:
+        """`work`'s result, or the Outcome of its failure: a user reset overtook it (consumed unanswered), the
+        lease was lost (re-raised), credentials failed (pause), permanent (give up), else retry later."""
+        try:
+            return work()
+        except Superseded:  # nothing posted from here on, nothing written
+            self.rt.inbox.bump(self.rk, batch_id, "s", -1)
+            log.info("overtaken by a user reset", extra=extra)
+            self._commit(Commit(n=len(raw), batch_id=batch_id))
+            self.dropped += len(raw)
+            return Outcome(None)
+        except (LeaseLost, shutdown.ShutdownRequested):
+            self.rt.inbox.bump(self.rk, batch_id, "s", -1)
+            raise
+        except Paused as exc:
+            self.rt.inbox.bump(self.rk, batch_id, "s", -1)
+            return Outcome(self._pause(exc, extra))
+        except Permanent as exc:
+            count_error(self.rt, exc)
+            log.error("failed permanently", extra={**extra, "error": str(exc)})
+            return Outcome(self._give_up(raw, batch_id, str(exc)))
+        except Exception as exc:  # Retryable, and anything unexpected: both deserve another try
+            return Outcome(self._failed(raw, batch_id, exc, extra))
 
     def _give_up(self, raw: list[str], batch_id: str, reason: str) -> str | None:
         if len(raw) > 1:
