@@ -98,9 +98,12 @@ class FirstAnswer:
         body, coverage, root_text = materials(self.rt, item)
         title = title_of(root_text) or item.item_id
         versions = self.rt.items.versions(item.item_id)
+        resumed = bool(versions)
         if not versions:
             versions = [self._placeholder(title)]
         record_id = self._ensure_record(title, root_text)
+        if resumed and versions[-1].version > 1:  # its patch may be what failed last time: the card catches up
+            self._patch(versions[-1], title, record_id)
         self._mirror(versions[-1], record_id)
         for number, status, task in ((2, SUMMARY, SUMMARY_TASK), (3, FULL, FULL_TASK)):
             if len(versions) < number:
@@ -116,6 +119,11 @@ class FirstAnswer:
         item = self.item
         versions = self.rt.items.versions(item.item_id)
         if versions and versions[-1].status == FAILED:
+            return
+        if versions and versions[-1].status == FULL:  # the analysis is complete; only showing it kept failing
+            log.error("first answer complete but its card could not be updated",
+                      extra={"reason": item.item_id, "error": reason[:300]})
+            self.rt.items.set(item.item_id, analysis="done")
             return
         title = item.item_id
         record_id = item.record_id

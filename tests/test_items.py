@@ -468,3 +468,22 @@ def test_an_analysis_that_gives_up_marks_the_card_and_record_failed(rig, feishu,
     assert record["首答状态"] == "分析失败" and record["首答版本"] == 2
     _, reply = follow_up(web, feishu, chat, thread, root, "那现在怎么办？")
     assert "首答分析失败" in reply_text(reply)
+
+
+def test_a_card_patch_that_failed_is_redone_when_the_analysis_resumes(rig, feishu, r) -> None:
+    """Found by the fault suite: the full version stored, its patch failed, the rerun must still show it."""
+    web, keys, _ = rig
+    failed: list[str] = []
+
+    def fail_first_full_patch(record: dict[str, Any]) -> None:
+        if "第 3 版" in json.dumps(record["json"], ensure_ascii=False) and not failed:
+            failed.append(record["path"])
+            feishu.inject_fault("message_patch", "gateway", times=3)  # past the outbox's own tries
+
+    feishu.on("message_patch", fail_first_full_patch, when="before")
+    _chat, _thread, _root, item = open_topic(web, feishu, r, keys)
+    wait_route_idle(r, keys, f"feishu:{keys.profile}:item:{item.item_id}")
+    assert failed  # the fault did hit the full version's patch
+    footers = [footer_of(c) for c in feishu.card_versions(item.answer_message_id)]
+    assert footers[-1] == f"事项 {item.item_id} · 第 3 版 · 完整分析"
+    assert [v.status for v in Items(r, keys).versions(item.item_id)] == ["placeholder", "summary", "full"]
