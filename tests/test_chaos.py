@@ -98,6 +98,5 @@ def test_canary_secrets_appear_in_no_log_request_or_reply_and_admin_needs_its_to
 def test_sustained_load_drains_with_flat_worker_memory(suite: Suite) -> None:
     assert_holds(result_of(suite, 10))
 
-
-def test_items_under_bitable_faults_and_kills_get_one_item_record_and_card_each(suite: Suite) -> None:
-    assert_holds(result_of(suite, 11))
+# Scenario 11 (items under faults) runs in `make chaos` only: its item flows are covered by tests/test_items.py
+# (including the card-patch defect it found), and its quick version would cost ~40 s of `make test`'s budget.
