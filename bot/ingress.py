@@ -98,10 +98,20 @@ class Ingress:
         self.side = SideEvents(settings, state, self.keys, self.inbox, self.policy)
 
     def handle(self, req: Request) -> Response:
+        """The webhook transport: an HTTP request as Feishu posts it (authenticated here)."""
+        return self._observed(lambda ctx: self._handle(req, ctx))
+
+    def handle_event(self, payload: dict[str, Any], raw: bytes | str) -> Response:
+        """The long-connection transport: an event the authenticated connection delivered (no signature,
+        no encryption, no token). The same admission → routing → PUSH path; a 5xx status means it was
+        not stored, so the caller must not acknowledge it."""
+        return self._observed(lambda ctx: self._authentic_event(payload, raw, ctx))
+
+    def _observed(self, run: Callable[[dict[str, Any]], Response]) -> Response:
         started = time.perf_counter()
         ctx: dict[str, Any] = {}
         try:
-            response = self._handle(req, ctx)
+            response = run(ctx)
         except Reject as r:
             response = Response(r.status, {"error": r.message})
             level = logging.WARNING if r.status != 503 else logging.ERROR
@@ -145,10 +155,7 @@ class Ingress:
     def _handle(self, req: Request, ctx: dict[str, Any]) -> Response:
         auth = self._authenticate(req)
         payload = auth.payload
-        if has_lone_surrogate(auth.raw, payload):  # UTF-8 cannot carry it: Redis, logs and replies would fail
-            if auth.signed:
-                self._keep_rejected(payload)
-            raise Reject(400, "body contains a lone UTF-16 surrogate escape")
+        self._check_text(auth.raw, payload, keep=auth.signed)
         if payload.get("type") == "url_verification":
             challenge = payload.get("challenge")
             if not isinstance(challenge, str):
@@ -157,6 +164,20 @@ class Ingress:
             return Response(200, {"challenge": challenge})
         if not auth.signed:
             raise Reject(401, "missing signature headers")
+        return self._event(payload, ctx)
+
+    def _authentic_event(self, payload: dict[str, Any], raw: bytes | str, ctx: dict[str, Any]) -> Response:
+        self._check_text(raw, payload, keep=True)
+        return self._event(payload, ctx)
+
+    def _check_text(self, raw: bytes | str, payload: dict[str, Any], *, keep: bool) -> None:
+        if has_lone_surrogate(raw, payload):  # UTF-8 cannot carry it: Redis, logs and replies would fail
+            if keep:
+                self._keep_rejected(payload)
+            raise Reject(400, "body contains a lone UTF-16 surrogate escape")
+
+    def _event(self, payload: dict[str, Any], ctx: dict[str, Any]) -> Response:
+        """The transport-neutral core for an authentic event: parse → admit → route → PUSH."""
         parsed = self._message_event(payload, ctx)
         if isinstance(parsed, Response):
             return parsed

@@ -52,6 +52,8 @@ class Settings(BaseSettings):
     feishu_verification_token: SecretStr | None = None
     feishu_encrypt_key: SecretStr | None = None
     feishu_domain: str = "https://open.feishu.cn"
+    # How events arrive: webhook (POST /feishu/events) or websocket (the `ws` process's long connection)
+    feishu_connection_mode: Literal["webhook", "websocket"] = "webhook"
     anthropic_api_key: SecretStr | None = None
     anthropic_base_url: str | None = None
     anthropic_model: str = "claude-sonnet-5-5"
