@@ -1,4 +1,4 @@
-"""Feishu Open API adapter over lark-oapi: replies, bot identity, a Redis-backed token cache."""
+"""Feishu Open API adapter over lark-oapi: replies, reactions, bot identity, a Redis-backed token cache."""
 
 from __future__ import annotations
 
@@ -12,8 +12,12 @@ import lark_oapi as lark
 import redis
 import requests
 from lark_oapi.api.im.v1 import (
+    CreateMessageReactionRequest,
+    CreateMessageReactionRequestBody,
     CreateMessageRequest,
     CreateMessageRequestBody,
+    DeleteMessageReactionRequest,
+    Emoji,
     GetChatMembersRequest,
     GetMessageRequest,
     PatchMessageRequest,
@@ -139,11 +143,31 @@ class FeishuApi:
 
     def reply_card(self, message_id: str, card: dict[str, Any], *, uuid: str, in_thread: bool) -> str:
         """An interactive card as a reply; `uuid` makes a retried post land once (Feishu keeps it an hour)."""
-        body = (ReplyMessageRequestBody.builder().msg_type("interactive")
-                .content(json.dumps(card, ensure_ascii=False)).reply_in_thread(in_thread).uuid(uuid).build())
+        return self.reply(message_id, "interactive", card, uuid=uuid, in_thread=in_thread)
+
+    def reply_post(self, message_id: str, post: dict[str, Any], *, uuid: str, in_thread: bool) -> str:
+        """A rich-text `post` ({"zh_cn": {"title", "content": [[…]]}}, locale wrapper required) as a reply."""
+        return self.reply(message_id, "post", post, uuid=uuid, in_thread=in_thread)
+
+    def reply(self, message_id: str, msg_type: str, content: dict[str, Any], *, uuid: str, in_thread: bool) -> str:
+        body = (ReplyMessageRequestBody.builder().msg_type(msg_type)
+                .content(json.dumps(content, ensure_ascii=False)).reply_in_thread(in_thread).uuid(uuid).build())
         req = ReplyMessageRequest.builder().message_id(message_id).request_body(body).build()
         resp = self._call(self.client.im.v1.message.reply, req)
         return str(resp.data.message_id)
+
+    def add_reaction(self, message_id: str, emoji_type: str) -> str:
+        """POST …/messages/:message_id/reactions → the reaction_id (needed to take it back)."""
+        body = CreateMessageReactionRequestBody.builder().reaction_type(
+            Emoji.builder().emoji_type(emoji_type).build()).build()
+        req = CreateMessageReactionRequest.builder().message_id(message_id).request_body(body).build()
+        resp = self._call(self.client.im.v1.message_reaction.create, req)
+        return str(resp.data.reaction_id)
+
+    def remove_reaction(self, message_id: str, reaction_id: str) -> None:
+        """DELETE …/messages/:message_id/reactions/:reaction_id (only the bot's own reactions)."""
+        req = DeleteMessageReactionRequest.builder().message_id(message_id).reaction_id(reaction_id).build()
+        self._call(self.client.im.v1.message_reaction.delete, req)
 
     def patch_card(self, message_id: str, card: dict[str, Any]) -> None:
         """Replace a card the bot sent (it must declare config.update_multi)."""

@@ -18,6 +18,7 @@ from sandbox.feishu_emulator_controls import OPS, Controls, Hook
 from sandbox.feishu_items_api import ItemsApi, ok
 from sandbox.feishu_rules import FeishuError, Resource, make_fault
 from sandbox.feishu_store import FeishuStore
+from sandbox.feishu_ws import WsEndpoint, register_ws
 from sandbox.server import (
     LoopbackServer,
     drop_connection,
@@ -49,6 +50,7 @@ class FeishuEmulator(Controls, ItemsApi, LoopbackServer):
         self._delays: dict[str, float] = {}
         self._hooks: dict[str, list[tuple[str, Hook]]] = {}
         self._requests: list[dict[str, Any]] = []
+        self.ws = WsEndpoint(app_id, app_secret)  # the long-connection endpoint (sandbox/feishu_ws.py)
         app = Flask(f"feishu_emulator_{id(self)}")
         install_json_errors(app, _render_http_error)
         self._routes(app)
@@ -69,6 +71,24 @@ class FeishuEmulator(Controls, ItemsApi, LoopbackServer):
             self._hooks.clear()
             self._requests.clear()
         self.store.chat_qps = None
+        self.ws.reset()
+
+    def stop(self) -> None:
+        self.ws.stop()
+        super().stop()
+
+    # -- long connection (feishu.md §1.9) -------------------------------------------------------------
+
+    def ws_push(self, payload: dict[str, Any], *, frames: int = 1, to: str | None = None) -> str:
+        """Deliver an event over the long connection to ONE connected client (split into `frames`)."""
+        return self.ws.push(payload, frames=frames, to=to)
+
+    def ws_acks(self) -> list[dict[str, Any]]:
+        """Each client's answer frames: event_id, client, code (200 = handled), attempt."""
+        return self.ws.acks()
+
+    def ws_clients(self) -> list[str]:
+        return self.ws.clients()
 
     def set_chat_qps(self, n: int | None) -> None:
         """Per-chat anti-spam limit (Feishu: 5/s) → 230020; None or 0 turns it off."""
@@ -187,6 +207,10 @@ class FeishuEmulator(Controls, ItemsApi, LoopbackServer):
             ("/open-apis/im/v1/messages/<message_id>/resources/<file_key>", "GET", "resource", self._resource),
             ("/open-apis/im/v1/messages/<message_id>", "PATCH", "message_patch", self._patch),
             ("/open-apis/im/v1/chats/<chat_id>/members", "GET", "chat_members", self._members),
+            ("/open-apis/im/v1/messages/<message_id>/reactions", "POST", "reaction_add", self._react),
+            ("/open-apis/im/v1/messages/<message_id>/reactions/<reaction_id>", "DELETE", "reaction_remove",
+             self._unreact),
+            ("/open-apis/im/v1/messages/<message_id>/reactions", "GET", "reaction_list", self._reactions),
             ("/open-apis/drive/v1/files/<file_token>/subscribe", "POST", "drive_subscribe", self._subscribe),
             (f"{BITABLE}/fields", "GET", "bitable_fields", self._bitable_fields),
             (f"{BITABLE}/records/search", "POST", "bitable_search", self._bitable_search),
@@ -197,6 +221,7 @@ class FeishuEmulator(Controls, ItemsApi, LoopbackServer):
         for path, method, op, handler in routes:
             app.add_url_rule(path, endpoint=op, view_func=_bind(self._serve, op, handler), methods=[method])
         register_control(app, self)
+        register_ws(app, self.ws)
 
     # -- Open API handlers (get the request record, return the JSON body or raise FeishuError) -----------
 
@@ -224,6 +249,20 @@ class FeishuEmulator(Controls, ItemsApi, LoopbackServer):
 
     def _chat(self, record: dict[str, Any]) -> dict[str, Any]:
         return ok(self.store.chat(record["params"]["chat_id"]))
+
+    def _react(self, record: dict[str, Any]) -> dict[str, Any]:
+        return ok(self.store.add_reaction(record["params"]["message_id"], record["json"]))
+
+    def _unreact(self, record: dict[str, Any]) -> dict[str, Any]:
+        params = record["params"]
+        return ok(self.store.remove_reaction(params["message_id"], params["reaction_id"]))
+
+    def _reactions(self, record: dict[str, Any]) -> dict[str, Any]:
+        return ok(self.store.list_reactions(record["params"]["message_id"], record["query"]))
+
+    def reactions(self, message_id: str | None = None) -> list[dict[str, Any]]:
+        """Reactions ever added (to `message_id`, or all), in order, each with `added_at`/`removed_at` (epoch s)."""
+        return self.store.reaction_log(message_id)
 
     def _resource(self, record: dict[str, Any]) -> Response:
         """The resource's bytes with its Content-Type (feishu.md §3.1; errors stay JSON)."""

@@ -185,11 +185,32 @@ def _parse_object(content: Any, what: str) -> dict[str, Any]:
     return parsed
 
 
+POST_TAGS = {  # tag → the string fields it needs (feishu.md §3.2 / §2.3)
+    "text": ("text",), "a": ("text", "href"), "at": ("user_id",), "img": ("image_key",), "media": ("file_key",),
+    "emotion": ("emoji_type",), "hr": (), "code_block": ("text",), "md": ("text",),
+}
+
+
 def _check_post(parsed: dict[str, Any]) -> None:
     # The send format needs a locale wrapper ({"zh_cn": {...}}); the received format has none.
     locales = [v for v in parsed.values() if isinstance(v, dict) and isinstance(v.get("content"), list)]
     if not locales:
         raise FeishuError(230001, "invalid message content: post needs a locale wrapper such as zh_cn")
+    for body in locales:
+        for row in body["content"]:
+            if not isinstance(row, list):
+                raise FeishuError(230001, "invalid message content: post content is a list of paragraphs (lists)")
+            for element in row:
+                _check_post_element(element)
+
+
+def _check_post_element(element: Any) -> None:
+    tag = element.get("tag") if isinstance(element, dict) else None
+    if tag not in POST_TAGS:
+        raise FeishuError(230001, f"invalid message content: unknown post tag {tag!r}")
+    for name in POST_TAGS[tag]:
+        if not isinstance(element.get(name), str):
+            raise FeishuError(230001, f"invalid message content: post tag {tag!r} needs a {name!r} string")
 
 
 def validate_send(body: Any, raw_size: int) -> dict[str, Any]:

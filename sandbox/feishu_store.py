@@ -1,4 +1,4 @@
-"""In-memory Feishu tenant for the emulator: tokens, chats, messages, threads and uuid idempotency."""
+"""In-memory Feishu tenant for the emulator: tokens, chats, messages, threads, reactions and uuid idempotency."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import Any
 
 from sandbox.events import TENANT_KEY
 from sandbox.feishu_cards import CardsAndPeople
+from sandbox.feishu_reactions import Reactions
 from sandbox.feishu_reads import MessageReads
 from sandbox.feishu_rules import UUID_WINDOW_SECONDS, FeishuError, Resource, validate_send
 from sandbox.server import new_id
@@ -20,7 +21,7 @@ TOKEN_REUSE_MIN_SECONDS = 1800  # Feishu hands back the same token while ≥30 m
 USER_ID_TYPES = frozenset({"open_id", "union_id", "user_id", "email"})
 
 
-class FeishuStore(CardsAndPeople, MessageReads):
+class FeishuStore(CardsAndPeople, MessageReads, Reactions):
     """All emulator state behind one re-entrant lock; public methods return deep copies.
 
     Messages are indexed by chat, thread and replied-to message so lookups stay cheap with thousands.
@@ -62,6 +63,7 @@ class FeishuStore(CardsAndPeople, MessageReads):
             self.members: dict[str, list[str]] = {}
             self.card_history: dict[str, list[str]] = {}  # message_id → card JSON strings, as sent then patched
             self.subscriptions: list[dict[str, str]] = []
+            self.reactions: dict[str, list[dict[str, Any]]] = {}  # message_id → reactions, removed ones kept
             self._last_ms = 0
 
     # -- tokens -------------------------------------------------------------------------------------
