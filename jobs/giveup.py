@@ -18,13 +18,14 @@ from bot import metrics
 from bot.envelope import Inbound
 from bot.errors import AdapterError, Paused, Permanent, Retryable
 from bot.texts import say
-from jobs import shutdown
+from jobs import progress, shutdown
 from jobs.alerts import alert
 from jobs.batches import Parsed, ids, last_per_sender, parse
 from jobs.inbox import Commit
 from jobs.outbox import LeaseLost
 from jobs.runtime import Runtime
 from jobs.session_turn import Superseded
+from routing.keys import ITEM
 
 log = logging.getLogger("jobs.drain")
 CRASH_LIMIT = 10  # runs of one batch that died without an outcome before the batch gives up
@@ -88,6 +89,8 @@ class GiveUp:
             return Outcome(self._failed(raw, batch_id, exc, extra))
 
     def _give_up(self, raw: list[str], batch_id: str, reason: str) -> str | None:
+        if self.kind != ITEM:  # the working reaction goes; a buried message gets the failure one
+            progress.gave_up(self.rt, self.rk, batch_id, parse(raw).readable, self.fence, buried=len(raw) == 1)
         if len(raw) > 1:
             return self._split(raw, batch_id)
         self._bury(raw, batch_id, reason)

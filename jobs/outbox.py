@@ -1,16 +1,16 @@
-"""The fenced outbox: every reply carries a deterministic uuid, is paced per chat, and is recorded once delivered."""
+"""The fenced outbox: every reply chunk (rendered) carries a deterministic uuid, is paced per chat, and is recorded
+once delivered; reactions and card patches are paced too."""
 
 from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
-
-from lark_oapi.channel.outbound.sender import chunk_text
 
 from bot.errors import Retryable
 from bot.feishu import FeishuApi
+from bot.render import Chunk, render
 from jobs.inbox import Inbox
 from memory.keys import Keys
 
@@ -41,29 +41,44 @@ class Outbox:
         self.chunk_chars, self.chat_qps, self.app_qps = chunk_chars, chat_qps, app_qps
 
     def reply(self, route_key: str, batch_id: str, target: str, text: str, *, chat_id: str, in_thread: bool,
-              fence: Callable[[], bool], uuid_key: str | None = None) -> list[str]:
-        """Post `text` as replies to `target`, skipping chunks an earlier run of this batch delivered."""
+              fence: Callable[[], bool], uuid_key: str | None = None,
+              people: Mapping[str, str] | None = None) -> list[str]:
+        """Post `text` (Markdown rendered, bot/render.py) as replies to `target`, skipping chunks an earlier
+        run of this batch delivered. `people`: open_id → name of those an @mention may reach."""
         sent = []
         ledger = self.k.sent(route_key, batch_id)
-        for i, chunk in enumerate(chunk_text(text, limit=self.chunk_chars) or [text]):
+        for i, chunk in enumerate(render(text, people, chunk_chars=self.chunk_chars)):
             uid = reply_uuid(route_key, uuid_key or batch_id, i)
             done = self.r.hget(ledger, uid)
             if done:
                 sent.append(str(done))
                 continue
             message_id = self._send(target, chunk, uid, chat_id=chat_id, in_thread=in_thread, fence=fence)
-            pipe = self.r.pipeline()
-            pipe.hset(ledger, uid, message_id)
-            pipe.expire(ledger, BATCH_CACHE_TTL_S)
-            pipe.execute()
+            self.record(ledger, uid, message_id)
             sent.append(message_id)
         return sent
 
-    def _send(self, target: str, chunk: str, uid: str, *, chat_id: str, in_thread: bool,
+    def _send(self, target: str, chunk: Chunk, uid: str, *, chat_id: str, in_thread: bool,
               fence: Callable[[], bool]) -> str:
         """One chunk, paced per chat and per app; short rate-limit waits are sat out here."""
-        return self._paced(chat_id, fence, lambda: self.feishu.reply_text(target, chunk, uuid=uid,
-                                                                          in_thread=in_thread))
+        if chunk.msg_type == "text":
+            return self._paced(chat_id, fence, lambda: self.feishu.reply_text(
+                target, str(chunk.content["text"]), uuid=uid, in_thread=in_thread))
+        return self._paced(chat_id, fence, lambda: self.feishu.reply(target, chunk.msg_type, chunk.content,
+                                                                     uuid=uid, in_thread=in_thread))
+
+    def record(self, ledger: str, field: str, value: str) -> None:
+        pipe = self.r.pipeline()
+        pipe.hset(ledger, field, value)
+        pipe.expire(ledger, BATCH_CACHE_TTL_S)
+        pipe.execute()
+
+    def react(self, message_id: str, emoji_type: str, *, chat_id: str, fence: Callable[[], bool]) -> str:
+        """Add a reaction, paced like a message (its own per-chat budget, so replies keep theirs)."""
+        return self._paced(chat_id, fence, lambda: self.feishu.add_reaction(message_id, emoji_type), scope="react")
+
+    def unreact(self, message_id: str, reaction_id: str, *, chat_id: str, fence: Callable[[], bool]) -> None:
+        self._paced(chat_id, fence, lambda: self.feishu.remove_reaction(message_id, reaction_id), scope="react")
 
     def card(self, route_key: str, key: str, target: str, card: dict[str, Any], *, chat_id: str, in_thread: bool,
              fence: Callable[[], bool]) -> str:
@@ -75,19 +90,16 @@ class Outbox:
             return str(done)
         message_id = self._paced(chat_id, fence, lambda: self.feishu.reply_card(target, card, uuid=uid,
                                                                                in_thread=in_thread))
-        pipe = self.r.pipeline()
-        pipe.hset(ledger, uid, message_id)
-        pipe.expire(ledger, BATCH_CACHE_TTL_S)
-        pipe.execute()
+        self.record(ledger, uid, message_id)
         return message_id
 
     def patch(self, message_id: str, card: dict[str, Any], *, chat_id: str, fence: Callable[[], bool]) -> None:
         """Replace a card in place (idempotent: the same card twice shows the same thing)."""
         self._paced(chat_id, fence, lambda: self.feishu.patch_card(message_id, card))
 
-    def _paced(self, chat_id: str, fence: Callable[[], bool], call: Callable[[], T]) -> T:
+    def _paced(self, chat_id: str, fence: Callable[[], bool], call: Callable[[], T], scope: str = "chat") -> T:
         for attempt in range(1, SEND_TRIES + 1):
-            self._wait_turn(chat_id, fence)
+            self._wait_turn(chat_id, fence, scope)
             try:
                 return call()
             except Retryable as exc:
@@ -97,9 +109,9 @@ class Outbox:
                 time.sleep(wait)
         raise AssertionError("unreachable")
 
-    def _wait_turn(self, chat_id: str, fence: Callable[[], bool]) -> None:
-        for scope, limit in ((f"chat:{chat_id}", self.chat_qps), ("app", self.app_qps)):
-            while (wait := self.inbox.pace(scope, limit, PACE_WINDOW_MS)) > 0:
+    def _wait_turn(self, chat_id: str, fence: Callable[[], bool], scope: str = "chat") -> None:
+        for key, limit in ((f"{scope}:{chat_id}", self.chat_qps), ("app", self.app_qps)):
+            while (wait := self.inbox.pace(key, limit, PACE_WINDOW_MS)) > 0:
                 time.sleep(wait)
         if not fence():  # checked last, right before the side effect
             raise LeaseLost(chat_id)

@@ -11,7 +11,7 @@ from bot import metrics
 from bot.envelope import Inbound
 from bot.llm import Completion
 from bot.texts import say
-from jobs import approvals, item_context, recall, rotation, shutdown
+from jobs import approvals, item_context, progress, recall, rotation, shutdown
 from jobs.batch_content import batch_content
 from jobs.outbox import BATCH_CACHE_TTL_S, LeaseLost
 from jobs.runtime import Runtime
@@ -102,6 +102,14 @@ def _related(rt: Runtime, kind: str, batch: Sequence[Inbound]) -> str:
     return related.block(items, estimate_tokens)
 
 
+def _people(rt: Runtime, batch: Sequence[Inbound]) -> dict[str, str]:
+    """Who an @mention in the answer may reach: the batch's senders and the people they mentioned (not the bot)."""
+    people = {m.sender_open_id: "" for m in batch if m.sender_open_id}
+    people.update({x.open_id: x.name or "" for m in batch for x in m.mentions if x.open_id})
+    people.pop(str(rt.state.get(rt.keys.bot_open_id) or ""), None)
+    return people
+
+
 def run_turn(rt: Runtime, route_key: str, kind: str, batch: Sequence[Inbound], batch_id: str,
              fence: Callable[[], bool], session_id: str, owner: tuple[str, int] | None = None) -> TurnResult:
     """`owner`: the run's execution id and generation (they fence a rotation's write)."""
@@ -109,17 +117,21 @@ def run_turn(rt: Runtime, route_key: str, kind: str, batch: Sequence[Inbound], b
     if not batch:
         return TurnResult(reply_ids=[], entries=[], completion=Completion(text="", input_tokens=0, output_tokens=0,
                                                                           cache_read_tokens=0, stop_reason=None))
+    # Reply to the batch's last message: in a topic the reply stays inside that thread.
+    last = batch[-1]
+    shown = progress.start(rt, route_key, batch_id, last, fence)  # a reaction while we work (best effort)
     content = batch_content(rt, batch)  # forwarded bundles, images, files: fetched by the worker
     batch_text = format_batch(batch, content.bodies)
     # Related discussion goes into this request only; the session log keeps just the batch.
     request_text = _related(rt, kind, batch) + batch_text
+    shown.head_start()
     completion = _answer_for(rt, route_key, kind, batch_id, request_text, fence, session_id, content.images, batch,
                              owner)
     answer = completion.text or say("empty_answer", batch[-1].text)
-    # Reply to the batch's last message: in a topic the reply stays inside that thread.
-    last = batch[-1]
+    # The log keeps `answer` (the Markdown source); only the posted messages are rendered.
     reply_ids = rt.outbox.reply(route_key, batch_id, last.message_id, answer, chat_id=last.chat_id,
-                                in_thread=kind == "topic", fence=fence)
+                                in_thread=kind == "topic", fence=fence, people=_people(rt, batch))
+    shown.done()
     proposals = (completion.recall or {}).get("proposals") or []
     item = item_context.own_item(rt, kind, batch) if proposals else None
     if item and item.record_id:
