@@ -335,10 +335,11 @@ def test_a_batch_naming_an_item_is_refused_when_any_of_its_senders_is_not_a_memb
 
 # -- 6. approvals: strangers write nothing, a doubled approval writes once, rejection nothing ---------------
 
-def _proposal_card(feishu: Any, chat: str) -> dict[str, Any]:
+def _proposal_card(feishu: Any, chat: str) -> dict[str, Any] | None:
+    """The newest approval card in the chat (it is posted right after the reply: poll for it)."""
     cards = [m for m in feishu.bot_messages(chat) if m["msg_type"] == "interactive"
              and "待审批" in json.dumps(feishu.card_versions(m["message_id"])[0], ensure_ascii=False)]
-    return cards[-1]
+    return cards[-1] if cards else None
 
 
 def _buttons(feishu: Any, card_message_id: str) -> dict[str, dict[str, str]]:
