@@ -28,6 +28,7 @@ from memory.store import server_checks
 log = logging.getLogger(__name__)
 IDENTITY_REFRESH_S = 3600
 IDENTITY_RETRY_S = 2.0
+TABLE_RETRY_S = 30.0  # a table that cannot be checked (Open API down, wrong ids) is retried this often
 HEALTH_CHECK_S = 3600
 HELD_PAUSE_S = 0.05
 MAX_WAIT_S = 1.0  # upper bound on a blocking pop, so due retries and a stop request are seen quickly
@@ -145,7 +146,7 @@ class SideTasks(threading.Thread):
                 next_identity = now + (IDENTITY_REFRESH_S if ok else IDENTITY_RETRY_S)
             if now >= next_table and self.rt.bitable is not None:
                 ok = _check_table(self.rt)
-                next_table = now + (IDENTITY_REFRESH_S if ok else IDENTITY_RETRY_S)
+                next_table = now + (IDENTITY_REFRESH_S if ok else TABLE_RETRY_S)
             try:
                 alerts.post_pending(self.rt)
             except Exception as exc:
