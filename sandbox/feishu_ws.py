@@ -45,6 +45,7 @@ class Delivery:
     payload: bytes
     frames: int
     to: str | None = None
+    drop_acks: int = 0  # answers to the first N attempts are lost (as if later than Feishu's 3 s)
     attempts: int = 0
     clients: list[str] = field(default_factory=list)  # who got it, per attempt
     acked: bool = False
@@ -65,9 +66,9 @@ class WsEndpoint:
         self._lock = threading.Lock()
         self._clients: dict[str, ServerConnection] = {}
         self._deliveries: dict[str, Delivery] = {}
-        self._frames: dict[str, str] = {}  # frame message_id → delivery id
+        self._frames: dict[str, tuple[str, int]] = {}  # frame message_id → (delivery id, attempt)
         self._acks: list[dict[str, Any]] = []
-        self._pings = 0
+        self._pings = self._bootstraps = 0
         self._rr = itertools.count()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -115,7 +116,7 @@ class WsEndpoint:
             self._deliveries.clear()
             self._frames.clear()
             self._acks.clear()
-            self._pings = 0
+            self._pings = self._bootstraps = 0
 
     # -- the HTTP bootstrap ---------------------------------------------------------------------------------
 
@@ -125,22 +126,34 @@ class WsEndpoint:
         if body.get("AppID") != self.app_id or body.get("AppSecret") != self.app_secret:
             return {"code": 1000040343, "msg": "invalid app_id or app_secret"}
         self.start()
+        with self._lock:
+            self._bootstraps += 1
         device = uuid.uuid4().hex[:16]
         url = f"ws://{self.host}:{self.port}/ws?device_id={device}&service_id={SERVICE_ID}"
         return {"code": 0, "msg": "ok", "data": {"URL": url, "ClientConfig": dict(self.client_config)}}
 
     # -- Python API -------------------------------------------------------------------------------------------
 
-    def push(self, payload: dict[str, Any], *, frames: int = 1, to: str | None = None) -> str:
-        """Deliver an event (to client `to`, else to one connected client); returns the delivery id."""
+    def push(self, payload: dict[str, Any], *, frames: int = 1, to: str | None = None, drop_acks: int = 0) -> str:
+        """Deliver an event (to client `to`, else to one connected client); returns the delivery id.
+        `drop_acks`: lose the answers to the first N deliveries, so it is delivered again (to another client)."""
         self.start()
         raw_header = payload.get("header")
         header: dict[str, Any] = raw_header if isinstance(raw_header, dict) else {}
         delivery_id = uuid.uuid4().hex
         data = json.dumps(payload, ensure_ascii=False).encode("utf-8")
         with self._lock:
-            self._deliveries[delivery_id] = Delivery(str(header.get("event_id") or ""), data, max(1, frames), to)
+            self._deliveries[delivery_id] = Delivery(str(header.get("event_id") or ""), data, max(1, frames), to,
+                                                     drop_acks)
         return delivery_id
+
+    def expire(self) -> int:
+        """Feishu's answer timer runs out now for every unanswered delivery: each is delivered again."""
+        with self._lock:
+            waiting = [d for d in self._deliveries.values() if not d.acked and d.attempts]
+            for d in waiting:
+                d.due = 0.0
+        return len(waiting)
 
     def acks(self) -> list[dict[str, Any]]:
         """Every answer frame: event_id, client, code (200 handled, else not), attempt, at, data."""
@@ -159,6 +172,11 @@ class WsEndpoint:
     def pings(self) -> int:
         with self._lock:
             return self._pings
+
+    def bootstraps(self) -> int:
+        """Successful `POST /callback/ws/endpoint` calls."""
+        with self._lock:
+            return self._bootstraps
 
     def disconnect(self, client: str) -> None:
         """Close one client's connection, as the service does on a deploy (the SDK reconnects)."""
@@ -203,12 +221,14 @@ class WsEndpoint:
             answer = {}
         code = int(answer.get("code") or 0) if isinstance(answer, dict) else 0
         with self._lock:
-            delivery = self._deliveries.get(self._frames.get(headers.get("message_id", ""), ""))
+            delivery_id, attempt = self._frames.get(headers.get("message_id", ""), ("", 0))
+            delivery = self._deliveries.get(delivery_id)
             if delivery is None:
                 return
-            self._acks.append({"event_id": delivery.event_id, "client": client, "code": code,
-                               "attempt": delivery.attempts, "at": time.time(), "data": answer.get("data")})
-            if code == 200:
+            lost = attempt <= delivery.drop_acks
+            self._acks.append({"event_id": delivery.event_id, "client": client, "code": code, "attempt": attempt,
+                               "lost": lost, "at": time.time(), "data": answer.get("data")})
+            if code == 200 and not lost:
                 delivery.acked = True
 
     async def _deliver_loop(self) -> None:
@@ -232,8 +252,8 @@ class WsEndpoint:
                 if client is None:
                     continue  # nobody connected: held until a client connects
                 frame_id = uuid.uuid4().hex
-                self._frames[frame_id] = delivery_id
                 d.attempts, d.due = d.attempts + 1, now + self.redeliver_after
+                self._frames[frame_id] = (delivery_id, d.attempts)
                 d.clients.append(client)
                 out.append((self._clients[client], _event_frames(d.payload, d.frames, frame_id)))
         return out
@@ -276,10 +296,12 @@ def register_ws(app: Flask, ws: WsEndpoint) -> None:
 
     def ws_push() -> dict[str, Any]:
         body = control_body()
-        return {"delivery": ws.push(dict(body["payload"]), frames=int(body.get("frames", 1)), to=body.get("to"))}
+        return {"delivery": ws.push(dict(body["payload"]), frames=int(body.get("frames", 1)), to=body.get("to"),
+                                    drop_acks=int(body.get("drop_acks", 0)))}
 
     def ws_state() -> dict[str, Any]:
-        return {"clients": ws.clients(), "acks": ws.acks(), "deliveries": ws.deliveries(), "pings": ws.pings()}
+        return {"clients": ws.clients(), "acks": ws.acks(), "deliveries": ws.deliveries(), "pings": ws.pings(),
+                "bootstraps": ws.bootstraps()}
 
     app.add_url_rule("/callback/ws/endpoint", endpoint="ws_endpoint", view_func=bootstrap, methods=["POST"])
     app.add_url_rule("/_sandbox/ws/push", endpoint="ws_push", view_func=guarded(ws_push), methods=["POST"])
