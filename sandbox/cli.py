@@ -153,6 +153,8 @@ def say(args: argparse.Namespace) -> int:
         create_time_ms=int(message["create_time"]), token=settings.secret("feishu_verification_token"),
         app_id=settings.app_id,
     )
+    if args.ws:
+        return _say_over_ws(base, event, message, chat_id, args.wait)
     url = events_url(settings, args.url)
     try:
         status = post_event(settings, event, url).status_code
@@ -168,6 +170,25 @@ def say(args: argparse.Namespace) -> int:
     return 0 if replies else 1
 
 
+def _say_over_ws(base: str, event: dict[str, Any], message: dict[str, Any], chat_id: str, wait: float) -> int:
+    """Push the event over the emulated long connection (the `ws` process must run in websocket mode)."""
+    try:
+        state = requests.get(f"{base}/_sandbox/ws", timeout=HTTP_TIMEOUT).json()
+        requests.post(f"{base}/_sandbox/ws/push", json={"payload": event}, timeout=HTTP_TIMEOUT).raise_for_status()
+    except requests.RequestException as exc:
+        print(f"cannot reach the Feishu emulator at {base}: {exc}")
+        return 1
+    if not state.get("clients"):
+        print("no long-connection client yet (FEISHU_CONNECTION_MODE=websocket make run); held until one connects")
+    print(f"pushed over the long connection (message {message['message_id']} in {chat_id})", flush=True)
+    replies = _await_replies(base, message, wait)
+    for reply in replies:
+        print(f"bot: {message_text(reply)}")
+    if not replies:
+        print(f"no bot reply within {wait:g}s")
+    return 0 if replies else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m sandbox", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -180,6 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--user", default="ou_sandbox_user", help="sender open_id")
     p.add_argument("--url", default=None, help="webhook URL (default http://127.0.0.1:$PORT/feishu/events)")
     p.add_argument("--wait", type=float, default=30.0, help="seconds to wait for the reply")
+    p.add_argument("--ws", action="store_true", help="deliver over the emulated long connection, not the webhook")
     p.set_defaults(func=say)
     cli_items.add_commands(sub)
     cli_records.add_commands(sub)

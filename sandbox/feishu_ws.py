@@ -155,6 +155,11 @@ class WsEndpoint:
                 d.due = 0.0
         return len(waiting)
 
+    def acked(self) -> int:
+        """How many deliveries a client answered with 200 (cheap to poll)."""
+        with self._lock:
+            return sum(1 for d in self._deliveries.values() if d.acked)
+
     def acks(self) -> list[dict[str, Any]]:
         """Every answer frame: event_id, client, code (200 handled, else not), attempt, at, data."""
         with self._lock:
