@@ -81,8 +81,12 @@ def webhook_rate(env: dict[str, str], scratch: Path, payloads: list[dict[str, An
             raise RuntimeError(f"webhook answered {len(failures)} events with {sorted(set(failures))}")
         return len(payloads) / elapsed
     finally:
-        os.killpg(proc.pid, signal.SIGINT)
-        proc.wait(timeout=20)
+        os.killpg(proc.pid, signal.SIGINT)  # its own session: only the master and its workers
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
         log.close()
 
 
