@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import signal
 import sys
 import time
@@ -11,6 +12,7 @@ from typing import Any
 
 import requests
 
+from bot.render import plain_of
 from bot.settings import Settings, load_settings
 from sandbox import cli_items, cli_records
 from sandbox.claude_standin import ClaudeStandin
@@ -118,18 +120,86 @@ def _replies(base: str, message: dict[str, Any]) -> list[dict[str, Any]]:
     return [m for m in items if m.get("parent_id") in (None, "", message["message_id"])]
 
 
-def _await_replies(base: str, message: dict[str, Any], wait: float) -> list[dict[str, Any]]:
+def _await_replies(base: str, message: dict[str, Any], wait: float,
+                   watch: _Reactions | None = None) -> list[dict[str, Any]]:
     deadline = time.monotonic() + wait
     found: list[dict[str, Any]] = []
     settled_at = None
     while time.monotonic() < deadline:
+        if watch is not None:
+            watch.poll()
         current = _replies(base, message)
         if len(current) > len(found):
             found, settled_at = current, time.monotonic() + SETTLE_SECONDS
         if settled_at is not None and time.monotonic() >= settled_at:
             break
         time.sleep(0.2)
+    if watch is not None:
+        watch.poll()
     return found
+
+
+class _Reactions:
+    """Prints the bot's reactions on one message as they come and go (GET …/reactions, as a client would)."""
+
+    def __init__(self, base: str, settings: Settings, message_id: str) -> None:
+        creds = {"app_id": settings.app_id, "app_secret": settings.secret("feishu_app_secret")}
+        token = requests.post(f"{base}/open-apis/auth/v3/tenant_access_token/internal", json=creds,
+                              timeout=HTTP_TIMEOUT).json().get("tenant_access_token", "")
+        self.url = f"{base}/open-apis/im/v1/messages/{message_id}/reactions"
+        self.auth = {"Authorization": f"Bearer {token}"}
+        self.shown: dict[str, str] = {}
+
+    def poll(self) -> None:
+        try:
+            items = requests.get(self.url, headers=self.auth, timeout=HTTP_TIMEOUT).json()["data"]["items"]
+        except (requests.RequestException, ValueError, KeyError, TypeError):
+            return
+        now = {i["reaction_id"]: i["reaction_type"]["emoji_type"] for i in items}
+        for rid, emoji in now.items():
+            if rid not in self.shown:
+                print(f"  [{REACTION_LABELS.get(emoji, emoji)} on your message]", flush=True)
+        for rid, emoji in self.shown.items():
+            if rid not in now:
+                print(f"  [{REACTION_LABELS.get(emoji, emoji)} removed]", flush=True)
+        self.shown = now
+
+
+REACTION_LABELS = {"OnIt": "⏳ OnIt (working)", "CrossMark": "❌ CrossMark (failed)"}
+_TERM = re.compile(r"\*\*(.+?)\*\*|\[([^\]\n]+)\]\(([^)\s]+)\)|<at (?:user_id=\"|id=)([\w-]+)\"?>([^<]*)</at>")
+
+
+def shown(message: dict[str, Any]) -> str:
+    """A reply as Feishu would show it, for a terminal: Markdown applied (headings, bold, links, lists, code)."""
+    kind = message.get("msg_type", "")
+    if kind not in ("post", "interactive"):
+        return message_text(message)
+    text = plain_of(kind, message.get("body", {}).get("content", "{}"))
+    out, in_code = [], False
+    for line in text.replace("\u200b", "").split("\n"):
+        if line.lstrip().startswith(("```", "~~~")):
+            in_code = not in_code
+            out.append("  ┌──" if in_code else "  └──")
+            continue
+        out.append("  │ " + line if in_code else _styled(line))
+    return f"[{kind}]\n" + "\n".join(out)
+
+
+def _styled(line: str) -> str:
+    bold, plain = ("\033[1m", "\033[0m") if sys.stdout.isatty() else ("", "")
+    heading = re.match(r"^(#{1,6})\s+(.*)", line)
+    if heading:
+        return f"{bold}{heading.group(2)}{plain}" + ("\n" + "═" * 20 if len(heading.group(1)) == 1 else "")
+    line = re.sub(r"^(\s*)[-*+]\s+", r"\1• ", line)
+
+    def one(m: re.Match[str]) -> str:
+        if m.group(1) is not None:
+            return f"{bold}{m.group(1)}{plain}"
+        if m.group(2) is not None:
+            return f"{m.group(2)} <{m.group(3)}>"
+        return f"@{m.group(5) or m.group(4)}"
+
+    return _TERM.sub(one, line)
 
 
 def say(args: argparse.Namespace) -> int:
@@ -162,9 +232,9 @@ def say(args: argparse.Namespace) -> int:
         print(f"POST {url} failed: {exc}")
         return 1
     print(f"POST {url} → HTTP {status} (message {message['message_id']} in {chat_id})", flush=True)
-    replies = _await_replies(base, message, args.wait)
+    replies = _await_replies(base, message, args.wait, _Reactions(base, settings, message["message_id"]))
     for reply in replies:
-        print(f"bot: {message_text(reply)}")
+        print(f"bot: {shown(reply)}")
     if not replies:
         print(f"no bot reply within {args.wait:g}s")
     return 0 if replies else 1
