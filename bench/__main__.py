@@ -1,6 +1,6 @@
 """`make bench`: every benchmark in turn, each reporting ratios against a baseline measured in the same run.
 
-    python -m bench                 # ingest, pipeline, state, runs, context, items, longconn (~38 min on 2 cores)
+    python -m bench                 # ingest, pipeline, state, runs, context, items, longconn, render (~39 min on 2 cores)
     python -m bench pipeline state  # a selection
 """
 
@@ -10,7 +10,7 @@ import importlib
 import sys
 import time
 
-ORDER = ("ingest", "pipeline", "state", "runs", "context", "items", "longconn")
+ORDER = ("ingest", "pipeline", "state", "runs", "context", "items", "longconn", "render")
 
 
 def main(argv: list[str]) -> int:

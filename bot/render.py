@@ -80,7 +80,13 @@ def looks_like_markdown(text: str) -> bool:
 
 def _text_parts(answer: str, chunk_chars: int) -> list[str]:
     parts = chunk_text(answer, limit=chunk_chars) or [answer]
-    return [p for part in parts for p in _hard_split(part, TEXT_LIMIT_BYTES - BODY_OVERHEAD_BYTES)]
+    room = TEXT_LIMIT_BYTES - BODY_OVERHEAD_BYTES
+    return [p for part in parts for p in (_hard_split(part, room) if _escaped_bytes(part) > room else [part])]
+
+
+def _escaped_bytes(text: str) -> int:
+    """Bytes of `text` as a JSON string inside a JSON string (how a message's content travels)."""
+    return len(json.dumps(json.dumps(text, ensure_ascii=False), ensure_ascii=False).encode())
 
 
 def _fit(part: str, people: Mapping[str, str], style: str, limit: int) -> list[Chunk]:
@@ -179,7 +185,7 @@ def _hard_split(text: str, max_bytes: int) -> list[str]:
     cur: list[str] = []
     cur_bytes = 0
     for ch in text:
-        cost = len(json.dumps(json.dumps(ch, ensure_ascii=False), ensure_ascii=False).encode()) - 4
+        cost = _escaped_bytes(ch) - 4
         if cur and cur_bytes + cost > max_bytes:
             pieces.append("".join(cur))
             cur, cur_bytes = [], 0
