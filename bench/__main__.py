@@ -1,6 +1,6 @@
 """`make bench`: every benchmark in turn, each reporting ratios against a baseline measured in the same run.
 
-    python -m bench                 # ingest, pipeline, state, runs, context, items, longconn, render (~39 min on 2 cores)
+    python -m bench                 # ingest, pipeline, state, runs, context, items, longconn, render (~39 min)
     python -m bench pipeline state  # a selection
 """
 

@@ -70,7 +70,7 @@ class Inbox:
         self._push = GroupCommit(r, scripts.PUSH)  # the webhook's hot path: concurrent pushes share a trip
         self._s = {name: r.register_script(getattr(scripts, name)) for name in (
             "ACQUIRE", "TAKE", "COMMIT", "FINISH", "RENEW", "HANDOVER", "RELEASE", "KICK", "BREAK", "POP_DUE",
-            "REPLAY", "PACE", "FORGET_RUN")}
+            "REPLAY", "FORGET_RUN")}
 
     # -- the webhook -----------------------------------------------------------------------------------
 
@@ -231,11 +231,6 @@ class Inbox:
         keys = [k.dead, k.dead_order, k.inbox(rk), k.lease(rk), k.dirty, k.kicks, k.dead_replayed(dead_id)]
         args: list[str | int | float] = [dead_id, token, KICK_TTL_MS, rk, time.time(), record, 7 * 86400, *events]
         return self._s["REPLAY"](keys, args) == 1
-
-    def pace(self, scope: str, limit: int, window_ms: int = 1000) -> float:
-        """Seconds to wait before the next send in `scope`; 0 means go (and the send is counted)."""
-        wait_ms = self._s["PACE"]([self.k.pace(scope)], [window_ms, limit, new_token()])
-        return int(wait_ms) / 1000
 
 
 def _successor(rk: str, queue: str, delay_s: float) -> tuple[str, int, str, str, float]:

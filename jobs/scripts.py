@@ -271,22 +271,6 @@ redis.call('SET', KEYS[7], ARGV[5], 'EX', ARGV[7])
 return 1
 """
 
-# KEYS: window   ARGV: window_ms, limit, member
-# A sliding-window limiter on Redis time: 0 = go ahead (recorded), else milliseconds to wait.
-PACE = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local window = tonumber(ARGV[1])
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
-if redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[2]) then
-  redis.call('ZADD', KEYS[1], now, ARGV[3])
-  redis.call('PEXPIRE', KEYS[1], window)
-  return 0
-end
-local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-return math.max(1, tonumber(oldest[2]) + window - now)
-"""
-
 # KEYS: running, runinfo   ARGV: route_key, info
 # The watchdog drops a registration whose run is gone, unless the route has been re-registered since.
 FORGET_RUN = """

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 OPS = (
     "token", "bot_info", "reply", "create", "get", "list", "chat", "resource", "message_patch", "chat_members",
     "drive_subscribe", "bitable_fields", "bitable_search", "bitable_batch_get", "bitable_create", "bitable_update",
+    "reaction_add", "reaction_remove", "reaction_list",
 )
 Hook = Callable[[dict[str, Any]], object]
 

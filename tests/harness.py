@@ -271,9 +271,10 @@ def model_requests_with(claude: Any, needle: str) -> list[dict[str, Any]]:
 
 
 def reply_text(message: dict[str, Any]) -> str:
-    import json
+    """What a reply shows as plain text, whatever it was rendered as (text, post, card)."""
+    from bot.render import plain_of
 
-    return str(json.loads(message["body"]["content"])["text"])
+    return plain_of(message["msg_type"], message["body"]["content"])
 
 
 def session_log(r: redis.Redis, keys: Keys, rk: str) -> list[dict[str, Any]]:

@@ -68,7 +68,9 @@ def test_expired_tenant_token_is_refreshed_and_shared(service, feishu, claude) -
     env = deliver(service, feishu, chat_id=unique("oc_p2p"), chat_type="p2p", text="令牌过期测试")
     feishu.wait_for(lambda: feishu.replies_to(message_id(env)), timeout=30)
     calls = [q for q in feishu.requests if q["op"] == "reply"]
-    assert len(calls) == 2 and len({q["json"]["uuid"] for q in calls}) == 1  # rejected once, then sent
+    reactions = [q for q in feishu.requests if q["op"] == "reaction_add"]
+    # the turn's first Open API call (its progress reaction) meets the expired token: rejected once, then sent
+    assert len(calls) + len(reactions) == 3 and len({q["json"]["uuid"] for q in calls}) == 1
     assert feishu.token_requests == before + 1  # one fetch, stored in Redis for every work-horse
     env2 = deliver(service, feishu, chat_id=unique("oc_p2p"), chat_type="p2p", text="令牌复用测试")
     feishu.wait_for(lambda: feishu.replies_to(message_id(env2)), timeout=30)
