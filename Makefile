@@ -9,13 +9,16 @@ PORT   ?= 8000
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
+# --no-compile: lark-oapi ships thousands of modules; Python compiles the few we import on first use.
+PIP    := $(BIN)/pip install -q --no-compile --disable-pip-version-check
+
 $(VENV)/.deps: requirements.txt | $(BIN)/python
-	$(BIN)/pip install -q -r requirements.txt
+	$(PIP) -r requirements.txt
 	touch $@
 
-$(VENV)/.dev: requirements-dev.txt $(VENV)/.deps
-	$(BIN)/pip install -q -r requirements-dev.txt
-	touch $@
+$(VENV)/.dev: requirements-dev.txt requirements.txt | $(BIN)/python
+	$(PIP) -r requirements.txt -r requirements-dev.txt
+	touch $@ $(VENV)/.deps
 
 run: $(VENV)/.deps
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/honcho start -f Procfile -p $(PORT)

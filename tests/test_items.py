@@ -34,6 +34,7 @@ from tests.harness import (
     model_requests_with,
     reply_text,
     settings_from,
+    stop_all,
     unique,
     wait_for,
     wait_route_idle,
@@ -63,8 +64,7 @@ def rig(env: dict[str, str], workdir: Path, r: redis.Redis) -> Iterator[tuple[We
     wait_for(lambda: r.get(keys.bot_open_id), 60, what="the items rig's sweeper")
     yield web, keys, own
     web.stop()
-    for p in procs:
-        p.stop()
+    stop_all(procs)
 
 
 @pytest.fixture(autouse=True)

@@ -29,6 +29,7 @@ from tests.harness import (
     route_key,
     service_env,
     settings_from,
+    stop_all,
     unique,
     wait_for,
     wait_route_idle,
@@ -71,8 +72,7 @@ def rig(env: dict[str, str], workdir: Path, r: redis.Redis, feishu: FeishuEmulat
     wait_for(lambda: all(p.alive() for p in procs) and len(feishu.ws_clients()) >= 2, 60, what="two ws clients")
     yield web, keys
     web.stop()
-    for p in procs:
-        p.stop()
+    stop_all(procs)
     wait_for(lambda: not feishu.ws_clients(), 20, what="ws clients gone")
 
 
@@ -191,8 +191,7 @@ def own_stack(claude: Any) -> Iterator[tuple[FeishuEmulator, Path, dict[str, str
         wait_for(lambda: all(p.alive() for p in procs) and emu.ws_clients(), 60, what="the ws client")
         yield emu, var, env
     finally:
-        for p in procs:
-            p.stop()
+        stop_all(procs)
         emu.stop()
         stop_server(str(var))
 

@@ -24,6 +24,7 @@ from tests.harness import (
     message_id,
     model_requests_with,
     settings_from,
+    stop_all,
     unique,
     wait_for,
     wait_route_idle,
@@ -54,8 +55,7 @@ def rig(env: dict[str, str], workdir: Path, r: redis.Redis) -> Iterator[tuple[We
     wait_for(lambda: r.get(keys.bot_open_id), 60, what="the rig's sweeper")
     yield web, keys
     web.stop()
-    for p in procs:
-        p.stop()
+    stop_all(procs)
 
 
 def route_view(web: WebServer, rk: str) -> dict:

@@ -18,7 +18,7 @@ import redis
 from bitable.index import Items
 from memory.keys import Keys
 from sandbox.cli import main
-from tests.harness import Proc, WebServer, settings_from, unique, wait_for, wait_route_idle
+from tests.harness import Proc, WebServer, settings_from, stop_all, unique, wait_for, wait_route_idle
 
 APP, TABLE = "bascnCliApp01", "tblCli01"
 REPORT = "报表导出 rpt-9921 一直是空的\n从昨天 18:00 开始，三个客户都受影响。"
@@ -35,8 +35,7 @@ def rig(env: dict[str, str], workdir: Path, r: redis.Redis) -> Iterator[tuple[We
     wait_for(lambda: r.get(keys.bot_open_id), 60, what="the CLI rig's sweeper")
     yield web, keys, own
     web.stop()
-    for p in procs:
-        p.stop()
+    stop_all(procs)
 
 
 @pytest.fixture
