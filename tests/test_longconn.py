@@ -218,18 +218,5 @@ def test_an_event_received_while_redis_is_down_is_not_acknowledged_and_answered_
 
 # -- webhook mode: the Procfile line idles --------------------------------------------------------------------
 
-def test_in_webhook_mode_the_ws_line_idles(workdir, claude) -> None:
-    emu = FeishuEmulator(app_id=APP_ID, app_secret=APP_SECRET, bot_open_id=BOT_OPEN_ID).start()
-    env = service_env("redis://127.0.0.1:1/0", emu.url, claude.url, BOT_PROFILE=unique("wsidle"))
-    proc = ws_procs(env, workdir, env["BOT_PROFILE"], 1)[0]  # FEISHU_CONNECTION_MODE unset: webhook
-    try:
-        wait_for(lambda: proc.alive() and b"long connection idle" in proc.log_path.read_bytes(), 30,
-                 what="the idle line")  # barrier: printed once the mode is read; nothing follows it
-        assert emu.ws.bootstraps() == 0 and emu.ws_clients() == []
-        assert proc.alive()  # honcho would stop every process if this one exited
-    finally:
-        proc.terminate()
-        code = proc.p.wait(timeout=10)
-        proc.log.close()
-        emu.stop()
-    assert code == 0
+
+# Webhook mode (the default): the Procfile's ws line idles — checked by tests/test_run_e2e.py under honcho.

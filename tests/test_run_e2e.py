@@ -49,6 +49,9 @@ def test_procfile_service_answers_sandbox_messages(tmp_path: Path) -> None:
             assert said.returncode == 0, said.stdout + said.stderr + (tmp_path / "honcho.log").read_text()[-3000:]
             assert "你好，沙盒" in said.stdout  # the offline model's answer quotes the question
         assert (tmp_path / "var" / "appendonly.aof").exists()  # embedded Redis with AOF under var/
+        # webhook mode (the default): the Procfile's ws line idles instead of opening a long connection
+        log = (tmp_path / "honcho.log").read_text(errors="replace")
+        assert "long connection idle" in log and "ws.1" in log and "ws.1 stopped" not in log
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
