@@ -9,8 +9,9 @@ PORT   ?= 8000
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-# --no-compile: lark-oapi ships thousands of modules; Python compiles the few we import on first use.
-PIP    := $(BIN)/pip install -q --no-compile --disable-pip-version-check
+# One resolver run for both files. Byte-compiling at install stays on: with PYTHONDONTWRITEBYTECODE set (as on
+# CI) nothing compiled later is kept, and every process would compile lark-oapi's modules again.
+PIP    := $(BIN)/pip install -q --disable-pip-version-check
 
 $(VENV)/.deps: requirements.txt | $(BIN)/python
 	$(PIP) -r requirements.txt
