@@ -8,10 +8,12 @@ from typing import Any
 
 from flask import Flask
 
-from bot import admin, identity, logs
-from bot.ingress import Ingress
+from bot import logs
+from bot.edge import admin
+from bot.edge.ingress import Ingress
+from bot.edge.web import bp
+from bot.feishu import identity
 from bot.settings import Settings, load_settings
-from bot.web import bp
 from jobs.runtime import Runtime
 from memory.keys import Keys
 from memory.store import resolve_url, state_client
@@ -37,7 +39,7 @@ def _warm_identity(settings: Settings, ingress: Ingress) -> None:
     """Best effort at start-up; the sweeper keeps it fresh. Never on the request path."""
     try:
         if identity.cached_open_id(ingress.state, ingress.keys) is None:
-            from bot.feishu import FeishuApi
+            from bot.feishu.client import FeishuApi
 
             identity.refresh(FeishuApi(settings, ingress.state, Keys(settings.bot_profile)),
                              ingress.state, ingress.keys)

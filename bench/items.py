@@ -36,7 +36,7 @@ import requests
 
 from bitable.index import Items
 from chaos.stack import APP_ID, BOT_OPEN_ID, Stack
-from sandbox.events import mention, message_event, signed_request
+from sandbox.feishu.events import mention, message_event, signed_request
 
 OUT = Path(__file__).resolve().parent / "results" / "items.json"
 APP, TABLE = "bascnBenchItems01", "tblBenchItems01"

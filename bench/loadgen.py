@@ -14,7 +14,7 @@ from multiprocessing.connection import Connection
 from typing import Literal
 
 from bench.procstat import MachineCpu
-from sandbox.events import message_event, signed_request
+from sandbox.feishu.events import message_event, signed_request
 
 PATH = "/feishu/events"
 IO_ERROR = "io"  # error bucket for timeouts, resets and malformed responses (no HTTP status seen)

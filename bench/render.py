@@ -1,7 +1,7 @@
 """Rendered replies (issue 8): time from the model's answer to the reply stored at Feishu, text vs post vs card.
 
-The real outbox (bot/render.py + jobs/outbox.py: render, ledger, pacer scripts, lark-oapi over HTTP) against the
-Feishu emulator and an embedded Redis, in one process. The clock starts when the answer is handed to
+The real outbox (bot/feishu/render.py + jobs/turn/outbox.py: render, ledger, pacer scripts, lark-oapi over
+HTTP) against the Feishu emulator and an embedded Redis, in one process. The clock starts when the answer is handed to
 `Outbox.reply` (the model's answer is stored by then) and stops at the emulator's record of the reply request
 (when Feishu has the message). Each send goes to a chat of its own and the app tier is opened wide, so the
 numbers are rendering and delivery, not the 5/s pacing (tests/test_pacing.py covers that). Kinds alternate
@@ -23,14 +23,14 @@ from pathlib import Path
 
 import redis
 
-from bot.feishu import FeishuApi
-from bot.render import choose_style
+from bot.feishu.client import FeishuApi
+from bot.feishu.render import choose_style
 from bot.settings import Settings
 from jobs.inbox import Inbox
-from jobs.outbox import Outbox
+from jobs.turn.outbox import Outbox
 from memory.embedded import ensure_server, stop_server
 from memory.keys import Keys
-from sandbox.feishu_emulator import FeishuEmulator
+from sandbox.feishu.emulator import FeishuEmulator
 
 OUT = Path(__file__).resolve().parent / "results" / "render.json"
 PROSE = "这一段解释为什么这样处理，以及下一步该做什么。"

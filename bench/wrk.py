@@ -12,13 +12,10 @@ import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from bench import priority
 from bench.procstat import MachineCpu, imbalanced, machine_json, other_note, worker_split
-
-if TYPE_CHECKING:
-    from bench.ingest import Bench
 
 SCRIPT = Path(__file__).with_name("wrk_pool.lua")
 MODES = ("keepalive", "close")
@@ -80,10 +77,11 @@ def _r(value: float, digits: int = 2) -> float | None:
     return None if math.isnan(value) else round(value, digits)
 
 
+# `bench.ingest.Bench` is typed Any here: that module imports this one (no import cycles: tests/test_layout.py).
 class WrkRunner:
     """Runs wrk phases against the servers of a `Bench`, with request pools built by its generator processes."""
 
-    def __init__(self, bench: Bench, wrk: str, scratch: Path) -> None:
+    def __init__(self, bench: Any, wrk: str, scratch: Path) -> None:
         self.bench, self.wrk, self.scratch = bench, wrk, scratch
         self.threads = bench.args.wrk_threads
         self.connections = bench.args.wrk_connections or bench.args.concurrency

@@ -22,7 +22,7 @@ class Completion:
     output_tokens: int
     cache_read_tokens: int
     stop_reason: str | None
-    recall: dict[str, Any] | None = None  # fetched / included / pending of recall tools (jobs/recall.py)
+    recall: dict[str, Any] | None = None  # fetched / included / pending of recall tools (jobs/turn/recall.py)
     cache_creation_tokens: int = 0  # input written to the prompt cache (counted apart from input_tokens)
 
 

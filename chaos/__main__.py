@@ -12,7 +12,8 @@ from pathlib import Path
 
 from chaos.measure import Leaks
 from chaos.report import RESULTS, Result, details, table, write
-from chaos.scenarios import Context, Scenario, execute, load_all
+from chaos.scenarios import load_all
+from chaos.scenarios.base import Context, Scenario, execute
 from chaos.stack import Stack
 
 

@@ -17,7 +17,7 @@ from typing import Any
 import requests
 
 from chaos.stack import APP_ID, BOT_OPEN_ID, Stack
-from sandbox.events import mention, message_event, signed_request
+from sandbox.feishu.events import mention, message_event, signed_request
 
 # Feishu redelivers at ~15 s, 5 min, 1 h, 6 h; compressed here so an outage plays out in seconds.
 REDELIVERY = (0.5, 1.0, 2.0, 4.0, 4.0, 4.0, 4.0, 4.0, 4.0, 4.0, 4.0, 4.0)

@@ -20,8 +20,8 @@ import requests
 from chaos.procs import Service, alive, children, memory_kb, proc_table, signal_pids
 from memory.embedded import ensure_server
 from memory.keys import Keys
-from sandbox.claude_standin import ClaudeStandin
-from sandbox.feishu_emulator import OPS, FeishuEmulator
+from sandbox.claude.standin import ClaudeStandin
+from sandbox.feishu.emulator import OPS, FeishuEmulator
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent

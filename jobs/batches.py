@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from pydantic import ValidationError
 
-from bot.envelope import Inbound
+from bot.edge.envelope import Inbound
 
 
 def batch_id_of(raw: list[str]) -> str:

@@ -25,18 +25,18 @@ from pydantic import BaseModel
 from rq import get_current_job
 
 from bot import metrics
-from bot.envelope import Inbound
+from bot.edge.envelope import Inbound
 from jobs import shutdown
 from jobs.batches import Parsed, batch_id_of, ids, parse, parse_one
 from jobs.giveup import GiveUp, Outcome
 from jobs.inbox import Commit
-from jobs.item_runs import ITEM_COMMANDS, item_entry, item_gave_up, item_segment
-from jobs.outbox import LeaseLost
+from jobs.items.runs import ITEM_COMMANDS, item_entry, item_gave_up, item_segment
 from jobs.queues import rq_queue_name
 from jobs.runtime import Runtime, current
 from jobs.segments import COMMAND, STALE, next_segment
-from jobs.session_turn import Superseded, answer_command, ensure_session
-from jobs.turn import TurnResult, run_turn
+from jobs.turn.answer import TurnResult, run_turn
+from jobs.turn.outbox import LeaseLost
+from jobs.turn.session import Superseded, answer_command, ensure_session
 from memory.sessions import RouteState
 from routing.keys import ITEM, kind_of
 

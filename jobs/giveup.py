@@ -15,16 +15,17 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from bot import metrics
-from bot.envelope import Inbound
+from bot.edge.envelope import Inbound
 from bot.errors import AdapterError, Paused, Permanent, Retryable
 from bot.texts import say
-from jobs import progress, shutdown
+from jobs import shutdown
 from jobs.alerts import alert
 from jobs.batches import Parsed, ids, last_per_sender, parse
 from jobs.inbox import Commit
-from jobs.outbox import LeaseLost
 from jobs.runtime import Runtime
-from jobs.session_turn import Superseded
+from jobs.turn.answer import progress
+from jobs.turn.outbox import LeaseLost
+from jobs.turn.session import Superseded
 from routing.keys import ITEM
 
 log = logging.getLogger("jobs.drain")

@@ -9,12 +9,12 @@ import redis
 
 from bitable.client import Bitable
 from bitable.index import Items
-from bot.feishu import FeishuApi
+from bot.feishu.client import FeishuApi
 from bot.llm import Claude
 from bot.settings import Settings, load_settings
 from jobs.inbox import Inbox
-from jobs.outbox import Outbox
 from jobs.queues import enqueue_drain
+from jobs.turn.outbox import Outbox
 from memory.keys import Keys
 from memory.notes import read_text
 from memory.sessions import Sessions
@@ -115,14 +115,3 @@ def current() -> Runtime:
         settings = _configured or load_settings()
         _current = Runtime(settings, resolve_url(settings))
     return _current
-
-
-def prepare() -> Runtime:
-    """Build the SDK clients and warm their code paths now, in the worker, without any network call;
-    every horse forked afterwards saves the cost (jobs/warmup.py)."""
-    from jobs.warmup import warm
-
-    rt = current()
-    _ = rt.llm, rt.feishu, rt.outbox, rt.policy
-    warm(rt)
-    return rt

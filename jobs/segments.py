@@ -3,7 +3,7 @@
 A batch (the route's `proc` list) is consumed front to back in segments, each committed on its own:
 - `stale`: messages stored under an older generation than the route's — a user reset came after them;
   they are consumed unanswered (the reset's confirmation says how many);
-- `command`: one `/reset`, `/status` or item command (bot/commands.py), one card button click, or — with
+- `command`: one `/reset`, `/status` or item command (bot/edge/commands.py), one card button click, or — with
   items on — the @bot message that opens a topic (it becomes an item; its first answer is the reply);
   answered by the service, not the model. A click is never stale: a decision outlives a reset;
 - `turn`: the longest run of other messages (unreadable entries included: they are dead-lettered with
@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from bot.commands import command_of
-from bot.envelope import Inbound
-from bot.side_events import CARD_ACTION_TYPE
+from bot.edge.commands import command_of
+from bot.edge.envelope import Inbound
+from bot.edge.side_events import CARD_ACTION_TYPE
 
 STALE, COMMAND, TURN = "stale", "command", "turn"
 CARD, ITEM_OPEN = "card_action", "item_open"

@@ -17,10 +17,12 @@ import signal
 import threading
 import time
 
-from bot import identity, logs
+from bot import logs
+from bot.feishu import identity
 from bot.settings import load_settings
-from jobs import alerts, runtime, table_check, watchdog
+from jobs import alerts, runtime, watchdog
 from jobs.alerts import alert
+from jobs.items import table_check
 from jobs.queues import rq_queue_name
 from jobs.runtime import Runtime
 from memory.store import server_checks

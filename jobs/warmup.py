@@ -21,7 +21,8 @@ from lark_oapi.api.im.v1 import (
     ReplyMessageResponse,
 )
 
-from bot.envelope import Inbound
+from bot.edge.envelope import Inbound
+from jobs import runtime
 from jobs.runtime import Runtime
 from memory.context import assemble, format_batch, system_blocks
 
@@ -72,3 +73,12 @@ def _ours() -> None:
         "event_id": "e", "message_id": "om_warm", "chat_id": "oc_warm", "chat_type": "p2p", "sender_open_id": "ou_w",
         "sender_type": "user", "message_type": "text", "text": "warm", "content": "{\"text\":\"warm\"}"}))
     assemble([], format_batch([inbound]), 24000, 1000)
+
+
+def prepare() -> Runtime:
+    """Build the SDK clients and warm their code paths now, in the worker, without any network call;
+    every horse forked afterwards saves the cost (see `warm`)."""
+    rt = runtime.current()
+    _ = rt.llm, rt.feishu, rt.outbox, rt.policy
+    warm(rt)
+    return rt

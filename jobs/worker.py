@@ -27,7 +27,7 @@ from rq.worker import WorkerStatus
 
 from bot import logs
 from bot.settings import Settings, load_settings
-from jobs import drain, runtime  # noqa: F401  (preload: every horse inherits the imported modules)
+from jobs import drain, runtime, warmup  # noqa: F401  (preload: every horse inherits the imported modules)
 from jobs.queues import rq_queue_name
 from memory.store import resolve_url, rq_client
 from routing.policy import policy_from
@@ -49,7 +49,7 @@ def run_one(settings: Settings, queue_name: str, url: str, name: str) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # RQ installs its own handlers in work()
     logs.setup(settings.log_level)
     runtime.configure(settings)
-    runtime.prepare()
+    warmup.prepare()
     worker = RouteWorker([rq_queue_name(settings.bot_profile, queue_name)], connection=rq_client(url),
                          serializer=JSONSerializer, maintenance_interval=60, name=name)
     worker.work(with_scheduler=False, logging_level=settings.log_level)

@@ -11,7 +11,7 @@ import math
 from collections.abc import Sequence
 from typing import Any, TypedDict
 
-from bot.envelope import Inbound
+from bot.edge.envelope import Inbound
 
 SYSTEM_PROMPT = """You are a team assistant inside Feishu (Lark) group chats, topics and private chats.
 Colleagues @mention you about work items: bugs, feedback, requirements.
@@ -56,7 +56,7 @@ def estimate_tokens(text: str) -> int:
 def format_batch(batch: Sequence[Inbound], bodies: Sequence[str | None] = ()) -> str:
     """Each message in a `<message sender=…>` element. Text is escaped like the attributes, so no user
     can close the element and open one attributed to somebody else. `bodies[i]`, when given, replaces
-    message i's text: already escaped content built from it (jobs/batch_content.py)."""
+    message i's text: already escaped content built from it (jobs/turn/batch_content.py)."""
     parts = []
     for i, m in enumerate(batch):
         body = bodies[i] if i < len(bodies) and bodies[i] is not None else html.escape(m.text, quote=False)

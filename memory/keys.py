@@ -193,7 +193,7 @@ class Keys:
         return f"{self.prefix}:items:order"
 
     def proposal(self, proposal_id: str) -> str:
-        """HASH of one proposed record change awaiting approval (jobs/approvals.py)."""
+        """HASH of one proposed record change awaiting approval (jobs/items/approvals.py)."""
         return f"{self.prefix}:proposal:{proposal_id}"
 
     def chat_members(self, chat_id: str) -> str:

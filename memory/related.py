@@ -15,7 +15,7 @@ from typing import Any
 
 import redis
 
-from bot.envelope import Inbound
+from bot.edge.envelope import Inbound
 from memory.keys import Keys
 
 KEEP = 50  # messages per chat

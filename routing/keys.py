@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from bot.envelope import Inbound
+from bot.edge.envelope import Inbound
 from routing.policy import Policy
 
 Kind = Literal["p2p", "group", "topic"]
-# Internal routes of the item machinery (jobs/items.py): `feishu:<profile>:item:<item_id>` runs an item's
+# Internal routes of the item machinery (jobs/items/claim.py): `feishu:<profile>:item:<item_id>` runs an item's
 # analysis, `feishu:<profile>:item:<record_id>` a record-changed event. Never derived from a message.
 ITEM = "item"
 

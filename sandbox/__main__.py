@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from sandbox.cli import main
+from sandbox.cli.commands import main
 
 if __name__ == "__main__":
     sys.exit(main())

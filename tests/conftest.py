@@ -13,8 +13,8 @@ import redis
 
 from memory.embedded import ensure_server, stop_server
 from memory.keys import Keys
-from sandbox.claude_standin import ClaudeStandin
-from sandbox.feishu_emulator import FeishuEmulator
+from sandbox.claude.standin import ClaudeStandin
+from sandbox.feishu.emulator import FeishuEmulator
 from tests.harness import (
     APP_ID,
     APP_SECRET,

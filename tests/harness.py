@@ -22,7 +22,7 @@ from werkzeug.serving import make_server
 from app import create_app
 from bot.settings import Settings
 from memory.keys import Keys
-from sandbox.events import signed_request
+from sandbox.feishu.events import signed_request
 
 ROOT = Path(__file__).resolve().parent.parent
 NETGUARD_DIR = Path(__file__).resolve().parent / "netguard"  # its sitecustomize.py guards every subprocess
@@ -247,7 +247,7 @@ def unique(prefix: str) -> str:
 
 def deliver(service: WebServer, feishu: Any, *, expect: int = 200, **kw: Any) -> dict[str, Any]:
     """Register a user message in the emulator, then push its event to our endpoint like Feishu does."""
-    from sandbox.events import message_event
+    from sandbox.feishu.events import message_event
 
     envelope = message_event(token=VERIFICATION_TOKEN, app_id=APP_ID, **kw)
     m = envelope["event"]["message"]
@@ -272,7 +272,7 @@ def model_requests_with(claude: Any, needle: str) -> list[dict[str, Any]]:
 
 def reply_text(message: dict[str, Any]) -> str:
     """What a reply shows as plain text, whatever it was rendered as (text, post, card)."""
-    from bot.render import plain_of
+    from bot.feishu.render import plain_of
 
     return plain_of(message["msg_type"], message["body"]["content"])
 

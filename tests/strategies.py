@@ -17,9 +17,9 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from bot.crypto import NONCE_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, encrypt, sign
-from bot.envelope import CONTENT_SHAPES
-from sandbox.events import signed_request
+from bot.edge.crypto import NONCE_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, encrypt, sign
+from bot.edge.envelope import CONTENT_SHAPES
+from sandbox.feishu.events import signed_request
 
 DOCUMENTED_TYPES = (
     "text", "post", "image", "file", "audio", "media", "sticker", "folder", "interactive", "merge_forward",

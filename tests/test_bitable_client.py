@@ -21,9 +21,9 @@ from bitable import (
 )
 from bitable.cells import TEXT
 from bitable.lock import TableLock
-from bot.feishu import FeishuApi
+from bot.feishu.client import FeishuApi
 from memory.keys import Keys
-from sandbox.feishu_emulator import FeishuEmulator
+from sandbox.feishu.emulator import FeishuEmulator
 from tests.harness import service_env, settings_from
 
 APP = "bascnItemsApp"

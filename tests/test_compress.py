@@ -16,7 +16,7 @@ from memory.budget import (
 )
 from memory.compress import compression_request, extract_facts, missing, restore, restore_within
 from memory.context import Entry, estimate_tokens, session_messages
-from sandbox.claude_wire import compression_reply
+from sandbox.claude.wire import compression_reply
 
 PLANTED = Entry(role="user", text=(
     '<message sender="ou_alice" message_id="om_plant01">\n'

@@ -7,9 +7,9 @@ from html.parser import HTMLParser
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bot.envelope import Inbound
+from bot.edge.envelope import Inbound
 from memory.context import Entry, assemble, estimate_tokens, fit_history, format_batch, system_blocks
-from sandbox.claude_wire import default_reply
+from sandbox.claude.wire import default_reply
 from tests.strategies import EDGE_STRINGS, odd_text
 
 

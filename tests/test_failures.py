@@ -147,7 +147,7 @@ def test_long_answers_are_chunked_in_order_with_distinct_uuids(service, feishu, 
 
 def test_a_poison_message_in_a_shared_topic_batch_buries_only_itself(service, feishu, claude, r, keys) -> None:
     """Defect 2: the others in the batch are answered, only the poison is dead-lettered, its sender told once."""
-    from sandbox.events import mention
+    from sandbox.feishu.events import mention
     from tests.harness import BOT_OPEN_ID, wait_route_idle
 
     at_bot = [mention(BOT_OPEN_ID, "助手")]

@@ -19,9 +19,9 @@ import requests
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bot.crypto import sign
+from bot.edge.crypto import sign
 from memory.keys import Keys
-from sandbox.events import message_event, signed_request
+from sandbox.feishu.events import message_event, signed_request
 from tests.harness import (
     APP_ID,
     BOT_OPEN_ID,

@@ -12,12 +12,12 @@ import pytest
 import redis
 import requests
 
-from bot.crypto import encrypt, sign
-from bot.envelope import Envelope, MessageEvent, to_inbound
+from bot.edge.crypto import encrypt, sign
+from bot.edge.envelope import Envelope, MessageEvent, to_inbound
 from memory.keys import Keys
 from routing.keys import route_for
 from routing.policy import Policy
-from sandbox.events import mention, message_event, signed_request, url_verification
+from sandbox.feishu.events import mention, message_event, signed_request, url_verification
 from tests.harness import (
     APP_ID,
     BOT_OPEN_ID,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 
-from sandbox.events import mention
+from sandbox.feishu.events import mention
 from tests.harness import BOT_OPEN_ID, deliver, unique, wait_routes_idle
 
 AT_BOT = [mention(BOT_OPEN_ID, "助手")]

@@ -19,10 +19,10 @@ import redis
 import requests
 
 from bitable.index import Items
-from bot.cards import footer_of
+from bot.feishu.cards import footer_of
 from bot.settings import ChatOverride
 from memory.keys import Keys
-from sandbox.events import bitable_record_changed_event, card_action_event, mention
+from sandbox.feishu.events import bitable_record_changed_event, card_action_event, mention
 from tests.harness import (
     APP_ID,
     BOT_OPEN_ID,
@@ -431,8 +431,8 @@ def test_five_items_at_once_under_rate_limits_and_write_conflicts(rig, feishu, r
 # -- 8. a wrong field name is named -----------------------------------------------------------------------
 
 def test_a_wrong_field_name_is_named_in_readyz_and_pauses_item_work(rig, feishu, r) -> None:
-    """The sweeper's table check (jobs/table_check.py) on a profile of its own, read back through /readyz."""
-    from jobs import table_check
+    """The sweeper's table check (jobs/items/table_check.py) on a profile of its own, read back through /readyz."""
+    from jobs.items import table_check
     from jobs.runtime import Runtime
 
     _, _, own = rig

@@ -16,8 +16,8 @@ import redis
 
 from memory.embedded import ensure_server, stop_server
 from memory.keys import Keys
-from sandbox.events import mention
-from sandbox.feishu_emulator import FeishuEmulator
+from sandbox.feishu.emulator import FeishuEmulator
+from sandbox.feishu.events import mention
 from tests.harness import (
     APP_ID,
     APP_SECRET,
@@ -56,7 +56,7 @@ class OverWs:
 
 def ws_procs(env: dict[str, str], workdir: Path, name: str, n: int) -> list[Proc]:
     """`n` ws processes started as the Procfile's `ws` line starts them."""
-    return [Proc(["-m", "bot.longconn"], env, str(workdir), workdir / f"{name}-ws{i}.log") for i in range(n)]
+    return [Proc(["-m", "bot.edge.longconn"], env, str(workdir), workdir / f"{name}-ws{i}.log") for i in range(n)]
 
 
 @pytest.fixture(scope="module")

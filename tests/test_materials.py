@@ -9,12 +9,13 @@ from typing import Any
 import pytest
 import redis
 
-from bot.envelope import Envelope, Inbound, MessageEvent, to_inbound
+from bot.edge.envelope import Envelope, Inbound, MessageEvent, to_inbound
 from bot.errors import Retryable
-from bot.feishu import FeishuApi
-from bot.materials import fetch_file_text, gather, sniff_image
+from bot.feishu.client import FeishuApi
+from bot.feishu.materials import fetch_file_text, gather, sniff_image
 from memory.keys import Keys
-from sandbox.events import (
+from sandbox.feishu.emulator import FeishuEmulator
+from sandbox.feishu.events import (
     file_content,
     image_content,
     mention,
@@ -23,7 +24,6 @@ from sandbox.events import (
     post_content,
     post_with_code_block,
 )
-from sandbox.feishu_emulator import FeishuEmulator
 from tests.harness import BOT_OPEN_ID, service_env, settings_from
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00\x00\x00\rIHDR" + b"\x01" * 40

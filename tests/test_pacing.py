@@ -3,7 +3,7 @@ for exactly its `x-ogw-ratelimit-reset` (issue 8, acceptance 4)."""
 
 from __future__ import annotations
 
-from sandbox.events import mention
+from sandbox.feishu.events import mention
 from tests.harness import (
     BOT_OPEN_ID,
     deliver,

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bot.admission import admit
-from bot.envelope import (
+from bot.edge.admission import admit
+from bot.edge.envelope import (
     FORWARDED_PLACEHOLDER,
     ContentError,
     Envelope,
@@ -21,7 +21,7 @@ from bot.envelope import (
     to_inbound,
 )
 from routing.policy import Policy
-from sandbox.events import (
+from sandbox.feishu.events import (
     DOC_DIVIDER,
     SAMPLE_CONTENT,
     card_content,

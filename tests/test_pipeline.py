@@ -6,7 +6,7 @@ import json
 import threading
 import time
 
-from sandbox.events import mention, mention_all, post_content
+from sandbox.feishu.events import mention, mention_all, post_content
 from tests.harness import (
     BOT_OPEN_ID,
     deliver,

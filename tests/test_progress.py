@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from bot.render import plain_of
-from jobs.progress import FAILED, WORKING
+from bot.feishu.render import plain_of
+from jobs.turn.progress import FAILED, WORKING
 from tests.harness import (
     WebServer,
     deliver,

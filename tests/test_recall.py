@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sandbox.events import mention
+from sandbox.feishu.events import mention
 from tests.harness import (
     BOT_OPEN_ID,
     deliver,
@@ -124,8 +124,8 @@ def test_history_before_a_reset_is_read_only_when_asked_and_marked(service, feis
 
 
 def test_a_tool_result_fits_its_room_and_only_sent_messages_count_as_used(env, feishu, redis_url) -> None:
-    from jobs.recall import Reader
     from jobs.runtime import Runtime
+    from jobs.turn.recall import Reader
     from memory.budget import Budget
     from tests.harness import settings_from
 

@@ -16,7 +16,7 @@ import requests
 
 from memory.budget import Budget, calibration_key, factor
 from memory.keys import Keys
-from sandbox import claude_wire
+from sandbox.claude import wire as claude_wire
 from tests.harness import (
     Proc,
     WebServer,
@@ -117,7 +117,7 @@ def test_a_long_conversation_rotates_and_keeps_what_matters_within_budget(rig, f
 def test_assembly_reads_a_bounded_tail_of_any_log(r) -> None:
     """A log far longer than what fits (an upgrade, a bug): the turn reads pages from its end until the room
     is full, keeps the summary at its head, and reports the session as incomplete so that it rotates."""
-    from jobs.rotation import PAGE, TAIL_ENTRIES, load
+    from jobs.turn.rotation import PAGE, TAIL_ENTRIES, load
     from memory.sessions import entry
 
     keys, rk, sid = Keys(unique("tail")), "feishu:x:p2p:oc_tail", "s_tail"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from bot.admission import IDENTITY_UNKNOWN, NO_SENDER_ID, admit
-from bot.envelope import Inbound, Mention
+from bot.edge.admission import IDENTITY_UNKNOWN, NO_SENDER_ID, admit
+from bot.edge.envelope import Inbound, Mention
 from bot.settings import ChatOverride
 from routing.keys import route_for
 from routing.policy import Policy
@@ -149,8 +149,8 @@ def test_content_key_survives_new_message_id() -> None:
 
 
 def test_bot_mention_is_stripped_and_others_resolved() -> None:
-    from bot.envelope import Envelope, MessageEvent, to_inbound
-    from sandbox.events import mention, message_event
+    from bot.edge.envelope import Envelope, MessageEvent, to_inbound
+    from sandbox.feishu.events import mention, message_event
 
     payload = message_event(chat_id="oc_g", chat_type="group", text="@_user_1 请问 @_user_2 的问题",
                             mentions=[mention(BOT, "助手"), mention("ou_amy", "Amy", key="@_user_2")])

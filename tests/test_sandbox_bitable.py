@@ -36,14 +36,14 @@ from lark_oapi.api.im.v1 import (
 from lark_oapi.core.cache import LocalCache
 from lark_oapi.core.token.manager import TokenManager
 
-from sandbox.events import (
+from sandbox.feishu.bitable import DEFAULT_FIELDS
+from sandbox.feishu.emulator import FeishuEmulator
+from sandbox.feishu.events import (
     bitable_record_changed_event,
     card_action_event,
     message_recalled_event,
     message_updated_event,
 )
-from sandbox.feishu_bitable import DEFAULT_FIELDS
-from sandbox.feishu_emulator import FeishuEmulator
 
 SECRET = "bitable-test-secret"
 APP, TABLE = "bascnItems", "tblItems"

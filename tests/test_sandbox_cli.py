@@ -17,7 +17,7 @@ import redis
 
 from bitable.index import Items
 from memory.keys import Keys
-from sandbox.cli import main
+from sandbox.cli.commands import main
 from tests.harness import Proc, WebServer, settings_from, stop_all, unique, wait_for, wait_route_idle
 
 APP, TABLE = "bascnCliApp01", "tblCli01"

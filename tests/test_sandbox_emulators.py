@@ -24,9 +24,10 @@ from lark_oapi.api.im.v1 import (
 from lark_oapi.core.cache import LocalCache
 from lark_oapi.core.token.manager import TokenManager
 
-from bot.crypto import SignatureVerifier, decrypt
-from sandbox.claude_standin import ClaudeStandin
-from sandbox.events import (
+from bot.edge.crypto import SignatureVerifier, decrypt
+from sandbox.claude.standin import ClaudeStandin
+from sandbox.feishu.emulator import FeishuEmulator
+from sandbox.feishu.events import (
     FORWARDED_CONTENT,
     card_content,
     image_content,
@@ -36,7 +37,6 @@ from sandbox.events import (
     signed_request,
     url_verification,
 )
-from sandbox.feishu_emulator import FeishuEmulator
 
 SECRET = "emulator-test-secret"
 MODEL = "claude-sonnet-5-5"

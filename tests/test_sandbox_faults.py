@@ -21,8 +21,8 @@ from lark_oapi.api.im.v1 import (
 from lark_oapi.core.cache import LocalCache
 from lark_oapi.core.token.manager import TokenManager
 
-from sandbox.claude_standin import ClaudeStandin
-from sandbox.feishu_emulator import FeishuEmulator
+from sandbox.claude.standin import ClaudeStandin
+from sandbox.feishu.emulator import FeishuEmulator
 
 SECRET = "fault-test-secret"
 MODEL = "claude-sonnet-5-5"

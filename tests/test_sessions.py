@@ -10,9 +10,9 @@ import pytest
 import requests
 
 from jobs.runtime import Runtime
-from jobs.session_turn import ensure_session
+from jobs.turn.session import ensure_session
 from memory.sessions import RouteState
-from sandbox.events import mention
+from sandbox.feishu.events import mention
 from tests.harness import (
     BOT_OPEN_ID,
     WebServer,
@@ -190,7 +190,7 @@ PNG = bytes.fromhex("89504e470d0a1a0a0000000d4948445200000001000000010806000000"
 
 def _post(service, feishu, chat: str, message_id_: str, message_type: str, content: str) -> dict:
     """Push an event for a message already registered in the emulator (a bundle, an image, a post)."""
-    from sandbox.events import message_event
+    from sandbox.feishu.events import message_event
     from tests.harness import APP_ID, VERIFICATION_TOKEN
 
     env_ = message_event(token=VERIFICATION_TOKEN, app_id=APP_ID, chat_id=chat, chat_type="p2p",
@@ -202,7 +202,7 @@ def _post(service, feishu, chat: str, message_id_: str, message_type: str, conte
 def test_what_the_user_wrote_and_showed_reaches_the_model(service, feishu, claude, r, keys) -> None:
     """Layout of a post with an @mention and a code block; a forwarded bundle with its messages; a
     screenshot as an image block."""
-    from sandbox.events import image_content, merge_forward_content, post_with_code_block
+    from sandbox.feishu.events import image_content, merge_forward_content, post_with_code_block
 
     chat = unique("oc_p2p")
     rk = f"feishu:test:p2p:{chat}"

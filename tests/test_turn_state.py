@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from jobs.runtime import Runtime
-from jobs.turn import _answer_for
+from jobs.turn.answer import _answer_for
 from tests.harness import deliver, message_id, session_log, settings_from, unique, wait_route_idle
 
 

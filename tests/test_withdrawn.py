@@ -7,10 +7,10 @@ import json
 import threading
 from typing import Any
 
-from bot.envelope import Inbound
+from bot.edge.envelope import Inbound
 from memory.context import format_batch
 from memory.withdrawn import ANSWER_WITHDRAWN, EDITED_MARK, RECALLED_TEXT, rewrite
-from sandbox.events import message_recalled_event, message_updated_event
+from sandbox.feishu.events import message_recalled_event, message_updated_event
 from tests.harness import (
     APP_ID,
     VERIFICATION_TOKEN,

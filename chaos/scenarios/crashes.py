@@ -9,9 +9,9 @@ from typing import Any
 
 from chaos.load import Event, group_targets, p2p_targets
 from chaos.report import Result
-from chaos.scenarios import Context, scenario
+from chaos.scenarios.base import Context, scenario
 from chaos.stack import Stack
-from sandbox.claude_faults import overlaps
+from sandbox.claude.faults import overlaps
 
 KILL_KINDS = ("horse", "parent", "both")
 

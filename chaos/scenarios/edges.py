@@ -14,9 +14,9 @@ import requests
 from chaos.load import Target, p2p_targets
 from chaos.measure import Leaks, wait_idle
 from chaos.report import Result
-from chaos.scenarios import Context, scenario
+from chaos.scenarios.base import Context, scenario
 from chaos.stack import APP_ID, BOT_OPEN_ID, Stack
-from sandbox.events import message_event, signed_request
+from sandbox.feishu.events import message_event, signed_request
 
 
 def post(stack: Stack, body: bytes, headers: dict[str, str]) -> requests.Response:

@@ -14,8 +14,8 @@ import requests
 from chaos.load import Event, Target, group_targets, p2p_targets
 from chaos.measure import NOTICE_MARKS, Run, reply_text
 from chaos.report import Result
-from chaos.scenarios import Context, scenario
-from sandbox.claude_wire import default_reply
+from chaos.scenarios.base import Context, scenario
+from sandbox.claude.wire import default_reply
 
 SEND_FAULTS = {"rate_limit": 2.0, "chat_limit": 1.0, "token_invalid": 1.0, "gateway": 1.0, "gateway_after": 1.0,
                "timeout": 1.0, "reset": 1.0, "reset_after": 1.0}

@@ -15,11 +15,11 @@ from itertools import pairwise
 from typing import Any
 
 from bitable.index import FAILED, FULL, PLACEHOLDER, SUMMARY, Item, Items
-from bot.cards import STATUS_ZH, footer_of
+from bot.feishu.cards import STATUS_ZH, footer_of
 from chaos.load import Event, Target
 from chaos.measure import Run, dead_records, wait_idle
 from chaos.report import Counts, Result
-from chaos.scenarios import Context, scenario
+from chaos.scenarios.base import Context, scenario
 from chaos.scenarios.crashes import Killer, log_size, wait_workers
 from routing.keys import item_route
 

@@ -10,7 +10,7 @@ import time
 from chaos.load import Event, Sender, p2p_targets
 from chaos.measure import KICK_LEASE_S, Run
 from chaos.report import Result
-from chaos.scenarios import Context, scenario
+from chaos.scenarios.base import Context, scenario
 from chaos.scenarios.crashes import wait_workers
 from chaos.stack import Stack
 

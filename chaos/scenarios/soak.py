@@ -7,7 +7,7 @@ import time
 
 from chaos.load import p2p_targets
 from chaos.report import Result
-from chaos.scenarios import Context, scenario
+from chaos.scenarios.base import Context, scenario
 from chaos.stack import Stack
 
 P99_LIMIT_MS = 50.0

@@ -1,0 +1,147 @@
+"""One turn for one batch: history + attributed batch → Claude → fenced reply in the right place."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+from bot import metrics
+from bot.edge.envelope import Inbound
+from bot.llm import Completion
+from bot.texts import say
+from jobs import shutdown
+from jobs.items import approvals
+from jobs.items import context as item_context
+from jobs.runtime import Runtime
+from jobs.turn import progress, recall, rotation
+from jobs.turn.batch_content import batch_content
+from jobs.turn.outbox import BATCH_CACHE_TTL_S, LeaseLost
+from memory import notes, related, withdrawn
+from memory.context import Entry, estimate_tokens, format_batch, system_blocks
+from memory.sessions import entry
+
+
+@dataclass(frozen=True)
+class TurnResult:
+    reply_ids: list[str]
+    entries: list[str]  # transcript entries, committed atomically with the batch
+    completion: Completion
+
+
+def load_history(rt: Runtime, route_key: str, session_id: str) -> list[Entry]:
+    """The session's transcript: what this route said and was told since the session began."""
+    return [Entry(role=e["role"], text=e["text"]) for e in rt.sessions.log(route_key, session_id)]
+
+
+def _answer_for(rt: Runtime, route_key: str, kind: str, batch_id: str, batch_text: str,
+                fence: Callable[[], bool], session_id: str, images: Sequence[dict[str, Any]] = (),
+                batch: Sequence[Inbound] = (), owner: tuple[str, int] | None = None) -> Completion:
+    """The model's answer for this batch. The first answer stored wins: a run that lost its lease while
+    the model was thinking, and any later run of the batch, send that same text, never a second one."""
+    key = rt.keys.answer(route_key, batch_id)
+    cached = rt.state.get(key)
+    if cached:
+        return Completion(**json.loads(cached))
+    items = item_context.build(rt, kind, batch)  # read fresh: never part of the session log
+    tools = recall.tools_for(route_key) + ([approvals.PROPOSE] if items.item and items.item.record_id else [])
+    scope = _note_scope(rt, batch)
+    system = _system(rt, scope)
+    prepared = rotation.prepare(rt, route_key, session_id, items.block + batch_text, fence, system, tools, images,
+                                owner)  # may rotate
+    with shutdown.interruptible():  # the model may call read-only recall tools (jobs/turn/recall.py)
+        talk = recall.converse(rt, route_key, prepared.session_id, system, prepared.messages, tools,
+                               notes_to=scope)
+    completion = _with_item_notes(talk.completion, items)
+    for item in items.used:
+        rt.items.touch(item.item_id, route_key, prepared.session_id)
+    rotation.observe(rt, prepared, talk.first)
+    _count_usage(rt, kind, completion)
+    if not fence():
+        raise LeaseLost(route_key)
+    rt.state.set(key, json.dumps(asdict(completion), ensure_ascii=False), nx=True, ex=BATCH_CACHE_TTL_S)
+    return Completion(**json.loads(rt.state.get(key) or "{}"))
+
+
+def _with_item_notes(c: Completion, items: item_context.ItemContext) -> Completion:
+    """The reply states the first-answer version it relied on (or that the analysis is still running), and
+    starts with the refusal when the batch referenced an item its sender may not see."""
+    if not (items.footer or items.prefix) or not c.text:
+        return c
+    text = "\n\n".join(p for p in (items.prefix, c.text, items.footer) if p)
+    return replace(c, text=text)
+
+
+def _system(rt: Runtime, scope: tuple[str, str] | None) -> list[dict[str, Any]]:
+    """Rules, persona and team notes (cached prefix), then the shared notes of the batch's memory scope."""
+    saved = notes.notes_block(notes.Notes(rt.state, rt.keys).newest(scope[0]), estimate_tokens) if scope else ""
+    return system_blocks(rt.persona, rt.team_notes, saved)
+
+
+def _note_scope(rt: Runtime, batch: Sequence[Inbound]) -> tuple[str, str] | None:
+    """(memory scope id, the sender saving) for this batch: MEMORY_SCOPE decides who shares notes."""
+    if not batch:
+        return None
+    last = batch[-1]
+    return notes.scope_id(rt.settings.memory_scope, chat_id=last.chat_id, sender_id=last.sender_id), last.sender_id
+
+
+def _count_usage(rt: Runtime, kind: str, c: Completion) -> None:
+    for kind_of_token, n in (("input", c.input_tokens), ("output", c.output_tokens),
+                             ("cache_read", c.cache_read_tokens)):
+        if n:
+            metrics.count(rt.state, rt.keys, "tokens", kind, kind_of_token, n=n)
+
+
+def _related(rt: Runtime, kind: str, batch: Sequence[Inbound]) -> str:
+    """Recent unaddressed messages of a normal group (memory/related.py), up to the batch's last message."""
+    if kind != "group":
+        return ""
+    last = batch[-1]
+    before = int(last.create_time) / 1000 if last.create_time and last.create_time.isdigit() else None
+    items = withdrawn.apply_to_related(rt.state, rt.keys, last.chat_id,
+                                       related.recent(rt.state, rt.keys, last.chat_id, before=before))
+    return related.block(items, estimate_tokens)
+
+
+def _people(rt: Runtime, batch: Sequence[Inbound]) -> dict[str, str]:
+    """Who an @mention in the answer may reach: the batch's senders and the people they mentioned (not the bot)."""
+    people = {m.sender_open_id: "" for m in batch if m.sender_open_id}
+    people.update({x.open_id: x.name or "" for m in batch for x in m.mentions if x.open_id})
+    people.pop(str(rt.state.get(rt.keys.bot_open_id) or ""), None)
+    return people
+
+
+def run_turn(rt: Runtime, route_key: str, kind: str, batch: Sequence[Inbound], batch_id: str,
+             fence: Callable[[], bool], session_id: str, owner: tuple[str, int] | None = None) -> TurnResult:
+    """`owner`: the run's execution id and generation (they fence a rotation's write)."""
+    batch = withdrawn.apply_to_batch(rt.state, rt.keys, batch)  # recalled before we got to them: not answered
+    if not batch:
+        return TurnResult(reply_ids=[], entries=[], completion=Completion(text="", input_tokens=0, output_tokens=0,
+                                                                          cache_read_tokens=0, stop_reason=None))
+    # Reply to the batch's last message: in a topic the reply stays inside that thread.
+    last = batch[-1]
+    shown = progress.start(rt, route_key, batch_id, last, fence)  # a reaction while we work (best effort)
+    content = batch_content(rt, batch)  # forwarded bundles, images, files: fetched by the worker
+    batch_text = format_batch(batch, content.bodies)
+    # Related discussion goes into this request only; the session log keeps just the batch.
+    request_text = _related(rt, kind, batch) + batch_text
+    shown.head_start()
+    completion = _answer_for(rt, route_key, kind, batch_id, request_text, fence, session_id, content.images, batch,
+                             owner)
+    answer = completion.text or say("empty_answer", batch[-1].text)
+    # The log keeps `answer` (the Markdown source); only the posted messages are rendered.
+    reply_ids = rt.outbox.reply(route_key, batch_id, last.message_id, answer, chat_id=last.chat_id,
+                                in_thread=kind == "topic", fence=fence, people=_people(rt, batch))
+    shown.done()
+    proposals = (completion.recall or {}).get("proposals") or []
+    item = item_context.own_item(rt, kind, batch) if proposals else None
+    if item and item.record_id:
+        approvals.post(rt, route_key, item, proposals, batch_id, last, fence)
+    ids, senders = [m.message_id for m in batch], sorted({m.sender_id for m in batch})
+    entries = [entry("user", batch_text, batch_id=batch_id, message_ids=ids, senders=senders,
+                     tokens=estimate_tokens(batch_text)),
+               recall.with_record(entry("assistant", answer, batch_id=batch_id, message_ids=reply_ids,
+                                        tokens=estimate_tokens(answer)), completion.recall)]
+    return TurnResult(reply_ids=reply_ids, entries=entries, completion=completion)

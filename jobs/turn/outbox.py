@@ -1,0 +1,170 @@
+"""The fenced outbox: every reply chunk (rendered) carries a deterministic uuid, is paced per chat, and is recorded
+once delivered; reactions and card patches are paced too."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+from bot.errors import Retryable
+from bot.feishu.client import FeishuApi
+from bot.feishu.render import Chunk, render
+from jobs.inbox import Inbox
+from memory.keys import Keys
+
+BATCH_CACHE_TTL_S = 2 * 86400  # a batch's caches expire on their own even if it never commits
+INLINE_WAIT_MAX_S = 10.0  # a rate-limit wait up to this long happens in the run; longer ones go back to the queue
+SEND_TRIES = 3
+# Feishu counts a send when it arrives, somewhere between our grant and the answer. So a slot is held "in
+# flight" (scored IN_FLIGHT_MS ahead) from the grant until the call returns, then scored at its end: the
+# sixth send of a window is granted only a full window after the first one's answer, wherever in between
+# Feishu counted it. (Scoring at the grant alone let 8 sends land in one second under load.)
+PACE_WINDOW_MS = 1100
+IN_FLIGHT_MS = 15_000  # a send still unanswered after this (a worker killed mid-call) stops holding its slot
+PACE_POLL_S = 0.1  # a full window of in-flight slots frees up when their answers come, not at a known time
+
+# KEYS[1]: the scope's slots (zset token → ms). ARGV: window_ms, limit, token, in_flight_ms. → ms to wait, or 0.
+PACE_TAKE = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local window = tonumber(ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
+if redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[2]) then
+  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[4]), ARGV[3])
+  redis.call('PEXPIRE', KEYS[1], window + tonumber(ARGV[4]))
+  return 0
+end
+local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+return math.max(1, tonumber(oldest[2]) + window - now)
+"""
+# KEYS[1]: the scope's slots. ARGV: token, ttl_ms. The call returned: its slot counts from now.
+PACE_DONE = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZADD', KEYS[1], now, ARGV[1])
+redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]))
+return 0
+"""
+
+
+T = TypeVar("T")
+
+
+class LeaseLost(Exception):
+    """The run no longer owns its route; it must not touch the outside world."""
+
+
+def reply_uuid(route_key: str, batch_id: str, chunk: int) -> str:
+    """Same (route, batch, chunk) → same uuid, so Feishu posts a retried reply at most once."""
+    return hashlib.sha256(f"{route_key}|{batch_id}|{chunk}".encode()).hexdigest()[:40]
+
+
+class Outbox:
+    def __init__(self, inbox: Inbox, keys: Keys, feishu: FeishuApi, chunk_chars: int, *, chat_qps: int,
+                 app_qps: int) -> None:
+        self.inbox, self.r, self.k, self.feishu = inbox, inbox.r, keys, feishu
+        self.chunk_chars, self.chat_qps, self.app_qps = chunk_chars, chat_qps, app_qps
+        self._take, self._done = self.r.register_script(PACE_TAKE), self.r.register_script(PACE_DONE)
+
+    def reply(self, route_key: str, batch_id: str, target: str, text: str, *, chat_id: str, in_thread: bool,
+              fence: Callable[[], bool], uuid_key: str | None = None,
+              people: Mapping[str, str] | None = None) -> list[str]:
+        """Post `text` (Markdown rendered, bot/feishu/render.py) as replies to `target`, skipping chunks an earlier
+        run of this batch delivered. `people`: open_id → name of those an @mention may reach."""
+        sent = []
+        ledger = self.k.sent(route_key, batch_id)
+        for i, chunk in enumerate(render(text, people, chunk_chars=self.chunk_chars)):
+            uid = reply_uuid(route_key, uuid_key or batch_id, i)
+            done = self.r.hget(ledger, uid)
+            if done:
+                sent.append(str(done))
+                continue
+            message_id = self._send(target, chunk, uid, chat_id=chat_id, in_thread=in_thread, fence=fence)
+            self.record(ledger, uid, message_id)
+            sent.append(message_id)
+        return sent
+
+    def _send(self, target: str, chunk: Chunk, uid: str, *, chat_id: str, in_thread: bool,
+              fence: Callable[[], bool]) -> str:
+        """One chunk, paced per chat and per app; short rate-limit waits are sat out here."""
+        if chunk.msg_type == "text":
+            return self._paced(chat_id, fence, lambda: self.feishu.reply_text(
+                target, str(chunk.content["text"]), uuid=uid, in_thread=in_thread))
+        return self._paced(chat_id, fence, lambda: self.feishu.reply(target, chunk.msg_type, chunk.content,
+                                                                     uuid=uid, in_thread=in_thread))
+
+    def record(self, ledger: str, field: str, value: str) -> None:
+        pipe = self.r.pipeline()
+        pipe.hset(ledger, field, value)
+        pipe.expire(ledger, BATCH_CACHE_TTL_S)
+        pipe.execute()
+
+    def react(self, message_id: str, emoji_type: str, *, chat_id: str, fence: Callable[[], bool]) -> str:
+        """Add a reaction, paced by the app's API tier: Feishu's 5/s per chat counts messages, not reactions, so
+        reactions never take a reply's place in a busy chat."""
+        return self._paced(chat_id, fence, lambda: self.feishu.add_reaction(message_id, emoji_type), per_chat=False)
+
+    def unreact(self, message_id: str, reaction_id: str, *, chat_id: str, fence: Callable[[], bool]) -> None:
+        self._paced(chat_id, fence, lambda: self.feishu.remove_reaction(message_id, reaction_id), per_chat=False)
+
+    def card(self, route_key: str, key: str, target: str, card: dict[str, Any], *, chat_id: str, in_thread: bool,
+             fence: Callable[[], bool]) -> str:
+        """Post a card as a reply once per (route, key): a rerun finds it in the ledger, or Feishu's uuid
+        window returns the card posted the first time."""
+        ledger, uid = self.k.sent(route_key, key), reply_uuid(route_key, key, 0)
+        done = self.r.hget(ledger, uid)
+        if done:
+            return str(done)
+        message_id = self._paced(chat_id, fence, lambda: self.feishu.reply_card(target, card, uuid=uid,
+                                                                               in_thread=in_thread))
+        self.record(ledger, uid, message_id)
+        return message_id
+
+    def patch(self, message_id: str, card: dict[str, Any], *, chat_id: str, fence: Callable[[], bool]) -> None:
+        """Replace a card in place (idempotent: the same card twice shows the same thing)."""
+        self._paced(chat_id, fence, lambda: self.feishu.patch_card(message_id, card))
+
+    def _paced(self, chat_id: str, fence: Callable[[], bool], call: Callable[[], T], per_chat: bool = True) -> T:
+        for attempt in range(1, SEND_TRIES + 1):
+            try:
+                return self._once(chat_id, fence, call, per_chat)
+            except Retryable as exc:
+                wait = _inline_wait(exc)
+                if wait is None or attempt == SEND_TRIES:
+                    raise
+                time.sleep(wait)  # exactly what Feishu asked (x-ogw-ratelimit-reset), holding no slot meanwhile
+        raise AssertionError("unreachable")
+
+    def _once(self, chat_id: str, fence: Callable[[], bool], call: Callable[[], T], per_chat: bool) -> T:
+        held = self._take_slots(chat_id, per_chat)
+        try:
+            if not fence():  # checked last, right before the side effect
+                raise LeaseLost(chat_id)
+            return call()
+        finally:
+            for key, token in held:
+                self._done([key], [token, PACE_WINDOW_MS + IN_FLIGHT_MS])
+
+    def _take_slots(self, chat_id: str, per_chat: bool) -> list[tuple[str, str]]:
+        """A slot per chat (messages only) and per app, waiting for each; returns them to be released."""
+        scopes = ((f"chat:{chat_id}", self.chat_qps),) if per_chat else ()
+        held = []
+        for scope, limit in (*scopes, ("app", self.app_qps)):
+            key, token = self.k.pace(scope), os.urandom(8).hex()
+            while (wait_ms := int(self._take([key], [PACE_WINDOW_MS, limit, token, IN_FLIGHT_MS]))) > 0:
+                time.sleep(min(wait_ms / 1000, PACE_POLL_S))
+            held.append((key, token))
+        return held
+
+
+def _inline_wait(exc: Retryable) -> float | None:
+    """How long to wait before sending again in this run, or None to hand the batch back to the queue."""
+    if exc.code in ("99991400", "230020", "11232"):  # rate limits: Feishu says (or implies) how long
+        wait = exc.retry_after if exc.retry_after is not None else 1.0
+        return wait if wait <= INLINE_WAIT_MAX_S else None
+    if exc.code in ("99991663", "transport", "230049") or exc.code.startswith("-"):
+        return 0.5  # a stale token (refetched), a dropped connection or a busy message: soon again, same uuid
+    return None

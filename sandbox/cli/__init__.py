@@ -1,0 +1,1 @@
+"""`python -m sandbox …`: the commands a person types to talk to the sandboxed service."""

@@ -1,0 +1,121 @@
+"""The layout keeps its shape: no import cycles between our modules, and every room says what enters and leaves it.
+
+Every import counts, also those inside functions and under `TYPE_CHECKING`: a pair that imports each other is one
+concept split badly or a missing third module (style.md §14), whether or not Python happens to load it.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("bot", "bitable", "routing", "memory", "jobs", "sandbox", "bench", "chaos", "tests")
+
+
+def module_files() -> dict[str, Path]:
+    files = {"app": ROOT / "app.py"}
+    for pkg in PACKAGES:
+        for path in (ROOT / pkg).rglob("*.py"):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            files[name] = path
+    return files
+
+
+def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
+    """The project modules `name` imports anywhere in its file."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: climb from this module's package
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*parts, base] if base else parts)
+            found.update(f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base for alias in node.names)
+    return {module for module in found if module in known and module != name}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    files = module_files()
+    return {name: imports_of(name, path, set(files)) for name, path in files.items()}
+
+
+def test_no_import_cycles() -> None:
+    assert cycles(import_graph()) == []
+
+
+@pytest.mark.parametrize("graph, expected", [
+    ({"a": {"b"}, "b": {"a"}}, [["a", "b"]]),
+    ({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}, [["a", "b", "c"]]),
+    ({"a": {"b"}, "b": set()}, []),
+])
+def test_cycle_finder(graph: dict[str, set[str]], expected: list[list[str]]) -> None:
+    assert cycles(graph) == expected
+
+
+def test_type_checking_and_lazy_imports_count(tmp_path: Path) -> None:
+    source = tmp_path / "m.py"
+    source.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from jobs.runtime import Runtime\n"
+                      "def f():\n    from jobs import inbox\n", encoding="utf-8")
+    assert imports_of("x", source, {"jobs.runtime", "jobs.inbox", "jobs"}) == {"jobs.runtime", "jobs.inbox"}
+
+
+ROOMS = ["jobs", "jobs/turn", "jobs/items", "bot", "bot/edge", "bot/feishu", "sandbox", "sandbox/feishu",
+         "sandbox/claude", "sandbox/cli", "memory", "routing", "bitable"]
+
+
+@pytest.mark.parametrize("room", ROOMS)
+def test_every_room_says_what_it_is(room: str) -> None:
+    init = ROOT / room / "__init__.py"
+    tree = ast.parse(init.read_text(encoding="utf-8"))
+    assert ast.get_docstring(tree), f"{room}/__init__.py has no docstring"
+    modules = [p for p in (ROOT / room).glob("*.py") if p.name != "__init__.py"]
+    assert len(modules) <= 16, f"{room} holds {len(modules)} modules: split it into rooms"
