@@ -181,7 +181,7 @@ class Drain(GiveUp):
             command = seg.command
             return self._guarded(raw[:1], lambda m, b: item_segment(self.rt, self.rk, m, command, b, self.fence))
         if seg.kind == COMMAND:
-            return self._command(raw[0], items[0], seg.command or "", state)
+            return self._command(raw[0], seg.command or "", state)
         return self._turn(raw[:seg.n], state)
 
     def _items_on(self) -> bool:
@@ -229,16 +229,13 @@ class Drain(GiveUp):
         self._commit(Commit(n=len(raw), batch_id=batch_id))
         self.dropped += len(raw)
 
-    def _command(self, raw: str, message: Inbound | None, command: str, state: RouteState) -> str | None:
-        assert message is not None  # commands are readable by definition
-        batch_id = batch_id_of([raw])
-        try:
-            answer_command(self.rt, self.rk, message, command, state, batch_id, self.fence, self.dropped)
-        except Superseded:
-            log.info("command overtaken by a later reset", extra={**self.log, "message_id": message.message_id})
+    def _command(self, raw: str, command: str, state: RouteState) -> str | None:
+        """`/reset` or `/status`, answered by the service with a turn's failure handling: a reply that keeps
+        failing is retried, then dead-lettered, never left to wedge the route."""
+        outcome = self._guarded([raw], lambda m, b: answer_command(self.rt, self.rk, m, command, state, b,
+                                                                  self.fence, self.dropped))
         self.dropped = 0
-        self._commit(Commit(n=1, batch_id=batch_id))
-        return None
+        return outcome
 
     def _turn(self, raw: list[str], state: RouteState) -> str | None:
         """Answer, retry later, pause, split or bury one turn's messages."""

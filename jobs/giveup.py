@@ -23,7 +23,7 @@ from jobs.alerts import alert
 from jobs.batches import Parsed, ids, last_per_sender, parse
 from jobs.inbox import Commit
 from jobs.runtime import Runtime
-from jobs.turn.answer import progress
+from jobs.turn import progress
 from jobs.turn.outbox import LeaseLost
 from jobs.turn.session import Superseded
 from routing.keys import ITEM
@@ -90,12 +90,18 @@ class GiveUp:
             return Outcome(self._failed(raw, batch_id, exc, extra))
 
     def _give_up(self, raw: list[str], batch_id: str, reason: str) -> str | None:
+        """Split a batch of several messages (so only a bad one is buried), or bury it. A batch whose answer is
+        stored is never split: its answer may be partly in the chat, and asking again would say it twice."""
+        split = len(raw) > 1 and not self._answer_stored(batch_id)
         if self.kind != ITEM:  # the working reaction goes; a buried message gets the failure one
-            progress.gave_up(self.rt, self.rk, batch_id, parse(raw).readable, self.fence, buried=len(raw) == 1)
-        if len(raw) > 1:
+            progress.gave_up(self.rt, self.rk, batch_id, parse(raw).readable, self.fence, buried=not split)
+        if split:
             return self._split(raw, batch_id)
         self._bury(raw, batch_id, reason)
         return None
+
+    def _answer_stored(self, batch_id: str) -> bool:
+        return bool(self.rt.state.exists(self.rt.keys.answer(self.rk, batch_id)))
 
     def _split(self, raw: list[str], batch_id: str) -> str | None:
         """Try each message of the batch on its own, in order: only a bad one gets dead-lettered."""
@@ -157,10 +163,9 @@ class GiveUp:
     def _worn_out(self, batch_id: str, starts: int) -> str | None:
         """Why the batch gives up without a turn: its runs keep dying, or the watchdog broke them too often.
         Never when its answer is stored: then the turn only sends what is missing and commits."""
-        k = self.rt.keys
-        if self.rt.state.exists(k.answer(self.rk, batch_id)):
+        if self._answer_stored(batch_id):
             return None
-        fails = int(self.rt.state.hget(k.fails(self.rk), f"f:{batch_id}") or 0)
+        fails = int(self.rt.state.hget(self.rt.keys.fails(self.rk), f"f:{batch_id}") or 0)
         if fails >= self.rt.settings.dead_letter_after:
             return f"failed {fails} times (runs broken by the watchdog)"
         if starts > CRASH_LIMIT:

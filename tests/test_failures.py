@@ -177,3 +177,59 @@ def test_a_poison_message_in_a_shared_topic_batch_buries_only_itself(service, fe
     dead = [json.loads(x) for x in r.hvals(keys.dead)]
     assert [d["message_ids"] for d in dead if bob in d["message_ids"] or carol in d["message_ids"]] == [[bob]]
     assert r.hget(keys.metrics, "dead_lettered")
+
+
+def test_a_command_whose_reply_keeps_failing_is_dead_lettered_and_the_route_goes_on(service, feishu, claude, r,
+                                                                                   keys) -> None:
+    """Issue 14 A1: `/status` on a message recalled before the reply (230011, permanent) must not wedge the
+    route: the command gives up like a turn (dead letter), and the next message is answered."""
+    chat, mid = unique("oc_p2p"), unique("om_status")
+    feishu.add_message(mid, chat, "/status", chat_mode="p2p")
+    feishu.recall_message(mid)  # recalled before the service answers it
+    status = deliver(service, feishu, chat_id=chat, chat_type="p2p", text="/status", message_id=mid)
+    record = _dead_letter_for(r, keys, message_id(status))
+    assert "230011" in record["reason"]
+    nxt = deliver(service, feishu, chat_id=chat, chat_type="p2p", text="命令失败之后的消息")
+    replies = feishu.wait_for(lambda: feishu.replies_to(message_id(nxt)), timeout=30)
+    assert "命令失败之后的消息" in reply_text(replies[0])
+
+
+def test_giving_up_on_a_partly_posted_batch_never_asks_the_model_again(service, feishu, claude, r, keys) -> None:
+    """Issue 14 A2: a batch of two whose stored answer's second chunk is refused for good is buried whole: the
+    first chunk stays the only answer, the model is asked once, nothing is split and re-asked."""
+    from sandbox.claude.wire import default_reply
+    from sandbox.feishu.events import mention
+    from tests.harness import BOT_OPEN_ID, wait_route_idle
+
+    at_bot = [mention(BOT_OPEN_ID, "助手")]
+    chat, thread, root = unique("oc_topic"), unique("omt"), unique("om_root")
+    feishu.add_message(root, chat, text="root", thread_id=thread)
+    long_answer = "第一段" + "甲" * 3000 + "\n\n第二段" + "乙" * 3000
+
+    def responder(body: dict) -> str:
+        last = json.dumps(body["messages"][-1], ensure_ascii=False)
+        return long_answer if "分两段回答" in last else default_reply(body)
+
+    def refuse_second_chunk(record: dict) -> None:
+        if "第二段" in json.loads((record.get("json") or {}).get("content") or "{}").get("text", ""):
+            feishu.inject("reply", code=230001, times=1)  # taken by this very call: a permanent refusal
+
+    claude.set_responder(responder)
+    claude.set_delay(1.5)  # Alice's turn holds the route while Bob and Carol write: they form one batch
+    feishu.on("reply", refuse_second_chunk, when="before")
+
+    def say(sender: str, text: str) -> str:
+        return message_id(deliver(service, feishu, chat_id=chat, chat_type="group", thread_id=thread, root_id=root,
+                                  parent_id=root, sender_open_id=sender, text=f"@_user_1 {text}", mentions=at_bot))
+
+    say("ou_alice", "爱丽丝先问")
+    wait_for(lambda: model_requests_with(claude, "爱丽丝先问"), timeout=20, what="Alice's turn started")
+    bob, carol = say("ou_bob", "鲍勃：请分两段回答"), say("ou_carol", "卡罗尔补充一句")
+    rk = f"feishu:test:topic:{chat}:{thread}"
+    wait_route_idle(r, keys, rk, timeout=60)
+    assert len(model_requests_with(claude, "鲍勃：请分两段回答")) == 1
+    answers = [m for m in feishu.bot_messages(chat) if "第一段" in reply_text(m)]
+    assert len(answers) == 1
+    dead = [json.loads(x) for x in r.hvals(keys.dead)]
+    assert [sorted(d["message_ids"]) for d in dead if bob in d["message_ids"] or carol in d["message_ids"]] == \
+        [sorted([bob, carol])]

@@ -126,6 +126,10 @@ class FeishuEmulator(Controls, ItemsApi, LoopbackServer):
             thread_id=thread_id, root_id=root_id, parent_id=parent_id, chat_mode=chat_mode, mentions=mentions,
         )
 
+    def recall_message(self, message_id: str) -> None:
+        """The sender recalls a message: GET shows it deleted, a reply to it fails with 230011."""
+        self.store.recall(message_id)
+
     def add_forward(
         self, message_id: str | None, chat_id: str, children: list[dict[str, Any]], *,
         sender_open_id: str = "ou_user", chat_mode: str = "group", thread_id: str | None = None,

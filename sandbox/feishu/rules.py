@@ -34,6 +34,7 @@ MESSAGES = {
     230001: "Your request contains an invalid request parameter.",
     230002: "Bot/User can NOT be out of the chat.",
     230019: "The topic does not exist.",
+    230011: "The message was recalled.",
     230020: "This operation triggers the frequency limit.",
     230025: "The length of the message content reaches its limit.",
     230031: "The message is more than 14 days old and cannot be updated.",

@@ -184,6 +184,13 @@ class FeishuStore(CardsAndPeople, MessageReads, Reactions):
             msg["mentions"] = [_listed_mention(m) for m in mentions or []]
             return copy.deepcopy(msg)
 
+    def recall(self, message_id: str) -> None:
+        """A person recalls their message: it reads as deleted, and replies to it fail with 230011."""
+        with self.lock:
+            msg = self.by_id[message_id]
+            msg["deleted"] = True
+            msg["body"] = {"content": ""}
+
     def _bot_sender(self) -> dict[str, Any]:
         return {"id": self.app_id, "id_type": "app_id", "sender_type": "app", "tenant_key": TENANT_KEY}
 
@@ -223,6 +230,8 @@ class FeishuStore(CardsAndPeople, MessageReads, Reactions):
             target = self.by_id.get(target_id)
             if target is None:
                 raise FeishuError(231003)
+            if target.get("deleted"):
+                raise FeishuError(230011)  # replying to a recalled message (feishu.md §3.5)
             validate_send(body, raw_size)
             original = self._dedupe(body.get("uuid"))
             if original is not None:
