@@ -10,11 +10,13 @@ import hashlib
 import json
 import os
 import time
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
 import redis
 
+from bitable.lock import TableLock
 from memory.keys import Keys
 
 PLACEHOLDER, SUMMARY, FULL, FAILED = "placeholder", "summary", "full", "failed"
@@ -132,6 +134,10 @@ class Items:
         item = self.get(str(got))
         assert item is not None
         return item, str(got) == new_id
+
+    def guard(self, item_id: str, ttl_s: float) -> AbstractContextManager[None]:
+        """Held while a run decides the item's record, so two runs never give one item two records."""
+        return TableLock(self.r, self.k.item_guard(item_id), ttl_s=ttl_s, wait_s=ttl_s + 10).held()
 
     def link_record(self, item_id: str, record_id: str) -> int:
         """1 linked, 0 the item already has another record, -1 the record belongs to another item."""

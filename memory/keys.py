@@ -158,6 +158,10 @@ class Keys:
         """HASH of one item: record_id, chat_id, thread_id, root_id, reporter, origin, answer_message_id, …"""
         return f"{self.prefix}:item:{{{item_id}}}"
 
+    def item_guard(self, item_id: str) -> str:
+        """STRING lock while one run decides the item's record (find, create, link): one item, one record."""
+        return f"{self.prefix}:item:{{{item_id}}}:guard"
+
     def item_versions(self, item_id: str) -> str:
         """LIST of the item's first-answer versions (JSON), oldest first."""
         return f"{self.prefix}:item:{{{item_id}}}:versions"

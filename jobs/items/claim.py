@@ -20,6 +20,7 @@ from bot.edge.commands import link_argument
 from bot.edge.envelope import Inbound, dumps
 from bot.errors import Permanent
 from bot.texts import say
+from jobs.items.first_answer import guard_ttl
 from jobs.runtime import Runtime
 from jobs.turn.outbox import LeaseLost
 from jobs.turn.thread import list_page
@@ -27,6 +28,10 @@ from routing.keys import item_route
 
 log = logging.getLogger(__name__)
 ANALYSIS = "analysis"  # Inbound.message_type of an analysis request on an item route
+
+
+class LinkConflict(Permanent):
+    """The record and the topic already belong to different items (or the item has another record)."""
 
 
 def _fenced(fence: Callable[[], bool], rk: str) -> None:
@@ -94,9 +99,12 @@ def _link(rt: Runtime, rk: str, message: Inbound, fence: Callable[[], bool]) -> 
     owner = rt.items.by_record(record_id)
     if owner and owner.thread_id and owner.thread_id != message.thread_id:
         return say("item_link_conflict", sample, why=f"记录 {record_id} 已属于另一个话题的事项 {owner.item_id}")
-    item = link_topic(rt, record, thread_id=message.thread_id, chat_id=message.chat_id,
-                      root_id=message.root_id or message.message_id, reporter=message.sender_id, origin="link",
-                      fence=fence, rk=rk)
+    try:
+        item = link_topic(rt, record, thread_id=message.thread_id, chat_id=message.chat_id,
+                          root_id=message.root_id or message.message_id, reporter=message.sender_id, origin="link",
+                          fence=fence, rk=rk)
+    except LinkConflict:
+        return say("item_link_conflict", sample, why=f"本话题的事项已有另一条记录，记录 {record_id} 未关联")
     return say("item_linked", sample, record_id=record_id, item_id=item.item_id)
 
 
@@ -106,9 +114,10 @@ def link_topic(rt: Runtime, record: Record, *, thread_id: str, chat_id: str, roo
     assert rt.bitable is not None
     item, _ = rt.items.claim(thread_id=thread_id, record_id=record.record_id, chat_id=chat_id, root_id=root_id,
                              reporter=reporter, origin=origin)
-    if rt.items.link_record(item.item_id, record.record_id) != 1:
-        raise Permanent(f"record {record.record_id} and topic {thread_id} belong to different items",
-                        source="items", code="link_conflict")
+    with rt.items.guard(item.item_id, guard_ttl(rt)):  # the item's analysis may be choosing its record now
+        if rt.items.link_record(item.item_id, record.record_id) != 1:
+            raise LinkConflict(f"record {record.record_id} and topic {thread_id} belong to different items",
+                               source="items", code="link_conflict")
     schema = rt.bitable.schema()
     values: dict[str, object] = {}
     if record.text(schema.name("item_id")) != item.item_id:
@@ -155,8 +164,12 @@ def record_changed(rt: Runtime, rk: str, record_id: str, fence: Callable[[], boo
         log.warning("record names a topic the bot cannot read", extra={"route_key": rk, "reason": thread_id})
         return "unreadable"
     reporters = record.users(schema.name("reporter"))
-    link_topic(rt, record, thread_id=thread_id, chat_id=root[1], root_id=root[0],
-               reporter=reporters[0] if reporters else "", origin="record", fence=fence, rk=rk)
+    try:
+        link_topic(rt, record, thread_id=thread_id, chat_id=root[1], root_id=root[0],
+                   reporter=reporters[0] if reporters else "", origin="record", fence=fence, rk=rk)
+    except LinkConflict:  # the topic's item got its record meanwhile (its analysis created it): that one stays
+        log.warning("record names a topic that has another record", extra={"route_key": rk, "reason": thread_id})
+        return "conflict"
     return "linked"
 
 

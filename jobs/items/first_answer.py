@@ -105,10 +105,10 @@ class FirstAnswer:
         if resumed and versions[-1].version > 1:  # its patch may be what failed last time: the card catches up
             self._patch(versions[-1], title, record_id)
         self._mirror(versions[-1], record_id)
-        for number, status, task in ((2, SUMMARY, SUMMARY_TASK), (3, FULL, FULL_TASK)):
-            if len(versions) < number:
+        for status, task in ((SUMMARY, SUMMARY_TASK), (FULL, FULL_TASK)):
+            if all(v.status != status for v in versions):  # by what is present: a replay after `failed` goes on
                 text = self._ask(task, body) or "（模型没有给出内容）"
-                versions.append(self._publish(number, status, text, coverage, title, record_id))
+                versions.append(self._publish(versions[-1].version + 1, status, text, coverage, title, record_id))
         self.rt.items.set(item.item_id, analysis="done")
         self.rt.items.add_run(item.item_id, {"started_at": round(started, 3), "ended_at": round(time.time(), 3),
                                              "status": "done", "versions": [v.version for v in versions]})
@@ -149,30 +149,36 @@ class FirstAnswer:
 
     def _ensure_record(self, title: str, root_text: str) -> str:
         """The item's record: its own (linked), one found by the item id (a create whose answer was lost),
-        or a new one (client_token from the item id, so a retried create is the same create)."""
+        or a new one (client_token from the item id, so a retried create is the same create). Decided under
+        the item's guard and from the item read afresh: a person's row linked meanwhile is the record."""
+        if self.item.record_id:
+            return self.item.record_id
+        with self.rt.items.guard(self.item.item_id, guard_ttl(self.rt)):
+            self.item = self.rt.items.get(self.item.item_id) or self.item
+            if self.item.record_id:
+                return self.item.record_id
+            record_id = self._find_or_create(title, root_text)
+            if self.rt.items.link_record(self.item.item_id, record_id) != 1:
+                raise Permanent(f"record {record_id} belongs to another item", source="items", code="link_conflict")
+        self.item = self.rt.items.get(self.item.item_id) or self.item
+        return record_id
+
+    def _find_or_create(self, title: str, root_text: str) -> str:
         item, bt = self.item, self.rt.bitable
         assert bt is not None
-        if item.record_id:
-            return item.record_id
         schema = bt.schema()
         found = bt.search(schema.name("item_id"), item.item_id)
         if found:
-            record_id = found[0].record_id
-        else:
-            values: dict[str, Any] = {"title": title, "description": root_text[:20_000], "item_id": item.item_id,
-                                      "topic_link": topic_link(self.rt.settings.feishu_web_origin, item.chat_id,
-                                                               item.thread_id)}
-            if item.reporter.startswith("ou_"):
-                values["reporter"] = [item.reporter]
-            if item.chat_id:
-                values["chat"] = [item.chat_id]
-            self._fenced()
-            token = client_token_for(f"item-record:{item.item_id}")
-            record_id = bt.create(_encode_loose(schema, values), token).record_id
-        if self.rt.items.link_record(item.item_id, record_id) == -1:
-            raise Permanent(f"record {record_id} belongs to another item", source="items", code="link_conflict")
-        self.item = self.rt.items.get(item.item_id) or item
-        return record_id
+            return found[0].record_id
+        values: dict[str, Any] = {"title": title, "description": root_text[:20_000], "item_id": item.item_id,
+                                  "topic_link": topic_link(self.rt.settings.feishu_web_origin, item.chat_id,
+                                                           item.thread_id)}
+        if item.reporter.startswith("ou_"):
+            values["reporter"] = [item.reporter]
+        if item.chat_id:
+            values["chat"] = [item.chat_id]
+        self._fenced()
+        return bt.create(_encode_loose(schema, values), client_token_for(f"item-record:{item.item_id}")).record_id
 
     def _ask(self, task: str, body: str) -> str:
         rt = self.rt
@@ -211,6 +217,11 @@ class FirstAnswer:
                                                self.item.thread_id) + f"&message_id={self.item.answer_message_id}"
         self._fenced()
         bt.update(record_id, _encode_loose(schema, values))
+
+
+def guard_ttl(rt: Runtime) -> float:
+    """How long an item's guard may be held: a Bitable search and a create, each with its local retries."""
+    return 4 * (2 * rt.settings.feishu_timeout_seconds + 5)
 
 
 def _encode_loose(schema: Any, values: dict[str, Any]) -> dict[str, Any]:

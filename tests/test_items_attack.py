@@ -1,0 +1,71 @@
+"""Items attacked where two features meet (issue 14): an analysis racing a person's new row, a replayed failed
+analysis, `/item link` by a stranger, a crash between an approval's decision and its card, mentions in records.
+
+Runs on the items rig of tests/test_items.py (its own bot profile, worker and sweeper, Bitable configured).
+"""
+
+from __future__ import annotations
+
+import json
+
+from bitable.index import Items
+from jobs import deadletter
+from jobs.runtime import Runtime
+from sandbox.feishu.events import bitable_record_changed_event
+from tests.harness import APP_ID, VERIFICATION_TOKEN, settings_from, wait_for, wait_route_idle
+from tests.test_items import APP, TABLE, _table, _text, open_topic, records_of, rig  # noqa: F401  (the items rig and its table, as fixtures)
+
+
+def _runtime(own: dict[str, str]) -> Runtime:
+    settings = settings_from({k: v for k, v in own.items() if k != "ROUTING_CHAT_OVERRIDES"})
+    return Runtime(settings, settings.redis_url or "")
+
+
+def test_an_analysis_racing_a_persons_new_row_gives_the_item_one_record(rig, feishu, r) -> None:  # noqa: F811
+    """A3: the analysis is creating its row when a person's row naming the topic arrives. Whichever wins, the
+    index's record is the one the first answer is mirrored into, and no row is half-linked."""
+    web, keys, _ = rig
+    items = Items(r, keys)
+    creates = len([q for q in feishu.requests if q["op"] == "bitable_create"])
+    feishu.set_delay("bitable_create", 3.0)
+    try:
+        _chat, thread, _root, item = open_topic(web, feishu, r, keys, wait_done=False)
+        wait_for(lambda: len([q for q in feishu.requests if q["op"] == "bitable_create"]) > creates, 30,
+                 what="the analysis creating its row")
+        rec = feishu.add_record(APP, TABLE, {"标题": "同一个话题的人工登记", "提出人": [{"id": "ou_pm"}],
+                                             "话题链接": {"text": "话题", "link": f"https://x.feishu.cn/t?thread_id={thread}"}})
+        event = bitable_record_changed_event(APP, TABLE, rec["record_id"], "record_added", "ou_pm",
+                                             after=feishu.record_change_values(APP, TABLE, rec["record_id"]),
+                                             token=VERIFICATION_TOKEN, app_id=APP_ID)
+        assert web.post(event).status_code == 200
+        wait_for(lambda: (items.get(item.item_id) or item).analysis == "done", 60, what="the first answer")
+        wait_route_idle(r, keys, f"feishu:{keys.profile}:item:{rec['record_id']}")
+    finally:
+        feishu.set_delay("bitable_create", 0.0)
+    item = items.get(item.item_id)
+    linked = [x for x in feishu.records(APP, TABLE) if _text(x["fields"].get("事项ID")) == item.item_id]
+    assert [x["record_id"] for x in linked] == [item.record_id]  # one row carries the item
+    assert linked[0]["fields"].get("首答版本") == 3  # and it is the row the first answer went to
+    assert all(x["fields"].get("首答版本") in (None, "") for x in feishu.records(APP, TABLE)
+               if x["record_id"] != item.record_id and _text(x["fields"].get("事项ID")) in ("", item.item_id)
+               and thread in json.dumps(x["fields"], ensure_ascii=False))
+
+
+def test_a_replayed_failed_analysis_writes_the_summary_and_the_full_answer(rig, feishu, claude, r) -> None:  # noqa: F811
+    """A8: after `failed`, a replay asks for what is missing by status (not by count) and ends at `full`."""
+    web, keys, own = rig
+    claude.fail_when("REPLAY-5521", 500, "api_error")
+    items = Items(r, keys)
+    try:
+        _chat, _thread, _root, item = open_topic(web, feishu, r, keys, text="REPLAY-5521 导入任务卡住",
+                                                 wait_done=False)
+        wait_for(lambda: (items.get(item.item_id) or item).analysis == "failed", 60, what="the analysis giving up")
+    finally:
+        claude.clear_fail_when("REPLAY-5521")
+    rk = f"feishu:{keys.profile}:item:{item.item_id}"
+    dead = wait_for(lambda: [json.loads(x) for x in r.hvals(keys.dead) if json.loads(x)["route_key"] == rk], 30,
+                    what="the analysis's dead letter")
+    assert deadletter.replay(_runtime(own), dead[0]["id"]) == "replayed"
+    wait_for(lambda: (items.get(item.item_id) or item).analysis == "done", 60, what="the replayed analysis")
+    assert [v.status for v in items.versions(item.item_id)] == ["placeholder", "failed", "summary", "full"]
+    assert records_of(feishu, item.item_id)[0]["fields"]["首答版本"] == 4
