@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 PORT   ?= 8000
 
-.PHONY: run test lint bench chaos stop clean
+.PHONY: run test lint bench chaos mutants stop clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,10 @@ bench: $(VENV)/.dev
 
 chaos: $(VENV)/.dev
 	$(BIN)/python -m chaos
+
+# Break each guard in tests/mutants.py once (in a copy of the tree) and run the tests that claim it.
+mutants: $(VENV)/.dev
+	$(BIN)/python -m tests.mutants
 
 stop: $(VENV)/.deps
 	$(BIN)/python -m memory.embedded stop

@@ -1,0 +1,105 @@
+"""`make mutants`: break each listed guard once, in a copy of the tree, and run the tests that claim it.
+
+A guard whose mutation leaves its tests green is not guarded by them. Each mutant replaces one exact snippet
+(the run fails loudly when the snippet is gone, so the list cannot rot silently) and names its tests. The copy
+is made once; every mutant is applied, run and undone in it, so the working tree is never touched.
+
+    python -m tests.mutants            # all, with a caught / missed table
+    python -m tests.mutants A1 B6      # only these
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    what: str
+    path: str
+    old: str
+    new: str
+    tests: tuple[str, ...]
+
+
+MUTANTS: tuple[Mutant, ...] = (
+    Mutant("A1", "a command's reply failure skips the attempt/failure/give-up path", "jobs/drain.py",
+           "        outcome = self._guarded([raw], lambda m, b: answer_command(",
+           "        from jobs.batches import parse_one\n"
+           "        answer_command(self.rt, self.rk, parse_one(raw), command, state, batch_id_of([raw]), self.fence,"
+           " self.dropped)\n        self._commit(Commit(n=1, batch_id=batch_id_of([raw])))\n"
+           "        outcome = None\n        _unused = (lambda m, b: answer_command(",
+           ("tests/test_failures.py::test_a_command_whose_reply_keeps_failing_is_dead_lettered_and_the_route_goes_on",)),
+    Mutant("A2", "a batch with a stored answer is split and re-asked", "jobs/giveup.py",
+           "split = len(raw) > 1 and not self._answer_stored(batch_id)", "split = len(raw) > 1",
+           ("tests/test_failures.py::test_giving_up_on_a_partly_posted_batch_never_asks_the_model_again",)),
+    Mutant("A3", "the analysis ignores a record linked meanwhile", "jobs/items/first_answer.py",
+           "            if self.rt.items.link_record(self.item.item_id, record_id) != 1:",
+           "            if self.rt.items.link_record(self.item.item_id, record_id) == -1:",
+           ("tests/test_items_attack.py::test_an_analysis_racing_a_persons_new_row_gives_the_item_one_record",)),
+    Mutant("A8", "a replay after `failed` decides what is missing by count", "jobs/items/first_answer.py",
+           "            if all(v.status != status for v in versions):",
+           "            if len(versions) < (2 if status == SUMMARY else 3):",
+           ("tests/test_items_attack.py::test_a_replayed_failed_analysis_writes_the_summary_and_the_full_answer",)),
+)
+
+
+def copy_tree(dest: Path) -> None:
+    ignore = shutil.ignore_patterns(".venv", "var", ".git", "__pycache__", ".pytest_cache", ".mypy_cache",
+                                    ".ruff_cache")
+    shutil.copytree(ROOT, dest, ignore=ignore, symlinks=True)
+
+
+def run_one(tree: Path, m: Mutant) -> tuple[str, float]:
+    target = tree / m.path
+    original = target.read_text(encoding="utf-8")
+    if original.count(m.old) != 1:
+        return "stale (snippet not found once)", 0.0
+    target.write_text(original.replace(m.old, m.new), encoding="utf-8")
+    started = time.monotonic()
+    try:
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *m.tests],
+                              cwd=tree, capture_output=True, text=True, timeout=900)
+    finally:
+        target.write_text(original, encoding="utf-8")
+    seconds = time.monotonic() - started
+    if proc.returncode == 1:
+        return "caught", seconds
+    if proc.returncode == 0:
+        return "MISSED", seconds
+    return f"error (pytest exit {proc.returncode}): {proc.stdout[-300:]}", seconds
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("names", nargs="*", help="mutant names (default: all)")
+    args = parser.parse_args(argv)
+    chosen = [m for m in MUTANTS if not args.names or m.name in args.names]
+    results: list[tuple[Mutant, str, float]] = []
+    with tempfile.TemporaryDirectory(prefix="mutants-") as tmp:
+        tree = Path(tmp) / "tree"
+        copy_tree(tree)
+        for m in chosen:
+            outcome, seconds = run_one(tree, m)
+            results.append((m, outcome, seconds))
+            print(f"{m.name:<4} {outcome:<8} {seconds:6.1f} s  {m.what}", flush=True)
+    caught = sum(1 for _, outcome, _ in results if outcome == "caught")
+    print("\n| mutant | guard broken | outcome |\n|---|---|---|")
+    for m, outcome, _ in results:
+        print(f"| {m.name} | {m.what} | {outcome} |")
+    print(f"\n{caught} caught, {len(results) - caught} not caught")
+    return 0 if caught == len(results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
