@@ -105,6 +105,16 @@ def cell_user_ids(value: Any) -> list[str]:
     return found
 
 
+def cell_chat_ids(value: Any) -> list[str]:
+    """The chat ids (oc_…) a group chat cell names, in order, once each."""
+    found: list[str] = []
+    for node in _dicts(value, 0):
+        candidate = _str(node.get("id"))
+        if candidate.startswith("oc_") and candidate not in found:
+            found.append(candidate)
+    return found
+
+
 def cell_links(value: Any) -> list[str]:
     """Every link a cell holds: url cells and segments, mention links, URLs written in its text; once each.
 

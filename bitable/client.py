@@ -30,7 +30,7 @@ from lark_oapi.api.bitable.v1 import (
 )
 from lark_oapi.core.exception import ObtainAccessTokenException
 
-from bitable.cells import cell_links, cell_text, cell_user_ids
+from bitable.cells import cell_chat_ids, cell_links, cell_text, cell_user_ids
 from bitable.errors import LOCAL_RETRY, TOKEN_INVALID, BitableError, SchemaError, classify
 from bitable.lock import TableLock, lock_key
 from bitable.schema import Schema, check
@@ -63,6 +63,9 @@ class Record:
 
     def links(self, name: str) -> list[str]:
         return cell_links(self.fields.get(name))
+
+    def chats(self, name: str) -> list[str]:
+        return cell_chat_ids(self.fields.get(name))
 
     @classmethod
     def from_wire(cls, item: Mapping[str, Any]) -> Record:

@@ -55,6 +55,11 @@ TEXTS = {
         "zh": "没有关联：{why}",
         "en": "Not linked: {why}",
     },
+    "item_link_refused": {
+        "zh": "没有关联记录 {record_id}：只有它的负责人、提出人、来源群的成员或事项管理员可以关联。",
+        "en": "Record {record_id} was not linked: only its owner, its reporter, members of its source chat or an "
+              "item admin may link it.",
+    },
     "item_needs_topic": {
         "zh": "请在话题里使用这个命令：一个话题对应一个事项。",
         "en": "Please use this command inside a topic: one topic is one item.",

@@ -27,30 +27,41 @@ class Mutant:
     name: str
     what: str
     path: str
-    old: str
-    new: str
+    edits: tuple[tuple[str, str], ...]  # (exact snippet, its replacement), each snippet present exactly once
     tests: tuple[str, ...]
 
 
 MUTANTS: tuple[Mutant, ...] = (
-    Mutant("A1", "a command's reply failure skips the attempt/failure/give-up path", "jobs/drain.py",
-           "        outcome = self._guarded([raw], lambda m, b: answer_command(",
-           "        from jobs.batches import parse_one\n"
-           "        answer_command(self.rt, self.rk, parse_one(raw), command, state, batch_id_of([raw]), self.fence,"
-           " self.dropped)\n        self._commit(Commit(n=1, batch_id=batch_id_of([raw])))\n"
-           "        outcome = None\n        _unused = (lambda m, b: answer_command(",
-           ("tests/test_failures.py::test_a_command_whose_reply_keeps_failing_is_dead_lettered_and_the_route_goes_on",)),
-    Mutant("A2", "a batch with a stored answer is split and re-asked", "jobs/giveup.py",
-           "split = len(raw) > 1 and not self._answer_stored(batch_id)", "split = len(raw) > 1",
-           ("tests/test_failures.py::test_giving_up_on_a_partly_posted_batch_never_asks_the_model_again",)),
-    Mutant("A3", "the analysis ignores a record linked meanwhile", "jobs/items/first_answer.py",
-           "            if self.rt.items.link_record(self.item.item_id, record_id) != 1:",
-           "            if self.rt.items.link_record(self.item.item_id, record_id) == -1:",
-           ("tests/test_items_attack.py::test_an_analysis_racing_a_persons_new_row_gives_the_item_one_record",)),
-    Mutant("A8", "a replay after `failed` decides what is missing by count", "jobs/items/first_answer.py",
-           "            if all(v.status != status for v in versions):",
-           "            if len(versions) < (2 if status == SUMMARY else 3):",
-           ("tests/test_items_attack.py::test_a_replayed_failed_analysis_writes_the_summary_and_the_full_answer",)),
+    Mutant("A1", "a command's reply failure skips the attempt/failure/give-up path", "jobs/drain.py", (
+        ("        outcome = self._guarded([raw], lambda m, b: answer_command(",
+         "        from jobs.batches import parse_one\n"
+         "        answer_command(self.rt, self.rk, parse_one(raw), command, state, batch_id_of([raw]), self.fence,"
+         " self.dropped)\n        self._commit(Commit(n=1, batch_id=batch_id_of([raw])))\n"
+         "        outcome = None\n        _unused = (lambda m, b: answer_command("),),
+        ("tests/test_failures.py::test_a_command_whose_reply_keeps_failing_is_dead_lettered_and_the_route_goes_on",)),
+    Mutant("A2", "a batch with a stored answer is split and re-asked", "jobs/giveup.py", (
+        ("split = len(raw) > 1 and not self._answer_stored(batch_id)", "split = len(raw) > 1"),),
+        ("tests/test_failures.py::test_giving_up_on_a_partly_posted_batch_never_asks_the_model_again",)),
+    Mutant("A3", "the analysis decides its record without the item's guard and ignores a row linked meanwhile",
+           "jobs/items/first_answer.py", (
+               ("        with self.rt.items.guard(self.item.item_id, guard_ttl(self.rt)):\n"
+                "            self.item = self.rt.items.get(self.item.item_id) or self.item\n", "        if True:\n"),
+               ("            if self.rt.items.link_record(self.item.item_id, record_id) != 1:",
+                "            if self.rt.items.link_record(self.item.item_id, record_id) == -1:")),
+        ("tests/test_items_attack.py::test_an_analysis_racing_a_persons_new_row_gives_the_item_one_record",)),
+    Mutant("A4", "read_thread ignores the user's reset", "jobs/turn/recall.py", (
+        ("        self.reset_ms = reset_ms(rt, rk, sid)", "        self.reset_ms = None"),),
+        ("tests/test_recall.py::test_read_thread_after_a_reset_leaves_out_what_was_said_before_it",)),
+    Mutant("A5", "anyone may `/item link` any record", "jobs/items/claim.py", (
+        ("    if not may_link(rt, record, message.sender_id):", "    if False:"),),
+        ("tests/test_items_attack.py::test_item_link_needs_the_records_owner_reporter_admin_or_a_member_of_its_chat",)),
+    Mutant("A7", "a click on a decided proposal never patches a card left pending", "jobs/items/approvals.py", (
+        ("        if p.get(\"card_state\") != state:\n", "        if False:\n"),),
+        ("tests/test_items_attack.py::test_an_approval_whose_card_patch_failed_is_shown_decided_on_the_rerun",)),
+    Mutant("A8", "a replay after `failed` decides what is missing by count", "jobs/items/first_answer.py", (
+        ("            if all(v.status != status for v in versions):",
+         "            if len(versions) < (2 if status == SUMMARY else 3):"),),
+        ("tests/test_items_attack.py::test_a_replayed_failed_analysis_writes_the_summary_and_the_full_answer",)),
 )
 
 
@@ -62,10 +73,12 @@ def copy_tree(dest: Path) -> None:
 
 def run_one(tree: Path, m: Mutant) -> tuple[str, float]:
     target = tree / m.path
-    original = target.read_text(encoding="utf-8")
-    if original.count(m.old) != 1:
-        return "stale (snippet not found once)", 0.0
-    target.write_text(original.replace(m.old, m.new), encoding="utf-8")
+    original = mutated = target.read_text(encoding="utf-8")
+    for old, new in m.edits:
+        if mutated.count(old) != 1:
+            return "stale (snippet not found once)", 0.0
+        mutated = mutated.replace(old, new)
+    target.write_text(mutated, encoding="utf-8")
     started = time.monotonic()
     try:
         proc = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *m.tests],

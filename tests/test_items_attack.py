@@ -7,13 +7,39 @@ Runs on the items rig of tests/test_items.py (its own bot profile, worker and sw
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from bitable.index import Items
 from jobs import deadletter
 from jobs.runtime import Runtime
 from sandbox.feishu.events import bitable_record_changed_event
-from tests.harness import APP_ID, VERIFICATION_TOKEN, settings_from, wait_for, wait_route_idle
-from tests.test_items import APP, TABLE, _table, _text, open_topic, records_of, rig  # noqa: F401  (the items rig and its table, as fixtures)
+from tests.harness import (
+    APP_ID,
+    VERIFICATION_TOKEN,
+    deliver,
+    message_id,
+    reply_text,
+    settings_from,
+    unique,
+    wait_for,
+    wait_route_idle,
+)
+from tests.test_items import (  # noqa: F401  (_table and rig: the items rig and its table, as fixtures)
+    APP,
+    AT_BOT,
+    TABLE,
+    _buttons,
+    _click,
+    _proposal_card,
+    _status_writes,
+    _table,
+    _text,
+    follow_up,
+    open_topic,
+    records_of,
+    rig,
+    topic_rk,
+)
 
 
 def _runtime(own: dict[str, str]) -> Runtime:
@@ -69,3 +95,52 @@ def test_a_replayed_failed_analysis_writes_the_summary_and_the_full_answer(rig, 
     wait_for(lambda: (items.get(item.item_id) or item).analysis == "done", 60, what="the replayed analysis")
     assert [v.status for v in items.versions(item.item_id)] == ["placeholder", "failed", "summary", "full"]
     assert records_of(feishu, item.item_id)[0]["fields"]["首答版本"] == 4
+
+
+def test_an_approval_whose_card_patch_failed_is_shown_decided_on_the_rerun(rig, feishu, r) -> None:  # noqa: F811
+    """A7: the approval is written and the state is final, but the card's patch fails past the outbox's tries (as
+    a crash between the two would leave it): the rerun patches the card instead of saying "already approved"."""
+    web, keys, _ = rig
+    chat, thread, root, item = open_topic(web, feishu, r, keys)
+    follow_up(web, feishu, chat, thread, root, "确认修好了，把状态改成已解决", sender="ou_dev")
+    card = wait_for(lambda: _proposal_card(feishu, chat), 30, what="the approval card")
+    failed: list[str] = []
+
+    def fail_the_decided_patch(record: dict[str, Any]) -> None:
+        if card["message_id"] in record["path"] and not failed:
+            failed.append(record["path"])
+            feishu.inject_fault("message_patch", "gateway", times=3)  # past the outbox's own tries
+
+    feishu.on("message_patch", fail_the_decided_patch, when="before")
+    _click(web, "ou_reporter", _buttons(feishu, card["message_id"])["approve"], card["message_id"], chat)
+    wait_for(lambda: len(feishu.card_versions(card["message_id"])) >= 2, 40, what="the decided card")
+    wait_route_idle(r, keys, topic_rk(keys, chat, thread))
+    assert failed
+    assert _status_writes(feishu, item.record_id) == ["已解决"]
+    assert "已批准" in json.dumps(feishu.card_versions(card["message_id"])[-1], ensure_ascii=False)
+
+
+def test_item_link_needs_the_records_owner_reporter_admin_or_a_member_of_its_chat(rig, feishu, r) -> None:  # noqa: F811
+    """A5: a stranger's `/item link` writes nothing and gets a short refusal; a member of the record's 来源群 may."""
+    web, keys, _ = rig
+    home = unique("oc_items_home")
+    feishu.add_chat(home, members=["ou_teammate"])
+    rec = feishu.add_record(APP, TABLE, {"标题": "私有群里的问题", "提出人": [{"id": "ou_pm"}],
+                                         "来源群": [{"id": home}]})
+    link = f"https://x.feishu.cn/base/{APP}?table={TABLE}&record={rec['record_id']}"
+    items = Items(r, keys)
+    writes = len(feishu.bitable_writes(APP, TABLE))
+
+    def link_from(sender: str) -> tuple[str, str]:
+        chat, thread = unique("oc_items"), unique("omt")
+        env = deliver(web, feishu, chat_id=chat, chat_type="group", thread_id=thread,
+                      text=f"@_user_1 /item link {link}", mentions=AT_BOT, sender_open_id=sender)
+        return thread, reply_text(wait_for(lambda: feishu.replies_to(message_id(env)), 30, what="the reply")[0])
+
+    thread, said = link_from("ou_stranger")
+    assert "没有关联" in said and "负责人" in said
+    assert items.by_record(rec["record_id"]) is None and items.by_thread(thread) is None
+    assert len(feishu.bitable_writes(APP, TABLE)) == writes
+    thread, said = link_from("ou_teammate")
+    item = wait_for(lambda: items.by_thread(thread), 30, what="the linked item")
+    assert item.record_id == rec["record_id"] and item.item_id in said

@@ -144,3 +144,21 @@ def test_a_tool_result_fits_its_room_and_only_sent_messages_count_as_used(env, f
     assert 0 < len(record["included"]) < 50
     assert set(record["pending"]) == set(record["fetched"]) - set(record["included"])
     assert record["cursor"]["has_more"] is True
+
+
+def test_read_thread_after_a_reset_leaves_out_what_was_said_before_it(service, feishu, claude, r, keys) -> None:
+    """Issue 14 A4: after `/reset` in a topic the tool's cursor restarts, but the messages from before the reset
+    stay out of the request and of the new session (unless the user explicitly asks for them)."""
+    topic = _topic(feishu, earlier=3)
+    _ask(service, feishu, r, keys, topic, "报表问题先聊到这")
+    _ask(service, feishu, r, keys, topic, "/reset")
+    feishu.add_message(unique("om_after"), topic["chat_id"], text="重置之后的新线索 42", thread_id=topic["thread_id"],
+                       sender_open_id="ou_other")
+    _ask(service, feishu, r, keys, topic, "看看话题里之前的消息")
+    requests = model_requests_with(claude, "看看话题里之前的消息")
+    results = [_text(q) for q in requests if "tool_result" in _text(q)]
+    assert results and "重置之后的新线索 42" in results[-1]  # read: the messages after the reset
+    assert all("早先消息" not in x and "根消息" not in x for x in results)
+    assert "before_user_reset" in results[-1]
+    rk = route_key("topic", topic["chat_id"], topic["thread_id"])
+    assert all("早先消息" not in json.dumps(e, ensure_ascii=False) for e in session_log(r, keys, rk))

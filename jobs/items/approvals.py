@@ -26,6 +26,7 @@ from routing.keys import kind_of
 log = logging.getLogger(__name__)
 FIELDS = ("status", "owner", "title", "description")  # what a proposal may change
 MAX_PROPOSALS = 3  # per turn
+FINAL = ("approved", "rejected", "expired", "failed")
 FIELD_ZH = {"status": "状态", "owner": "负责人", "title": "标题", "description": "描述"}
 
 PROPOSE = {"name": "propose_record_change", "description": (
@@ -114,8 +115,10 @@ def decide(rt: Runtime, rk: str, click: Inbound, batch_id: str, fence: Callable[
         _tell(rt, rk, click, batch_id, say("approval_gone", ""), fence)
         return "unknown"
     state = p.get("state")
-    if state in ("approved", "rejected", "expired", "failed"):
-        return f"already-{state}"  # a redelivery or a second click: decided before, nothing to do
+    if state in FINAL:  # a redelivery, a second click, or a rerun after a crash before the card was patched
+        if p.get("card_state") != state:
+            _patch(rt, pid, p.get("chat_id", ""), fence)
+        return f"already-{state}"
     if state == "pending" and time.time() > float(p["expires_at"]):
         if _move(rt, pid, "pending", "expired", ""):
             _patch(rt, pid, p.get("chat_id", ""), fence)
@@ -164,9 +167,12 @@ def _write(rt: Runtime, p: dict[str, str], fence: Callable[[], bool], rk: str) -
 
 
 def _patch(rt: Runtime, pid: str, chat_id: str, fence: Callable[[], bool]) -> None:
+    """Show the proposal's state on its card; `card_state` remembers what the card shows (patching is
+    idempotent, so a crash between the patch and this note only patches once more)."""
     p = _load(rt, pid)
     if p.get("card_message_id"):
         rt.outbox.patch(p["card_message_id"], _card(p), chat_id=chat_id, fence=fence)
+        rt.state.hset(rt.keys.proposal(pid), "card_state", p.get("state", ""))
 
 
 def _tell(rt: Runtime, rk: str, click: Inbound, batch_id: str, text: str, fence: Callable[[], bool]) -> None:

@@ -20,6 +20,7 @@ from bot.edge.commands import link_argument
 from bot.edge.envelope import Inbound, dumps
 from bot.errors import Permanent
 from bot.texts import say
+from jobs.items.context import is_member
 from jobs.items.first_answer import guard_ttl
 from jobs.runtime import Runtime
 from jobs.turn.outbox import LeaseLost
@@ -93,6 +94,9 @@ def _link(rt: Runtime, rk: str, message: Inbound, fence: Callable[[], bool]) -> 
     record = rt.bitable.batch_get([record_id]).get(record_id)
     if record is None:
         return say("item_link_conflict", sample, why=f"表里没有记录 {record_id}")
+    if not may_link(rt, record, message.sender_id):
+        log.info("item link refused", extra={"route_key": rk, "reason": record_id, "message_id": message.message_id})
+        return say("item_link_refused", sample, record_id=record_id)
     current = rt.items.by_thread(message.thread_id)
     if current and current.record_id and current.record_id != record_id:
         return say("item_link_conflict", sample, why=f"本话题已是事项 {current.item_id}（记录 {current.record_id}）")
@@ -106,6 +110,18 @@ def _link(rt: Runtime, rk: str, message: Inbound, fence: Callable[[], bool]) -> 
     except LinkConflict:
         return say("item_link_conflict", sample, why=f"本话题的事项已有另一条记录，记录 {record_id} 未关联")
     return say("item_linked", sample, record_id=record_id, item_id=item.item_id)
+
+
+def may_link(rt: Runtime, record: Record, who: str) -> bool:
+    """Linking shows the record to this chat and makes it the item's home: only the record's owner or reporter
+    (read now), an item admin, or a member of the record's 来源群 may do it."""
+    assert rt.bitable is not None
+    if who in rt.settings.item_admins:
+        return True
+    schema = rt.bitable.schema()
+    if who in record.users(schema.name("owner")) + record.users(schema.name("reporter")):
+        return True
+    return any(is_member(rt, chat_id, who) for chat_id in record.chats(schema.name("chat")))
 
 
 def link_topic(rt: Runtime, record: Record, *, thread_id: str, chat_id: str, root_id: str, reporter: str,
