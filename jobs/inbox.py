@@ -135,12 +135,20 @@ class Inbox:
         return self._s["RELEASE"]([self.k.lease(rk), self.k.running, self.k.runinfo], [exec_id, rk]) == 1
 
     def bump(self, rk: str, batch_id: str, what: str, n: int = 1) -> int:
-        """Count a failure (`f`) or a start (`s`) of a batch; the counts go when the batch commits."""
+        """Count a failure (`f`) or a start (`s`) of a batch; the counts go when the batch commits. A start
+        also names the batch the run works on now (`cur`): the watchdog charges that one if the run hangs."""
         key = self.k.fails(rk)
         pipe = self.r.pipeline()
         pipe.hincrby(key, f"{what}:{batch_id}", n)
+        if what == "s" and n > 0:
+            pipe.hset(key, "cur", batch_id)
         pipe.expire(key, 7 * 86400)
         return int(pipe.execute()[0])
+
+    def current_batch(self, rk: str) -> str | None:
+        """The batch the route's run started last (see `bump`)."""
+        found = self.r.hget(self.k.fails(rk), "cur")
+        return str(found) if found else None
 
     def forget(self, rk: str, batch_id: str) -> None:
         """Drop a batch's counters and caches when it is split into single messages."""

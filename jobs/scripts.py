@@ -131,6 +131,7 @@ for i = 13 + ne, #ARGV, 2 do
   redis.call('HINCRBY', KEYS[9], 'dead_lettered', 1)
 end
 redis.call('HDEL', KEYS[4], 'f:' .. ARGV[4], 's:' .. ARGV[4])
+if redis.call('HGET', KEYS[4], 'cur') == ARGV[4] then redis.call('HDEL', KEYS[4], 'cur') end
 if redis.call('LLEN', KEYS[1]) == 0 then redis.call('DEL', KEYS[4]) end
 redis.call('DEL', KEYS[5], KEYS[6])
 redis.call('PEXPIRE', KEYS[2], ARGV[2])

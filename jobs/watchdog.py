@@ -35,7 +35,8 @@ def check(rt: Runtime) -> int:
 
 
 def _break(rt: Runtime, rk: str, info: dict[str, str]) -> bool:
-    batch_id = batch_id_of([str(e) for e in rt.state.lrange(rt.keys.proc(rk), 0, -1)])
+    # The batch the stuck run works on: its segment (a command or message behind it is not part of it).
+    batch_id = rt.inbox.current_batch(rk) or batch_id_of([str(e) for e in rt.state.lrange(rt.keys.proc(rk), 0, -1)])
     delay = float(rt.settings.retry_delays[0])
     fails = rt.inbox.break_run(rk, info["exec_id"], batch_id, rt.queue_of(rk), delay)
     if fails < 0:

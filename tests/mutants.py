@@ -52,6 +52,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("A4", "read_thread ignores the user's reset", "jobs/turn/recall.py", (
         ("        self.reset_ms = reset_ms(rt, rk, sid)", "        self.reset_ms = None"),),
         ("tests/test_recall.py::test_read_thread_after_a_reset_leaves_out_what_was_said_before_it",)),
+    Mutant("A9", "the watchdog charges a hash of the whole proc list", "jobs/watchdog.py", (
+        ("    batch_id = rt.inbox.current_batch(rk) or ", "    batch_id = "),),
+        ("tests/test_recovery.py::test_watchdog_charges_the_stuck_segment_not_the_whole_batch",)),
     Mutant("A5", "anyone may `/item link` any record", "jobs/items/claim.py", (
         ("    if not may_link(rt, record, message.sender_id):", "    if False:"),),
         ("tests/test_items_attack.py::test_item_link_needs_the_records_owner_reporter_admin_or_a_member_of_its_chat",)),

@@ -252,3 +252,21 @@ def test_the_supervisor_restarts_every_killed_worker_side_by_side(env, workdir, 
         assert sup.alive()
     finally:
         sup.stop()
+
+
+def test_watchdog_charges_the_stuck_segment_not_the_whole_batch(rig, worker, feishu, claude, r) -> None:
+    """Issue 14 A9: with a command behind a turn that always hangs, the watchdog charges the turn's own segment,
+    so it is given up after DEAD_LETTER_AFTER breaks (not after CRASH_LIMIT runs); then the command is answered."""
+    claude.fail_when("永远卡住", kind="timeout", timeout_seconds=25)
+    chat = unique("oc_p2p")
+    try:
+        stuck = deliver(rig.web, feishu, chat_id=chat, chat_type="p2p", text="永远卡住的一轮")
+        wait_for(lambda: model_requests_with(claude, "永远卡住"), 20, what="the stuck turn's model call")
+        status = deliver(rig.web, feishu, chat_id=chat, chat_type="p2p", text="/status")
+        dead = wait_for(lambda: [json.loads(x) for x in r.hvals(rig.keys.dead)
+                                 if message_id(stuck) in json.loads(x)["message_ids"]], 90, what="the dead letter")
+        assert dead[0]["reason"].startswith("failed 3 times")  # charged by the watchdog, not worn out by crashes
+        assert dead[0]["message_ids"] == [message_id(stuck)]
+        feishu.wait_for(lambda: feishu.replies_to(message_id(status)), timeout=40)
+    finally:
+        claude.clear_fail_when("永远卡住")
