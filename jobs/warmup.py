@@ -72,7 +72,7 @@ def _ours() -> None:
     inbound = Inbound.model_validate_json(json.dumps({
         "event_id": "e", "message_id": "om_warm", "chat_id": "oc_warm", "chat_type": "p2p", "sender_open_id": "ou_w",
         "sender_type": "user", "message_type": "text", "text": "warm", "content": "{\"text\":\"warm\"}"}))
-    assemble([], format_batch([inbound]), 24000, 1000)
+    assemble([], format_batch([inbound]), 24000)
 
 
 def prepare() -> Runtime:

@@ -1,7 +1,7 @@
 """Token budget arithmetic for one request, and the per-profile calibration of the local estimate.
 
-CONTEXT_BUDGET_TOKENS covers everything a request carries (system prompt, tool definitions, history,
-the batch) plus the output reserve (MAX_OUTPUT_TOKENS). Counting is local (`estimate_tokens`, no
+CONTEXT_BUDGET_TOKENS is the input budget: everything a request carries (system prompt, tool definitions,
+history, the batch, tool results). The output reserve (MAX_OUTPUT_TOKENS) is separate. Counting is local (`estimate_tokens`, no
 network call) and scaled by a factor learned from the `usage.input_tokens` the API returns.
 """
 
@@ -85,8 +85,8 @@ def content_tokens(content: str | Sequence[dict[str, Any]]) -> int:
 
 @dataclass(frozen=True)
 class Budget:
-    total: int  # CONTEXT_BUDGET_TOKENS
-    reserve: int  # MAX_OUTPUT_TOKENS
+    total: int  # CONTEXT_BUDGET_TOKENS: input tokens per request
+    reserve: int  # MAX_OUTPUT_TOKENS: the output limit, not part of the input budget
     factor: float = 1.0
 
     def cost(self, text: str) -> int:
@@ -101,8 +101,8 @@ class Budget:
         return self.scaled(raw_request_tokens(system, messages, tools))
 
     def input_room(self, fixed: int) -> int:
-        """Tokens left for messages once the output reserve and the fixed part (system, tools) are paid."""
-        return max(0, self.total - self.reserve - fixed)
+        """Input tokens left for messages once the fixed part (system, tools) is paid."""
+        return max(0, self.total - fixed)
 
     def fit_text(self, text: str, room: int) -> str:
         """`text` cut (with a visible marker) so that its cost is at most `room`; unchanged when it fits."""

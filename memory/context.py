@@ -99,10 +99,10 @@ def _alternating(entries: list[Entry]) -> list[Entry]:
     return out
 
 
-def assemble(history: Sequence[Entry], batch_text: str, budget: int, output_reserve: int) -> list[dict[str, Any]]:
+def assemble(history: Sequence[Entry], batch_text: str, budget: int) -> list[dict[str, Any]]:
     """Messages for one request, within `budget` input tokens (system + history + batch)."""
     fixed = estimate_tokens(SYSTEM_PROMPT) + estimate_tokens(batch_text)
-    available = max(0, budget - output_reserve - fixed)
+    available = max(0, budget - fixed)
     turns = fit_history(history, available)
     messages = [{"role": e["role"], "content": e["text"]} for e in turns]
     messages.append({"role": "user", "content": batch_text})

@@ -55,6 +55,10 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("A9", "the watchdog charges a hash of the whole proc list", "jobs/watchdog.py", (
         ("    batch_id = rt.inbox.current_batch(rk) or ", "    batch_id = "),),
         ("tests/test_recovery.py::test_watchdog_charges_the_stuck_segment_not_the_whole_batch",)),
+    Mutant("A13", "the output reserve is taken out of the input budget", "memory/budget.py", (
+        ("        return max(0, self.total - fixed)", "        return max(0, self.total - self.reserve - fixed)"),),
+        ("tests/test_compress.py::test_the_budget_is_input_tokens_and_the_output_reserve_is_apart",
+         "tests/test_rotation.py::test_a_topics_first_turn_keeps_its_bootstrap_with_a_large_output_reserve")),
     Mutant("A5", "anyone may `/item link` any record", "jobs/items/claim.py", (
         ("    if not may_link(rt, record, message.sender_id):", "    if False:"),),
         ("tests/test_items_attack.py::test_item_link_needs_the_records_owner_reporter_admin_or_a_member_of_its_chat",)),

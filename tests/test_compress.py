@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -97,7 +98,7 @@ def test_no_request_exceeds_the_budget(n: int, size: int, batch: int, summary: i
     fixed = b.request_cost(SYSTEM, [])
     fitted = fit_session(b, fixed, "S" * summary, turns(n, size), "b" * batch)
     messages = session_messages(fitted.summary, fitted.turns, fitted.batch)
-    assert b.scaled(raw_request_tokens(SYSTEM, messages)) + b.reserve <= b.total
+    assert b.scaled(raw_request_tokens(SYSTEM, messages)) <= b.total  # input tokens: the output reserve is apart
     assert messages[-1]["role"] == "user" and fitted.batch in messages[-1]["content"]
     assert not fitted.turns or fitted.turns[0]["role"] == "user"  # a kept part never starts mid-turn
     roles = [m["role"] for m in messages]
@@ -140,3 +141,13 @@ def test_restored_facts_stay_within_the_summarys_room_newest_and_meaningful_firs
     ids = restore_within("摘要", extract_facts(turns[:40]), estimate_tokens, 900)
     assert "om_0000" in ids and "om_0039" not in ids  # with room to spare, the oldest ids come first
     assert restore_within("摘要", facts, estimate_tokens, 10**6) == restore("摘要", facts)  # room for all
+
+
+@pytest.mark.parametrize("total, reserve, fixed, room", [
+    (3000, 2048, 1000, 2000),  # the contract's example: a large output reserve leaves the input budget whole
+    (24000, 2048, 1325, 22675),
+    (2000, 256, 2500, 0),
+])
+def test_the_budget_is_input_tokens_and_the_output_reserve_is_apart(total: int, reserve: int, fixed: int,
+                                                                      room: int) -> None:
+    assert Budget(total=total, reserve=reserve).input_room(fixed) == room

@@ -27,7 +27,7 @@ def test_history_fits_budget_and_keeps_newest() -> None:
 
 def test_messages_alternate_and_end_with_the_batch() -> None:
     history = [entry("assistant", "orphan"), entry("user", "a"), entry("user", "b"), entry("assistant", "c")]
-    messages = assemble(history, "NOW", budget=10_000, output_reserve=100)
+    messages = assemble(history, "NOW", budget=10_000)
     roles = [m["role"] for m in messages]
     assert roles == ["user", "assistant", "user"]
     assert messages[0]["content"] == "a\nb"
@@ -35,7 +35,7 @@ def test_messages_alternate_and_end_with_the_batch() -> None:
 
 
 def test_zero_budget_still_sends_the_batch() -> None:
-    messages = assemble([entry("user", "a"), entry("assistant", "b")], "NOW", budget=0, output_reserve=0)
+    messages = assemble([entry("user", "a"), entry("assistant", "b")], "NOW", budget=0)
     assert messages == [{"role": "user", "content": "NOW"}]
 
 

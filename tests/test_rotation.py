@@ -31,7 +31,8 @@ from tests.harness import (
 )
 
 TOKEN = "rotation-admin-token"
-BUDGET, RESERVE = 2000, 256
+# The input budget; a large output reserve on top of it must not eat into it (issue 14 A13).
+BUDGET, RESERVE = 2000, 1500
 NEGATION = "不是 ETL 任务的问题，是上游接口 v2.3.1 的字段变更。"
 OPEN_POINT = "待确认：记录 recPlant01 的口径是否按自然日。"
 # The stand-in's summary keeps the first 40 characters of each user turn: the facts come after them.
@@ -103,8 +104,9 @@ def test_a_long_conversation_rotates_and_keeps_what_matters_within_budget(rig, f
     assert "（标记 R01）" not in sent  # the oldest went into the summary
     calibrated = Budget(BUDGET, RESERVE, factor(r, keys)).request_cost(body["system"], body["messages"])
     for request in [c["body"] for c in claude.requests]:  # every request of the conversation
-        assert claude_wire.input_tokens(request) + request["max_tokens"] <= BUDGET  # the stand-in's own count
-    assert calibrated + body["max_tokens"] <= BUDGET
+        assert claude_wire.input_tokens(request) <= BUDGET  # the stand-in's own count
+        assert request["max_tokens"] == RESERVE
+    assert calibrated <= BUDGET
     assert route_view(web, rk)["session_id"] == s2["id"]  # no second rotation for one more turn
     assert not list(r.scan_iter(keys.answer(rk, "compress:*")))  # the summary's cache went with the rotation
     metrics = requests.get(f"{web.url}/metrics", timeout=10).text
@@ -157,3 +159,24 @@ def test_no_rotation_after_a_reset_brings_pre_reset_content_back(rig, feishu, cl
     assert any(claude_wire.COMPRESSION_MARKER in json.dumps(c["body"]["system"], ensure_ascii=False) for c in later)
     assert model_requests_with(claude, "轮换之后的问题")
     assert not [c for c in later if "marker-before-reset" in json.dumps(c["body"], ensure_ascii=False)]
+
+
+def test_a_topics_first_turn_keeps_its_bootstrap_with_a_large_output_reserve(rig, feishu, claude, r) -> None:
+    """Issue 14 A13: CONTEXT_BUDGET_TOKENS is the input budget. With MAX_OUTPUT_TOKENS=1500 on top of 2000, a
+    topic's root and earlier messages reach the model on its first turn; nothing is compressed away."""
+    from sandbox.feishu.events import mention
+    from tests.harness import BOT_OPEN_ID
+
+    web, keys = rig
+    chat, thread, root = unique("oc_rot_topic"), unique("omt"), unique("om_root")
+    feishu.add_message(root, chat, text="根消息：结算单导出为空（标记 ROOT）", thread_id=thread, sender_open_id="ou_owner")
+    feishu.add_message(unique("om_e"), chat, text="补充：只有华东区（标记 EARLY）", thread_id=thread,
+                       sender_open_id="ou_other")
+    cursor = len(claude.requests)
+    deliver(web, feishu, chat_id=chat, chat_type="group", thread_id=thread, root_id=root, parent_id=root,
+            text="@_user_1 这个怎么查？（标记 ASK）", mentions=[mention(BOT_OPEN_ID, "助手")])
+    wait_route_idle(r, keys, f"feishu:{keys.profile}:topic:{chat}:{thread}", timeout=40)
+    sent = [c["body"] for c in claude.requests_since(cursor)]
+    assert not [b for b in sent if claude_wire.COMPRESSION_MARKER in json.dumps(b["system"], ensure_ascii=False)]
+    asked = next(text_of(b) for b in sent if "标记 ASK" in text_of(b))
+    assert "标记 ROOT" in asked and "标记 EARLY" in asked

@@ -113,7 +113,7 @@ def converse(rt: Runtime, rk: str, sid: str, system: list[dict[str, Any]], messa
     reader = Reader(rt, rk, sid, b)
     reader.notes_to = notes_to
     noted = _with_note(messages, reader.previous)
-    if b.request_cost(system, noted, tools) <= b.total - b.reserve:  # the note never pushes a request over
+    if b.request_cost(system, noted, tools) <= b.total:  # the note never pushes a request over
         messages = noted
     steps: list[Step] = []
     for n in range(MAX_ROUNDS + 1):

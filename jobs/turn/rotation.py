@@ -197,11 +197,11 @@ def _compress(rt: Runtime, rk: str, sid: str, earlier: str, older: Sequence[Entr
     system = [{"type": "text", "text": COMPRESSION_SYSTEM}]
     turns = list(older)
     messages = compression_request(turns, earlier)
-    # The call itself keeps to the budget (its output reserve is MAX_OUTPUT_TOKENS, like a turn's).
-    while len(turns) > 1 and b.request_cost(system, messages) + b.reserve > b.total:
+    # The call itself keeps to the input budget, like a turn.
+    while len(turns) > 1 and b.request_cost(system, messages) > b.total:
         turns.pop(0)  # the oldest go unread by the model; their facts are still restored verbatim
         messages = compression_request(turns, earlier)
-    if b.request_cost(system, messages) + b.reserve > b.total:
+    if b.request_cost(system, messages) > b.total:
         room_left = b.input_room(b.request_cost(system, []))
         messages = [{"role": "user", "content": b.fit_text(messages[0]["content"], room_left)}]
     with shutdown.interruptible():
