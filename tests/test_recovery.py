@@ -255,14 +255,19 @@ def test_the_supervisor_restarts_every_killed_worker_side_by_side(env, workdir, 
 
 
 def test_watchdog_charges_the_stuck_segment_not_the_whole_batch(rig, worker, feishu, claude, r) -> None:
-    """Issue 14 A9: with a command behind a turn that always hangs, the watchdog charges the turn's own segment,
-    so it is given up after DEAD_LETTER_AFTER breaks (not after CRASH_LIMIT runs); then the command is answered."""
+    """Issue 14 A9: with a command in the same batch behind a turn that always hangs, the watchdog charges the
+    turn's own segment, so it is given up after DEAD_LETTER_AFTER breaks (not after CRASH_LIMIT runs); then the
+    command is answered."""
     claude.fail_when("永远卡住", kind="timeout", timeout_seconds=25)
     chat = unique("oc_p2p")
     try:
+        claude.set_delay(2.0)  # the first turn holds the route: the next two messages are taken as one batch
+        first = deliver(rig.web, feishu, chat_id=chat, chat_type="p2p", text="先来一轮")
+        wait_for(lambda: model_requests_with(claude, "先来一轮"), 20, what="the first turn's model call")
         stuck = deliver(rig.web, feishu, chat_id=chat, chat_type="p2p", text="永远卡住的一轮")
-        wait_for(lambda: model_requests_with(claude, "永远卡住"), 20, what="the stuck turn's model call")
         status = deliver(rig.web, feishu, chat_id=chat, chat_type="p2p", text="/status")
+        feishu.wait_for(lambda: feishu.replies_to(message_id(first)), timeout=20)
+        claude.set_delay(0)
         dead = wait_for(lambda: [json.loads(x) for x in r.hvals(rig.keys.dead)
                                  if message_id(stuck) in json.loads(x)["message_ids"]], 90, what="the dead letter")
         assert dead[0]["reason"].startswith("failed 3 times")  # charged by the watchdog, not worn out by crashes
@@ -270,3 +275,4 @@ def test_watchdog_charges_the_stuck_segment_not_the_whole_batch(rig, worker, fei
         feishu.wait_for(lambda: feishu.replies_to(message_id(status)), timeout=40)
     finally:
         claude.clear_fail_when("永远卡住")
+        claude.set_delay(0)
