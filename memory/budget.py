@@ -1,8 +1,8 @@
 """Token budget arithmetic for one request, and the per-profile calibration of the local estimate.
 
 CONTEXT_BUDGET_TOKENS is the input budget: everything a request carries (system prompt, tool definitions,
-history, the batch, tool results). The output reserve (MAX_OUTPUT_TOKENS) is separate. Counting is local (`estimate_tokens`, no
-network call) and scaled by a factor learned from the `usage.input_tokens` the API returns.
+history, the batch, tool results). The output reserve (MAX_OUTPUT_TOKENS) is separate. Counting is local
+(`estimate_tokens`, no network call) and scaled by a factor learned from the `usage.input_tokens` the API returns.
 """
 
 from __future__ import annotations

@@ -144,3 +144,27 @@ def test_item_link_needs_the_records_owner_reporter_admin_or_a_member_of_its_cha
     thread, said = link_from("ou_teammate")
     item = wait_for(lambda: items.by_thread(thread), 30, what="the linked item")
     assert item.record_id == rec["record_id"] and item.item_id in said
+
+
+def test_records_and_analyses_show_mentions_as_names_without_the_bots_own(rig, feishu, claude, r) -> None:  # noqa: F811
+    """A14: the report's `@_user_1` placeholders never reach the record or the analysis: the bot's own @ is dropped,
+    a colleague's becomes `@Name`, as in a turn."""
+    from sandbox.feishu.events import mention
+    from tests.harness import BOT_OPEN_ID
+
+    web, keys, _ = rig
+    chat, thread = unique("oc_items"), unique("omt")
+    mentions = [mention(BOT_OPEN_ID, "助手", key="@_user_1"), mention("ou_zhang", "张三", key="@_user_2")]
+    deliver(web, feishu, chat_id=chat, chat_type="group", thread_id=thread, mentions=mentions,
+            text="@_user_1 对账单导出为空 @_user_2 帮忙看下日志", sender_open_id="ou_reporter")
+    items = Items(r, keys)
+    item = wait_for(lambda: items.by_thread(thread), 30, what="the topic's item")
+    wait_for(lambda: (items.get(item.item_id) or item).analysis == "done", 60, what="the first answer")
+    fields = records_of(feishu, item.item_id)[0]["fields"]
+    written = _text(fields["描述"]) + _text(fields["标题"])
+    asked = [json.dumps(q["body"]["messages"], ensure_ascii=False) for q in claude.requests
+             if "对账单导出为空" in json.dumps(q["body"]["messages"], ensure_ascii=False)]
+    for text in [written, *asked]:
+        assert "@_user" not in text and "@助手" not in text
+    assert "@张三 帮忙看下日志" in _text(fields["描述"]) and all("@张三" in a for a in asked)
+    assert _text(fields["标题"]).startswith("对账单导出为空")

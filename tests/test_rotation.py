@@ -169,7 +169,8 @@ def test_a_topics_first_turn_keeps_its_bootstrap_with_a_large_output_reserve(rig
 
     web, keys = rig
     chat, thread, root = unique("oc_rot_topic"), unique("omt"), unique("om_root")
-    feishu.add_message(root, chat, text="根消息：结算单导出为空（标记 ROOT）", thread_id=thread, sender_open_id="ou_owner")
+    feishu.add_message(root, chat, text="根消息：结算单导出为空（标记 ROOT）", thread_id=thread,
+                       sender_open_id="ou_owner")
     feishu.add_message(unique("om_e"), chat, text="补充：只有华东区（标记 EARLY）", thread_id=thread,
                        sender_open_id="ou_other")
     cursor = len(claude.requests)

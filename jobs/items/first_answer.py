@@ -22,6 +22,7 @@ from bitable.refs import record_link, topic_link
 from bot import metrics
 from bot.errors import Permanent
 from bot.feishu.cards import STATUS_ZH, answer_card
+from bot.feishu.identity import cached_open_id
 from jobs.runtime import Runtime
 from jobs.turn.outbox import LeaseLost
 from jobs.turn.thread import Page, get_message, list_page, sender_of, text_of
@@ -62,10 +63,11 @@ def materials(rt: Runtime, item: Item) -> tuple[str, list[str], str]:
         root = get_message(rt.feishu, item.root_id) if item.root_id else None
         page = Page(items=[root] if root else [], next_token=None, has_more=False)
     parts, ids, root_text, used = [], [], "", 0
+    bot = cached_open_id(rt.state, rt.keys) or ""  # mentions read as in a turn: names, the bot's own dropped
     for m in (page.items if page else []):
         if m.get("deleted") or (m.get("sender") or {}).get("sender_type") == "app":
             continue
-        text = text_of(m)
+        text = text_of(m, bot)
         mid = str(m.get("message_id") or "")
         if mid == item.root_id or not root_text:
             root_text = root_text or text

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,8 +74,9 @@ def get_message(api: FeishuApi, message_id: str) -> dict[str, Any] | None:
     return items[0] if items and isinstance(items[0], dict) else None
 
 
-def text_of(item: dict[str, Any]) -> str:
-    """Readable text of a listed message: text and post content; other kinds as `[msg_type]`."""
+def text_of(item: dict[str, Any], bot_open_id: str = "") -> str:
+    """Readable text of a listed message: text and post content; other kinds as `[msg_type]`. Mentions read as
+    `@Name`; the bot's own (`bot_open_id`) is dropped, as in a turn's batch."""
     kind = str(item.get("msg_type") or "")
     raw = str((item.get("body") or {}).get("content") or "")
     try:
@@ -84,7 +86,7 @@ def text_of(item: dict[str, Any]) -> str:
     if not isinstance(content, dict):
         return raw
     if kind == "text":
-        return _named(str(content.get("text") or ""), item)
+        return _named(str(content.get("text") or ""), item, bot_open_id)
     if kind == "post":
         if "content" not in content:  # locale-wrapped ({"zh_cn": {...}}): take the first locale
             content = next((v for v in content.values() if isinstance(v, dict)), {})
@@ -95,12 +97,18 @@ def text_of(item: dict[str, Any]) -> str:
     return f"[{kind}]"
 
 
-def _named(text: str, item: dict[str, Any]) -> str:
-    """`@_user_1` keys as `@Name` (list/get carry the names in `mentions`, as events do)."""
+def _named(text: str, item: dict[str, Any], bot_open_id: str = "") -> str:
+    """`@_user_1` keys as `@Name` (list/get carry the names in `mentions`, as events do); the bot's own gone."""
     for m in item.get("mentions") or []:
-        if isinstance(m, dict) and m.get("key") and m.get("name"):
-            text = text.replace(str(m["key"]), f"@{m['name']}")
-    return text
+        if not isinstance(m, dict) or not m.get("key"):
+            continue
+        key = str(m["key"])
+        if bot_open_id and m.get("id") == bot_open_id:
+            text = re.sub(re.escape(key) + r"(?!\d)\s?", "", text)
+        elif m.get("name"):
+            name = "@" + str(m["name"]).replace("\\", "\\\\")  # a literal replacement, not a pattern
+            text = re.sub(re.escape(key) + r"(?!\d)", name, text)
+    return text.strip()
 
 
 def sender_of(item: dict[str, Any]) -> str:
