@@ -69,7 +69,8 @@ MUTANTS: tuple[Mutant, ...] = (
         ("            if all(v.status != status for v in versions):",
          "            if len(versions) < (2 if status == SUMMARY else 3):"),),
         ("tests/test_items_attack.py::test_a_replayed_failed_analysis_writes_the_summary_and_the_full_answer",)),
-    Mutant("A14", "an item's record and analysis read the raw text (the bot's own @ kept)", "jobs/items/first_answer.py", (
+    Mutant("A14", "an item's record and analysis read the raw text (the bot's own @ kept)",
+           "jobs/items/first_answer.py", (
         ("        text = text_of(m, bot)", "        text = text_of(m)"),),
         ("tests/test_items_attack.py::test_records_and_analyses_show_mentions_as_names_without_the_bots_own",)),
 )
