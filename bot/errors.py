@@ -29,3 +29,14 @@ class Paused(AdapterError):
     Not the message's fault: its batch is kept, work on the component pauses, admins are told, and
     everything is answered once a probe sees the credential work again.
     """
+
+
+class CapabilityOff(Permanent):
+    """An optional capability (reactions, resources, thread history, …) is off: the app lacks its scope.
+
+    Permanent for this call, and only for it: callers degrade (the message is still answered) instead of pausing.
+    """
+
+    def __init__(self, message: str, *, source: str = "", code: str = "", capability: str = "") -> None:
+        super().__init__(message, source=source, code=code)
+        self.capability = capability

@@ -135,6 +135,10 @@ class Keys:
         """HASH of counters shared by every process (web, workers, sweeper)."""
         return f"{self.prefix}:metrics"
 
+    def capability_off(self, name: str) -> str:
+        """STRING (JSON, expiring): an optional capability a missing scope turned off (bot/feishu/capabilities.py)."""
+        return f"{self.prefix}:capability_off:{name}"
+
     @property
     def health(self) -> str:
         """HASH of start-up checks (Redis persistence and eviction policy)."""

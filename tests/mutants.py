@@ -73,6 +73,16 @@ MUTANTS: tuple[Mutant, ...] = (
            "jobs/items/first_answer.py", (
         ("        text = text_of(m, bot)", "        text = text_of(m)"),),
         ("tests/test_items_attack.py::test_records_and_analyses_show_mentions_as_names_without_the_bots_own",)),
+    Mutant("B1", "a card's model text is not defused", "bot/feishu/cards.py", (
+        ("    card.markdown(defuse(clip(body))).divider()", "    card.markdown(clip(body)).divider()"),),
+        ("tests/test_cards.py::test_model_text_in_a_card_cannot_mention_anyone_or_restyle_it",
+         "tests/test_items_attack.py::test_a_first_answer_card_is_json_2_and_cannot_ping_the_group")),
+    Mutant("B2", "a missing optional scope pauses all work", "bot/feishu/client.py", (
+        ("        if code == SCOPE_MISSING and capability:", "        if False:"),),
+        ("tests/test_scopes.py::test_a_tenant_without_optional_scopes_gets_every_message_answered",)),
+    Mutant("B4", "images of forwarded children are requested", "bot/feishu/materials.py", (
+        ("            if forwarded:\n", "            if False:\n"),),
+        ("tests/test_materials.py::test_nested_bundles_recalled_messages_and_forwarded_images",)),
 )
 
 

@@ -19,7 +19,7 @@ import redis
 import requests
 
 from bitable.index import Items
-from bot.feishu.cards import footer_of
+from bot.feishu.cards import buttons_of, footer_of
 from bot.settings import ChatOverride
 from memory.keys import Keys
 from sandbox.feishu.events import bitable_record_changed_event, card_action_event, mention
@@ -50,7 +50,9 @@ SHARED = "oc_items_shared_refs"  # a group whose members share one route (ROUTIN
 
 
 @pytest.fixture(scope="module")
-def rig(env: dict[str, str], workdir: Path, r: redis.Redis) -> Iterator[tuple[WebServer, Keys, dict[str, str]]]:
+def rig(env: dict[str, str], workdir: Path, r: redis.Redis,
+        feishu: Any) -> Iterator[tuple[WebServer, Keys, dict[str, str]]]:
+    feishu.add_table(APP, TABLE)  # before the sweeper's start-up table check, or it pauses item work
     profile = unique("items")
     own = {**env, "BOT_PROFILE": profile, "WORKER_CONCURRENCY": "3", "ADMIN_TOKEN": TOKEN,
            "BITABLE_APP_TOKEN": APP, "BITABLE_TABLE_ID": TABLE, "ITEM_ADMINS": "ou_admin",
@@ -347,8 +349,7 @@ def _proposal_card(feishu: Any, chat: str) -> dict[str, Any] | None:
 
 def _buttons(feishu: Any, card_message_id: str) -> dict[str, dict[str, str]]:
     card = feishu.card_versions(card_message_id)[-1]
-    actions = [a for e in card["elements"] if e.get("tag") == "action" for a in e["actions"]]
-    return {a["value"]["a"]: a["value"] for a in actions}
+    return {value["a"]: value for _label, value in buttons_of(card)}
 
 
 def _click(web: WebServer, who: str, value: dict[str, str], card_mid: str, chat: str,

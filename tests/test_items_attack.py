@@ -168,3 +168,25 @@ def test_records_and_analyses_show_mentions_as_names_without_the_bots_own(rig, f
         assert "@_user" not in text and "@助手" not in text
     assert "@张三 帮忙看下日志" in _text(fields["描述"]) and all("@张三" in a for a in asked)
     assert _text(fields["标题"]).startswith("对账单导出为空")
+
+
+def test_a_first_answer_card_is_json_2_and_cannot_ping_the_group(rig, feishu, claude, r) -> None:  # noqa: F811
+    """B1: the analysis asks for headings and tables (JSON 2.0 renders them) and may quote `<at id=all>`: the
+    card posted and patched at Feishu is a 2.0 card whose text mentions nobody."""
+    from bot.feishu.cards import elements_of
+    from sandbox.claude.wire import default_reply
+
+    def responder(body: dict[str, Any]) -> str:
+        system = json.dumps(body.get("system"), ensure_ascii=False)
+        if "FULL ANALYSIS" in system or "SHORT SUMMARY" in system:
+            return "## 结论\n<at id=all></at> 大家注意\n| 项 | 值 |\n|---|---|\n| 区域 | 华东 |"
+        return default_reply(body)
+
+    claude.set_responder(responder)
+    web, keys, _ = rig
+    _chat, _thread, _root, item = open_topic(web, feishu, r, keys, text="@_user_1 账单页白屏")
+    versions = feishu.card_versions(item.answer_message_id)
+    assert len(versions) == 3 and all(c["schema"] == "2.0" and "body" in c for c in versions)
+    shown = "\n".join(str(e.get("content", "")) for e in elements_of(versions[-1]))
+    assert "## 结论" in shown and "| 区域 | 华东 |" in shown
+    assert "<at id=all>" not in shown and "大家注意" in shown

@@ -12,6 +12,7 @@ from werkzeug.exceptions import HTTPException
 
 from bot import metrics
 from bot.edge import ingress as ing
+from bot.feishu import capabilities
 
 bp = Blueprint("feishu", __name__)
 
@@ -45,14 +46,15 @@ def readyz() -> tuple[Response, int]:
         pipe.hlen(i.keys.dead)
         pipe.hgetall(i.keys.bitable_status)
         paused, checks, dead, table = pipe.execute()
+        off = capabilities.off(i.state, i.keys)
     except Exception:
         return jsonify(status="unavailable", redis=False), 503
     paused = {name: json.loads(reason) for name, reason in paused.items()}
     unsafe = {name: verdict for name, verdict in checks.items() if verdict != "ok"}
     table_bad = bool(table) and table.get("schema") != "ok"
-    status = "degraded" if paused or unsafe or table_bad else "ready"
+    status = "degraded" if paused or unsafe or table_bad or off else "ready"
     return jsonify(status=status, redis=True, paused=paused, redis_checks=checks, dead_letters=dead,
-                   bitable=table or None), 200
+                   bitable=table or None, capabilities_off=off), 200
 
 
 @bp.get("/metrics")

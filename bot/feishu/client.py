@@ -29,7 +29,8 @@ from lark_oapi.core.cache import ICache
 from lark_oapi.core.exception import ObtainAccessTokenException
 from lark_oapi.core.token.manager import TokenManager
 
-from bot.errors import Paused, Permanent, Retryable
+from bot.errors import CapabilityOff, Paused, Permanent, Retryable
+from bot.feishu.capabilities import SCOPE_MISSING, turn_off
 from bot.settings import Settings
 from memory.keys import Keys
 
@@ -114,8 +115,9 @@ class FeishuApi:
             .cache(self.cache).log_level(lark.LogLevel.WARNING).build()
         )
 
-    def _call(self, fn: Any, request: Any) -> Any:
-        """One SDK call; a rejected token is dropped from the cache and the call tried once more."""
+    def _call(self, fn: Any, request: Any, capability: str | None = None) -> Any:
+        """One SDK call; a rejected token is dropped from the cache and the call tried once more. A call that
+        serves an optional `capability` turns only that off when the app lacks its scope (see capabilities)."""
         for attempt in (1, 2):
             try:
                 resp = fn(request)
@@ -131,8 +133,15 @@ class FeishuApi:
                 continue
             raw = resp.raw
             code = resp.code if isinstance(resp.code, int) else -1  # a non-JSON error body leaves code unset
-            raise _classify(code, raw.status_code if raw else 0, resp.msg or "", dict(raw.headers or {}))
+            raise self._failure(code, raw.status_code if raw else 0, resp.msg or "", dict(raw.headers or {}),
+                                capability)
         raise AssertionError("unreachable")
+
+    def _failure(self, code: int, status: int, msg: str, headers: dict[str, str], capability: str | None) -> Exception:
+        if code == SCOPE_MISSING and capability:
+            turn_off(self.cache.r, self.cache.keys, capability, msg)
+            return CapabilityOff(f"feishu error {code}: {msg}", source="feishu", code=str(code), capability=capability)
+        return _classify(code, status, msg, headers)
 
     def reply_text(self, message_id: str, text: str, *, uuid: str, in_thread: bool) -> str:
         body = (ReplyMessageRequestBody.builder().msg_type("text").content(json.dumps({"text": text}))
@@ -161,13 +170,13 @@ class FeishuApi:
         body = CreateMessageReactionRequestBody.builder().reaction_type(
             Emoji.builder().emoji_type(emoji_type).build()).build()
         req = CreateMessageReactionRequest.builder().message_id(message_id).request_body(body).build()
-        resp = self._call(self.client.im.v1.message_reaction.create, req)
+        resp = self._call(self.client.im.v1.message_reaction.create, req, "reactions")
         return str(resp.data.reaction_id)
 
     def remove_reaction(self, message_id: str, reaction_id: str) -> None:
         """DELETE …/messages/:message_id/reactions/:reaction_id (only the bot's own reactions)."""
         req = DeleteMessageReactionRequest.builder().message_id(message_id).reaction_id(reaction_id).build()
-        self._call(self.client.im.v1.message_reaction.delete, req)
+        self._call(self.client.im.v1.message_reaction.delete, req, "reactions")
 
     def patch_card(self, message_id: str, card: dict[str, Any]) -> None:
         """Replace a card the bot sent (it must declare config.update_multi)."""
@@ -183,7 +192,7 @@ class FeishuApi:
             builder = GetChatMembersRequest.builder().chat_id(chat_id).member_id_type("open_id").page_size(100)
             if token:
                 builder = builder.page_token(token)
-            resp = self._call(self.client.im.v1.chat_members.get, builder.build())
+            resp = self._call(self.client.im.v1.chat_members.get, builder.build(), "chat_members")
             data = resp.data
             members.update(str(m.member_id) for m in (data.items or []) if m.member_id)
             token = data.page_token if data.has_more else None
@@ -217,7 +226,7 @@ class FeishuApi:
         """
         req = GetMessageRequest.builder().message_id(message_id).build()
         req.add_query("with_sender_name", "true")  # the SDK would send Python's "True"
-        resp = self._call(self.client.im.v1.message.get, req)
+        resp = self._call(self.client.im.v1.message.get, req, "message_read")
         items = ((json.loads(resp.raw.content) or {}).get("data") or {}).get("items") or []
         return [i for i in items if isinstance(i, dict)]
 
@@ -246,7 +255,7 @@ class FeishuApi:
             if code in TOKEN_INVALID and attempt == 1:
                 self.cache.drop(f"self_tenant_token:{self.app_id}")
                 continue
-            raise _classify(code, resp.status_code, msg, dict(resp.headers))
+            raise self._failure(code, resp.status_code, msg, dict(resp.headers), "resources")
         raise AssertionError("unreachable")
 
 

@@ -25,6 +25,7 @@ MAX_FORWARDED = 50  # messages shown per bundle level (lark-oapi's channel uses 
 MAX_FORWARD_DEPTH = 3
 MAX_FILE_TEXT_BYTES = 256 * 1024
 CACHE_TTL_SECONDS = 24 * 3600
+FORWARDED_IMAGE = "[an image was here; images inside forwarded messages cannot be retrieved]"
 _MAGIC = ((b"\x89PNG\r\n\x1a\n", "image/png"), (b"\xff\xd8\xff", "image/jpeg"), (b"GIF87a", "image/gif"),
           (b"GIF89a", "image/gif"))
 Block = dict[str, Any]
@@ -109,8 +110,10 @@ class _Gatherer:
         else:
             self.out.text(f"[image {key} unavailable: {html.escape(found['note'], quote=False)}]")
 
-    def text_with_images(self, message_id: str, text: str, keys: list[str]) -> None:
-        """The rendered text, escaped, each image mark of `keys` replaced by the picture itself."""
+    def text_with_images(self, message_id: str, text: str, keys: list[str], *, forwarded: bool = False) -> None:
+        """The rendered text, escaped, each image mark of `keys` replaced by the picture itself. Images inside
+        a forwarded bundle are named, not fetched: Feishu does not serve the resources of a merge_forward's
+        children ("暂不支持获取合并转发消息中的子消息的资源文件"), so asking would only fail."""
         if not keys:
             self.out.text(html.escape(text, quote=False))
             return
@@ -118,7 +121,10 @@ class _Gatherer:
         pos = 0
         for match in re.finditer("|".join(re.escape(m) for m in by_mark), text):
             self.out.text(html.escape(text[pos:match.start()], quote=False))
-            self.image(message_id, by_mark[match.group(0)])
+            if forwarded:
+                self.out.text(FORWARDED_IMAGE)
+            else:
+                self.image(message_id, by_mark[match.group(0)])
             pos = match.end()
         self.out.text(html.escape(text[pos:], quote=False))
 
@@ -200,7 +206,7 @@ class _Gatherer:
         except ContentError as exc:
             self.out.text(f"[unreadable {html.escape(msg_type)} message: {html.escape(str(exc))}]\n")
             return
-        self.text_with_images(message_id, text, image_keys(msg_type, data))
+        self.text_with_images(message_id, text, image_keys(msg_type, data), forwarded=True)
         self.out.text("\n")
 
 

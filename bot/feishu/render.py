@@ -110,7 +110,7 @@ def _build(md: str, people: Mapping[str, str], style: str) -> Chunk:
     return Chunk("post", markdown_to_post_ast(text, tag_md_mode="native"))
 
 
-def _defuse(text: str) -> str:
+def defuse(text: str) -> str:
     """Feishu-looking tags in the answer stay visible text: a zero-width space breaks the tag open."""
     return _FEISHU_TAG.sub(lambda m: f"<{ZWSP}{m.group(1)}{m.group(2)}", text)
 
@@ -129,7 +129,7 @@ def _with_mentions(text: str, people: Mapping[str, str], kind: str) -> str:
         return keep(m.group(1), m.group(2)) if m.group(1) in people else f"@{m.group(2) or m.group(1)}"
 
     text = _AT_WRITTEN.sub(written, text.replace("\ue000", "").replace("\ue001", ""))
-    text = _AT_ID.sub(lambda m: keep(m.group(1), "") if m.group(1) in people else m.group(0), _defuse(text))
+    text = _AT_ID.sub(lambda m: keep(m.group(1), "") if m.group(1) in people else m.group(0), defuse(text))
     return re.sub("\ue000(\\d+)\ue001", lambda m: made[int(m.group(1))], text)
 
 

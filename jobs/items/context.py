@@ -20,7 +20,7 @@ from bitable.client import Record
 from bitable.index import FAILED, PLACEHOLDER, Item
 from bitable.refs import item_ids, record_ids
 from bot.edge.envelope import Inbound
-from bot.errors import Retryable
+from bot.errors import CapabilityOff, Retryable
 from bot.feishu.cards import STATUS_ZH, clip
 from bot.texts import say
 from jobs.runtime import Runtime
@@ -73,7 +73,10 @@ def is_member(rt: Runtime, chat_id: str, open_id: str) -> bool:
         return False
     key = rt.keys.chat_members(chat_id)
     if not rt.state.exists(key):
-        members = rt.feishu.chat_member_ids(chat_id)
+        try:
+            members = rt.feishu.chat_member_ids(chat_id)
+        except CapabilityOff:  # no scope to list members: nobody counts as a member (refused, never leaked)
+            return False
         pipe = rt.state.pipeline()
         pipe.sadd(key, "", *members)  # "" keeps an empty listing cached too
         pipe.expire(key, max(1, int(rt.settings.item_member_cache_seconds)))

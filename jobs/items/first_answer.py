@@ -60,7 +60,10 @@ def materials(rt: Runtime, item: Item) -> tuple[str, list[str], str]:
         page = list_page(rt.feishu, item.thread_id, page_size=MATERIAL_MESSAGES) if item.thread_id else None
     except Permanent as exc:  # the topic cannot be listed (e.g. history hidden): analyse its root alone
         log.warning("topic not readable for the analysis", extra={"reason": item.item_id, "error": str(exc)})
-        root = get_message(rt.feishu, item.root_id) if item.root_id else None
+        try:
+            root = get_message(rt.feishu, item.root_id) if item.root_id else None
+        except Permanent:  # not even the root (e.g. no scope to read messages): the report as the item knows it
+            root = None
         page = Page(items=[root] if root else [], next_token=None, has_more=False)
     parts, ids, root_text, used = [], [], "", 0
     bot = cached_open_id(rt.state, rt.keys) or ""  # mentions read as in a turn: names, the bot's own dropped

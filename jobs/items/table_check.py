@@ -62,7 +62,7 @@ def _subscribe(rt: Runtime) -> str:
     s = rt.settings
     req = SubscribeFileRequest.builder().file_token(s.bitable_app_token or "").file_type("bitable").build()
     try:
-        rt.feishu._call(rt.feishu.client.drive.v1.file.subscribe, req)
+        rt.feishu._call(rt.feishu.client.drive.v1.file.subscribe, req, "record_events")
     except Exception as exc:
         log.warning("bitable record events not subscribed", extra={"error": f"{exc.__class__.__name__}: {exc}"})
         return f"failed: {exc}"

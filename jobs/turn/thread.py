@@ -59,7 +59,7 @@ def list_page(api: FeishuApi, thread_id: str, *, page_token: str | None = None, 
                .page_size(max(1, min(MAX_PAGE, page_size))))
     if page_token:
         builder = builder.page_token(page_token)
-    resp = api._call(api.client.im.v1.message.list, builder.build())
+    resp = api._call(api.client.im.v1.message.list, builder.build(), "thread_history")
     data = (json.loads(resp.raw.content) or {}).get("data") or {}
     items = [i for i in data.get("items") or [] if isinstance(i, dict)]
     has_more = bool(data.get("has_more"))
@@ -69,7 +69,7 @@ def list_page(api: FeishuApi, thread_id: str, *, page_token: str | None = None, 
 def get_message(api: FeishuApi, message_id: str) -> dict[str, Any] | None:
     """GET one message (its first item); Permanent when it does not exist or is not ours to read."""
     req = GetMessageRequest.builder().message_id(message_id).build()
-    resp = api._call(api.client.im.v1.message.get, req)
+    resp = api._call(api.client.im.v1.message.get, req, "message_read")
     items = ((json.loads(resp.raw.content) or {}).get("data") or {}).get("items") or []
     return items[0] if items and isinstance(items[0], dict) else None
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import requests
 
+from bot.feishu.cards import buttons_of
 from bot.settings import Settings
 from sandbox.cli.wire import (
     ControlError,
@@ -146,12 +147,7 @@ def reply_topic(args: argparse.Namespace) -> int:
 
 
 def _button_value(card: dict[str, Any], decision: str) -> dict[str, Any] | None:
-    for element in card.get("elements") or []:
-        for action in element.get("actions") or [] if element.get("tag") == "action" else []:
-            value = action.get("value")
-            if isinstance(value, dict) and value.get("a") == decision:
-                return value
-    return None
+    return next((value for _label, value in buttons_of(card) if value.get("a") == decision), None)
 
 
 def click(args: argparse.Namespace) -> int:

@@ -9,6 +9,7 @@ from urllib.parse import urlparse
 
 import requests
 
+from bot.feishu.cards import elements_of, footer_of
 from bot.settings import Settings, load_settings
 from sandbox.feishu.events import signed_request
 
@@ -111,26 +112,24 @@ def message_text(message: dict[str, Any]) -> str:
 
 
 def card_lines(card: dict[str, Any]) -> list[str]:
-    """A card JSON as lines of text: title, markdown and div text, buttons (with their action), notes."""
+    """A card JSON (2.0 or 1.0) as lines of text: title, markdown and div text, buttons (with their action)."""
     title = (card.get("header") or {}).get("title") or {}
     lines = [f"【{title.get('content', '')}】"] if title.get("content") else []
-    for element in card.get("elements") or []:
+    for element in elements_of(card):
         tag = element.get("tag")
-        if tag == "markdown":
+        if element.get("element_id") == "footer" or tag == "note":
+            lines.append("— " + footer_of({"elements": [element]}))
+        elif tag == "markdown":
             lines += str(element.get("content", "")).splitlines()
         elif tag == "div":
             lines.append(str((element.get("text") or {}).get("content", "")))
-        elif tag == "action":
-            lines.append("  ".join(f"[{_plain(a.get('text'))} → {(a.get('value') or {}).get('a', '?')}]"
-                                   for a in element.get("actions") or []))
-        elif tag == "note":
-            lines.append("— " + "".join(_plain(e) for e in element.get("elements") or []))
+        elif tag == "button":
+            lines.append(f"[{_plain(element.get('text'))} → {(element.get('value') or {}).get('a', '?')}]")
     return lines
 
 
 def card_footer(card: dict[str, Any]) -> str:
-    notes = [line for line in card_lines(card) if line.startswith("— ")]
-    return notes[-1][2:] if notes else ""
+    return footer_of(card)
 
 
 def _plain(node: Any) -> str:

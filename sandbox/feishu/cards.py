@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from sandbox.feishu.events import TENANT_KEY, user_ids
-from sandbox.feishu.rules import RICH_LIMIT_BYTES, FeishuError, decode_page, encode_page
+from sandbox.feishu.rules import RICH_LIMIT_BYTES, FeishuError, check_card, decode_page, encode_page
 
 PATCH_WINDOW_SECONDS = 14 * 86400  # cards older than 14 days cannot be updated (230031)
 
@@ -104,6 +104,7 @@ class CardsAndPeople:
             if self.clock() * 1000 - int(msg["create_time"]) > PATCH_WINDOW_SECONDS * 1000:
                 raise FeishuError(230031)
             new_card = _card(content)
+            check_card(new_card)
             if not (_shared(_card(msg["body"]["content"])) and _shared(new_card)):
                 raise FeishuError(230001, "invalid request parameter, ext=card must set config.update_multi true")
             msg["body"]["content"] = content

@@ -16,7 +16,7 @@ from sandbox.feishu.bitable import BitableStore
 from sandbox.feishu.control import register_control
 from sandbox.feishu.emulator_controls import OPS, Controls, Hook
 from sandbox.feishu.items_api import ItemsApi, ok
-from sandbox.feishu.rules import FeishuError, Resource, make_fault
+from sandbox.feishu.rules import FeishuError, Resource, make_fault, scope_error
 from sandbox.feishu.store import FeishuStore
 from sandbox.feishu.ws import WsEndpoint, register_ws
 from sandbox.server import (
@@ -50,6 +50,7 @@ class FeishuEmulator(Controls, ItemsApi, LoopbackServer):
         self._delays: dict[str, float] = {}
         self._hooks: dict[str, list[tuple[str, Hook]]] = {}
         self._requests: list[dict[str, Any]] = []
+        self.denied_scopes: frozenset[str] = frozenset()  # deny_scopes(): a tenant that granted less
         self.ws = WsEndpoint(app_id, app_secret)  # the long-connection endpoint (sandbox/feishu/ws.py)
         app = Flask(f"feishu_emulator_{id(self)}")
         install_json_errors(app, _render_http_error)
@@ -71,6 +72,7 @@ class FeishuEmulator(Controls, ItemsApi, LoopbackServer):
             self._hooks.clear()
             self._requests.clear()
         self.store.chat_qps = None
+        self.denied_scopes = frozenset()
         self.ws.reset()
 
     def stop(self) -> None:
@@ -182,6 +184,9 @@ class FeishuEmulator(Controls, ItemsApi, LoopbackServer):
         try:
             if op != "token":  # every Open API except the token endpoint wants a tenant token
                 self.store.check_token(request.headers.get("Authorization"))
+            missing = scope_error(op, self.denied_scopes)
+            if missing is not None:
+                raise missing
             fault = self._faults.take(op)
             if fault is None or fault.after:  # an "after" fault applies the request first
                 body, status = handler(record), 200

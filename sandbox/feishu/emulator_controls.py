@@ -31,7 +31,13 @@ class Controls:
         _delays: dict[str, float]
         _hooks: dict[str, list[tuple[str, Hook]]]
         _requests: list[dict[str, Any]]
+        denied_scopes: frozenset[str]
 
+
+    def deny_scopes(self, scopes: Iterable[str]) -> None:
+        """The app lacks these scopes: an operation none of whose accepted scopes is left answers 99991672
+        (a fault profile for a tenant that granted only part of what the app asks for)."""
+        self.denied_scopes = frozenset(scopes)
 
     def clear_faults(self) -> None:
         """Drop queued faults and profiles, keeping messages and tokens (an operator fixed the cause)."""

@@ -214,6 +214,55 @@ def _check_post_element(element: Any) -> None:
             raise FeishuError(230001, f"invalid message content: post tag {tag!r} needs a {name!r} string")
 
 
+# The scopes each emulated operation accepts (any one of them), as the Open API reference lists them per API;
+# an app without any of them gets 99991672 with the scopes named in the message, as Feishu answers.
+OP_SCOPES: dict[str, tuple[str, ...]] = {
+    "reply": ("im:message:send_as_bot", "im:message"),
+    "create": ("im:message:send_as_bot", "im:message"),
+    "message_patch": ("im:message:send_as_bot", "im:message"),
+    "reaction_add": ("im:message.reactions:write_only", "im:message"),
+    "reaction_remove": ("im:message.reactions:write_only", "im:message"),
+    "reaction_list": ("im:message.reactions:read", "im:message"),
+    "resource": ("im:resource", "im:message:readonly", "im:message"),
+    "get": ("im:message:readonly", "im:message"),
+    "list": ("im:message.group_msg:readonly", "im:message.group_msg"),
+    "chat_members": ("im:chat.members:read", "im:chat:readonly", "im:chat"),
+    "drive_subscribe": ("bitable:app", "drive:drive"),
+}
+OPTIONAL_SCOPES = frozenset(s for op, scopes in OP_SCOPES.items()
+                            if op not in ("reply", "create", "message_patch") for s in scopes) - {"im:message"}
+
+
+def scope_error(op: str, denied: frozenset[str]) -> FeishuError | None:
+    """99991672 when every scope `op` accepts is denied to the app."""
+    accepted = OP_SCOPES.get(op)
+    if not accepted or not set(accepted) <= denied:
+        return None
+    listed = ", ".join(accepted)
+    return FeishuError(99991672, f"Access denied. One of the following scopes is required: [{listed}]."
+                                 f"应用尚未开通所需的应用身份权限：[{listed}]", http_status=400)
+
+
+V1_ONLY_TAGS = {"note", "action"}  # JSON 2.0 dropped these (card-json-v2 breaking changes): a 2.0 card using them fails
+
+
+def check_card(card: dict[str, Any]) -> None:
+    """A raw card's structure: JSON 2.0 (`schema: "2.0"`) keeps its elements under `body.elements` and has no
+    `note` or `action` module; anything else is a 1.0 card (top-level `elements`)."""
+    if card.get("schema") != "2.0":
+        return
+    body = card.get("body")
+    elements = body.get("elements") if isinstance(body, dict) else None
+    if not isinstance(elements, list) or "elements" in card:
+        raise FeishuError(200621, MESSAGES[200621] + " (a 2.0 card keeps its elements in body.elements)")
+    stack = list(elements)
+    while stack:
+        element = stack.pop()
+        if not isinstance(element, dict) or element.get("tag") in V1_ONLY_TAGS:
+            raise FeishuError(200621, MESSAGES[200621] + f" (tag {element!r:.60} is not a 2.0 component)")
+        stack.extend(e for col in element.get("columns") or [] for e in col.get("elements") or [])
+
+
 def validate_send(body: Any, raw_size: int) -> dict[str, Any]:
     """Check a create/reply body; returns it, or raises the FeishuError the platform would answer."""
     if not isinstance(body, dict):
@@ -228,6 +277,8 @@ def validate_send(body: Any, raw_size: int) -> dict[str, Any]:
         _check_post(parsed)
     if msg_type == "interactive" and "card_id" in parsed and "type" not in parsed:
         raise FeishuError(200621)
+    if msg_type == "interactive":
+        check_card(parsed)
     limit = TEXT_LIMIT_BYTES if msg_type == "text" else RICH_LIMIT_BYTES
     if msg_type in ("text", "post", "interactive") and raw_size > limit:
         raise FeishuError(230025, f"{MESSAGES[230025]} ({raw_size} bytes > {limit})")
