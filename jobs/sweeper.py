@@ -17,7 +17,7 @@ import signal
 import threading
 import time
 
-from bot import logs
+from bot import doctor, logs
 from bot.feishu import identity
 from bot.settings import load_settings
 from jobs import alerts, runtime, watchdog
@@ -140,12 +140,15 @@ class SideTasks(threading.Thread):
         self.rt, self.stop = rt, stop
 
     def run(self) -> None:
-        next_identity = next_table = 0.0
+        next_identity = next_table = next_preflight = 0.0
         while not self.stop.is_set():
             now = time.monotonic()
             if now >= next_identity:
                 ok = _refresh_identity(self.rt)
                 next_identity = now + (IDENTITY_REFRESH_S if ok else IDENTITY_RETRY_S)
+            if now >= next_preflight:
+                _preflight(self.rt)
+                next_preflight = now + IDENTITY_REFRESH_S
             if now >= next_table and self.rt.bitable is not None:
                 ok = _check_table(self.rt)
                 next_table = now + (IDENTITY_REFRESH_S if ok else TABLE_RETRY_S)
@@ -154,6 +157,20 @@ class SideTasks(threading.Thread):
             except Exception as exc:
                 log.warning("alerts not posted", extra={"error": f"{exc.__class__.__name__}: {exc}"})
             self.stop.wait(1.0)
+
+
+def _preflight(rt: Runtime) -> None:
+    """`python -m bot.doctor`'s checks at start-up and hourly, summarised for /readyz (`preflight`)."""
+    try:
+        rows = doctor.check(rt.settings, rt.feishu)
+        found = doctor.summary(rows)
+        rt.state.set(rt.keys.preflight, json.dumps(found, ensure_ascii=False))
+    except Exception as exc:
+        log.warning("preflight failed", extra={"error": f"{exc.__class__.__name__}: {exc}"})
+        return
+    for row in found["missing"]:
+        level = logging.ERROR if row["required"] else logging.WARNING
+        log.log(level, "preflight: missing", extra={"reason": row["feature"], "error": f"needs {row['needs']}"})
 
 
 def _check_table(rt: Runtime) -> bool:

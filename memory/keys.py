@@ -135,6 +135,11 @@ class Keys:
         """HASH of counters shared by every process (web, workers, sweeper)."""
         return f"{self.prefix}:metrics"
 
+    @property
+    def preflight(self) -> str:
+        """STRING (JSON): the sweeper's summary of `python -m bot.doctor`'s checks, shown by /readyz."""
+        return f"{self.prefix}:preflight"
+
     def capability_off(self, name: str) -> str:
         """STRING (JSON, expiring): an optional capability a missing scope turned off (bot/feishu/capabilities.py)."""
         return f"{self.prefix}:capability_off:{name}"

@@ -45,16 +45,19 @@ def readyz() -> tuple[Response, int]:
         pipe.hgetall(i.keys.health)
         pipe.hlen(i.keys.dead)
         pipe.hgetall(i.keys.bitable_status)
-        paused, checks, dead, table = pipe.execute()
+        pipe.get(i.keys.preflight)
+        paused, checks, dead, table, preflight = pipe.execute()
         off = capabilities.off(i.state, i.keys)
     except Exception:
         return jsonify(status="unavailable", redis=False), 503
     paused = {name: json.loads(reason) for name, reason in paused.items()}
     unsafe = {name: verdict for name, verdict in checks.items() if verdict != "ok"}
     table_bad = bool(table) and table.get("schema") != "ok"
-    status = "degraded" if paused or unsafe or table_bad or off else "ready"
+    preflight = json.loads(preflight) if preflight else None
+    lacking = bool(preflight and preflight.get("missing"))
+    status = "degraded" if paused or unsafe or table_bad or off or lacking else "ready"
     return jsonify(status=status, redis=True, paused=paused, redis_checks=checks, dead_letters=dead,
-                   bitable=table or None, capabilities_off=off), 200
+                   bitable=table or None, capabilities_off=off, preflight=preflight), 200
 
 
 @bp.get("/metrics")

@@ -16,7 +16,7 @@ from sandbox.feishu.bitable import BitableStore
 from sandbox.feishu.control import register_control
 from sandbox.feishu.emulator_controls import OPS, Controls, Hook
 from sandbox.feishu.items_api import ItemsApi, ok
-from sandbox.feishu.rules import FeishuError, Resource, make_fault, scope_error
+from sandbox.feishu.rules import ALL_SCOPES, FeishuError, Resource, make_fault, scope_error
 from sandbox.feishu.store import FeishuStore
 from sandbox.feishu.ws import WsEndpoint, register_ws
 from sandbox.server import (
@@ -208,6 +208,7 @@ class FeishuEmulator(Controls, ItemsApi, LoopbackServer):
         routes: list[tuple[str, str, str, Handler]] = [
             ("/open-apis/auth/v3/tenant_access_token/internal", "POST", "token", self._token),
             ("/open-apis/bot/v3/info", "GET", "bot_info", self._bot_info),
+            ("/open-apis/application/v6/scopes", "GET", "scopes", self._scopes),
             ("/open-apis/im/v1/messages/<message_id>/reply", "POST", "reply", self._reply),
             ("/open-apis/im/v1/messages", "POST", "create", self._create),
             ("/open-apis/im/v1/messages/<message_id>", "GET", "get", self._get),
@@ -242,6 +243,12 @@ class FeishuEmulator(Controls, ItemsApi, LoopbackServer):
         bot = {"activate_status": 2, "app_name": self.bot_name, "avatar_url": "", "ip_white_list": [],
                "open_id": self.bot_open_id}
         return {"code": 0, "msg": "ok", "bot": bot}
+
+    def _scopes(self, record: dict[str, Any]) -> dict[str, Any]:
+        """GET application/v6/scopes: the app's tenant scopes, grant_status 1 granted / 0 not (deny_scopes)."""
+        scopes = [{"scope_name": s, "grant_status": 0 if s in self.denied_scopes else 1, "scope_type": "tenant"}
+                  for s in sorted(ALL_SCOPES)]
+        return ok({"scopes": scopes})
 
     def _reply(self, record: dict[str, Any]) -> dict[str, Any]:
         return ok(self.store.reply(record["params"]["message_id"], record["json"], record["size"]))

@@ -14,7 +14,8 @@ if TYPE_CHECKING:
     from sandbox.feishu.store import FeishuStore
 
 OPS = (
-    "token", "bot_info", "reply", "create", "get", "list", "chat", "resource", "message_patch", "chat_members",
+    "token", "bot_info", "scopes", "reply", "create", "get", "list", "chat", "resource", "message_patch",
+    "chat_members",
     "drive_subscribe", "bitable_fields", "bitable_search", "bitable_batch_get", "bitable_create", "bitable_update",
     "reaction_add", "reaction_remove", "reaction_list",
 )

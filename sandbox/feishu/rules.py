@@ -229,6 +229,9 @@ OP_SCOPES: dict[str, tuple[str, ...]] = {
     "chat_members": ("im:chat.members:read", "im:chat:readonly", "im:chat"),
     "drive_subscribe": ("bitable:app", "drive:drive"),
 }
+# What the emulated app asks for: every scope above plus the event scopes (receiving messages).
+ALL_SCOPES = frozenset({s for scopes in OP_SCOPES.values() for s in scopes} | {
+    "im:message.p2p_msg:readonly", "im:message.group_at_msg:readonly"})
 OPTIONAL_SCOPES = frozenset(s for op, scopes in OP_SCOPES.items()
                             if op not in ("reply", "create", "message_patch") for s in scopes) - {"im:message"}
 
