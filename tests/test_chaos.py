@@ -100,3 +100,7 @@ def test_sustained_load_drains_with_flat_worker_memory(suite: Suite) -> None:
 
 # Scenario 11 (items under faults) runs in `make chaos` only: its item flows are covered by tests/test_items.py
 # (including the card-patch defect it found), and its quick version would cost ~40 s of `make test`'s budget.
+
+
+def test_a_tenant_missing_every_optional_scope_is_answered_without_a_pause(suite: Suite) -> None:
+    assert_holds(result_of(suite, 12))
