@@ -55,6 +55,10 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("A9", "the watchdog charges a hash of the whole proc list", "jobs/watchdog.py", (
         ("    batch_id = rt.inbox.current_batch(rk) or ", "    batch_id = "),),
         ("tests/test_recovery.py::test_watchdog_charges_the_stuck_segment_not_the_whole_batch",)),
+    Mutant("A12", "read_thread's cursor moves to the next page past messages the request never carried",
+           "jobs/turn/recall.py", (
+               ("        if shown < len(items):  # the next read starts", "        if False:  # the next read starts"),),
+        ("tests/test_recall.py::test_a_tool_result_fits_its_room_and_only_sent_messages_count_as_used",)),
     Mutant("A13", "the output reserve is taken out of the input budget", "memory/budget.py", (
         ("        return max(0, self.total - fixed)", "        return max(0, self.total - self.reserve - fixed)"),),
         ("tests/test_compress.py::test_the_budget_is_input_tokens_and_the_output_reserve_is_apart",

@@ -144,6 +144,12 @@ def test_a_tool_result_fits_its_room_and_only_sent_messages_count_as_used(env, f
     assert 0 < len(record["included"]) < 50
     assert set(record["pending"]) == set(record["fetched"]) - set(record["included"])
     assert record["cursor"]["has_more"] is True
+    # Issue 14 A12: the cursor points at the first message the request did not carry, not past the page.
+    assert record["cursor"]["thread"] == f"skip:{len(record['included'])}:"
+    again = {"type": "tool_use", "id": "toolu_2", "name": "read_thread", "input": {"page_size": 50}}
+    [more] = reader.run([again], 500, context="")
+    first_unseen = f"早先消息 {len(record['included']):02d}"  # the root is message 0
+    assert first_unseen in more["content"] and f"早先消息 {len(record['included']) - 1:02d}" not in more["content"]
 
 
 def test_read_thread_after_a_reset_leaves_out_what_was_said_before_it(service, feishu, claude, r, keys) -> None:

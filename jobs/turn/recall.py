@@ -99,6 +99,21 @@ def reset_ms(rt: Runtime, rk: str, sid: str) -> int | None:
     return None
 
 
+def parse_cursor(cursor: str | None) -> tuple[str | None, int]:
+    """(Feishu page token, items of that page already read). Ours point inside a page ("skip:N:token") when a
+    page did not fit; Feishu's own tokens point at a page's start. Pure."""
+    if cursor and cursor.startswith("skip:"):
+        _, n, token = cursor.split(":", 2)
+        return token or None, max(0, int(n)) if n.isdigit() else 0
+    return cursor or None, 0
+
+
+def skip_past(rest: Sequence[dict[str, Any]], items: Sequence[dict[str, Any]], shown: int) -> int:
+    """How many of `rest` (this page from the cursor on) lie before `items[shown]`, the first item not shown
+    (pre-reset items left out among them count as read). Pure."""
+    return next(i for i, m in enumerate(rest) if m is items[shown])
+
+
 def with_record(entry_json: str, record: dict[str, Any] | None) -> str:
     """The assistant log entry carrying the turn's recall record (committed with the batch)."""
     if not record:
@@ -255,23 +270,31 @@ class Reader:
         if not self.scope.thread_id:
             return "This conversation is not a topic: there is no thread to read."
         start = bool(args.get("from_start"))
-        token = str(args.get("cursor") or "") or (None if start else self.cursor)
-        if token is None and not start and self.has_more is False:
+        cursor = str(args.get("cursor") or "") or (None if start else self.cursor)
+        if cursor is None and not start and self.has_more is False:
             return "The thread was read to its end in this conversation; from_start=true reads it again."
+        token, skip = parse_cursor(cursor)
         asked = args.get("page_size")
         size = asked if isinstance(asked, int) else 20
         page = list_page(self.rt.feishu, self.scope.thread_id, page_token=token, page_size=size)
-        self.cursor, self.has_more = page.next_token, page.has_more
-        items, hidden = self._after_reset(page.items, bool(args.get("cross_reset")))
-        more = "call read_thread again to continue." if page.has_more else "end of the thread."
-        head = (f'<thread_page thread_id="{html.escape(self.scope.thread_id)}" cursor="{html.escape(token or "")}" '
-                f'next_cursor="{html.escape(page.next_token or "")}" has_more="{str(page.has_more).lower()}">\n'
-                f"{DATA_NOTE} More pages: {more}")
+        rest = page.items[skip:]
+        items, hidden = self._after_reset(rest, bool(args.get("cross_reset")))
+        note = ""
         if hidden:
-            head += (f'\n<before_user_reset count="{hidden}"/> {hidden} message(s) of this page were sent before '
-                     "the user reset the conversation (a hard boundary): left out. Read them only if the user "
-                     "explicitly asks for pre-reset messages (cross_reset=true).")
-        return head + self._items(items, room - self.b.cost(head) - 20, context) + "\n</thread_page>"
+            note = (f'\n<before_user_reset count="{hidden}"/> {hidden} message(s) of this page were sent before '
+                    "the user reset the conversation (a hard boundary): left out. Read them only if the user "
+                    "explicitly asks for pre-reset messages (cross_reset=true).")
+        head_room = 200 + self.b.cost(note)  # the page element and its note, written once we know the cursor
+        body, shown = self._items(items, room - head_room - 20, context)
+        if shown < len(items):  # the next read starts at the first message this one could not show
+            self.cursor, self.has_more = f"skip:{skip + skip_past(rest, items, shown)}:{token or ''}", True
+        else:
+            self.cursor, self.has_more = page.next_token, page.has_more
+        more = "call read_thread again to continue." if self.has_more else "end of the thread."
+        head = (f'<thread_page thread_id="{html.escape(self.scope.thread_id)}" cursor="{html.escape(cursor or "")}" '
+                f'next_cursor="{html.escape(self.cursor or "")}" has_more="{str(self.has_more).lower()}">\n'
+                f"{DATA_NOTE} More pages: {more}{note}")
+        return head + body + "\n</thread_page>"
 
     def _after_reset(self, items: Sequence[dict[str, Any]], cross: bool) -> tuple[list[dict[str, Any]], int]:
         """(the items to show, how many were left out as sent before the user's reset)."""
@@ -283,7 +306,8 @@ class Reader:
             return list(items), 0
         return [m for m in items if m not in before], len(before)
 
-    def _items(self, items: Sequence[dict[str, Any]], room: int, context: str) -> str:
+    def _items(self, items: Sequence[dict[str, Any]], room: int, context: str) -> tuple[str, int]:
+        """(the rendered items that fit `room`, how many of `items` that is, from the front)."""
         parts, used = [], 0
         for i, item in enumerate(items):
             mid = str(item.get("message_id"))
@@ -294,16 +318,16 @@ class Reader:
                 continue
             xml, whole = render(item)
             if used + self.b.cost(xml) > room:
-                rest = [str(m.get("message_id")) for m in items[i:]]
-                for other in rest:
-                    _unique(self.fetched, other)
-                parts.append(f'<not_shown reason="no room" ids="{html.escape(",".join(rest))}"/>')
-                break
+                for other in items[i:]:
+                    _unique(self.fetched, str(other.get("message_id")))
+                parts.append(f'<not_shown count="{len(items) - i}" reason="no room"/> read_thread again '
+                             "(without a cursor) continues with them.")
+                return "\n" + "\n".join(parts), i
             parts.append(xml)
             used += self.b.cost(xml)
             if whole:
                 self.staged[mid] = xml
-        return "\n" + "\n".join(parts) if parts else ""
+        return ("\n" + "\n".join(parts) if parts else ""), len(items)
 
     def _message(self, mid: str, room: int, context: str) -> str:
         if in_context(mid, context) or mid in self.staged:
