@@ -57,7 +57,7 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/test_recovery.py::test_watchdog_charges_the_stuck_segment_not_the_whole_batch",)),
     Mutant("A12", "read_thread's cursor moves to the next page past messages the request never carried",
            "jobs/turn/recall.py", (
-               ("        if shown < len(items):  # the next read starts", "        if False:  # the next read starts"),),
+               ("        if shown < len(items):  # the next read", "        if False:  # the next read"),),
         ("tests/test_recall.py::test_a_tool_result_fits_its_room_and_only_sent_messages_count_as_used",)),
     Mutant("A13", "the output reserve is taken out of the input budget", "memory/budget.py", (
         ("        return max(0, self.total - fixed)", "        return max(0, self.total - self.reserve - fixed)"),),
