@@ -34,7 +34,7 @@ from jobs.items.runs import ITEM_COMMANDS, item_entry, item_gave_up, item_segmen
 from jobs.queues import rq_queue_name
 from jobs.runtime import Runtime, current
 from jobs.segments import COMMAND, STALE, next_segment
-from jobs.turn.answer import TurnResult, run_turn
+from jobs.turn.answer import TurnResult, batch_size, run_turn
 from jobs.turn.outbox import LeaseLost
 from jobs.turn.session import Superseded, answer_command, ensure_session
 from memory.sessions import RouteState
@@ -182,7 +182,11 @@ class Drain(GiveUp):
             return self._guarded(raw[:1], lambda m, b: item_segment(self.rt, self.rk, m, command, b, self.fence))
         if seg.kind == COMMAND:
             return self._command(raw[0], seg.command or "", state)
-        return self._turn(raw[:seg.n], state)
+        n = batch_size(self.rt, self.rk, items[:seg.n])
+        if n < seg.n:
+            log.info("batch larger than the budget: the rest waits for the next turn",
+                     extra={**self.log, "message_id": ids(raw[n:seg.n])})
+        return self._turn(raw[:n], state)
 
     def _items_on(self) -> bool:
         return self.kind == "topic" and self.rt.settings.items_enabled and \

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -108,14 +108,30 @@ class Budget:
         """`text` cut (with a visible marker) so that its cost is at most `room`; unchanged when it fits."""
         if self.cost(text) <= room:
             return text
+        lo = self.prefix_that_fits(text, room, lambda cut: TRUNCATED.format(n=len(text) - cut))
+        return text[:lo] + TRUNCATED.format(n=len(text) - lo)
+
+    def prefix_that_fits(self, text: str, room: int, tail: Callable[[int], str] = lambda _: "") -> int:
+        """The longest prefix length whose cost, with `tail(length)` after it, is at most `room`."""
         lo, hi = 0, len(text)
-        while lo < hi:  # the longest prefix that fits together with the marker
+        while lo < hi:
             mid = (lo + hi + 1) // 2
-            if self.cost(text[:mid] + TRUNCATED.format(n=len(text) - mid)) <= room:
+            if self.cost(text[:mid] + tail(mid)) <= room:
                 lo = mid
             else:
                 hi = mid - 1
-        return text[:lo] + TRUNCATED.format(n=len(text) - lo)
+        return lo
+
+    def leading_that_fit(self, texts: Sequence[str], room: int) -> int:
+        """How many of `texts`, from the front, fit `room` together; at least one (an oversize first one is
+        spilled by its caller)."""
+        used = n = 0
+        for text in texts:
+            used += self.cost(text)
+            if used > room:
+                break
+            n += 1
+        return max(1, n)
 
 
 def newest_that_fit(budget: Budget, turns: Sequence[Entry], room: int) -> int:

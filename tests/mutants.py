@@ -55,6 +55,12 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("A9", "the watchdog charges a hash of the whole proc list", "jobs/watchdog.py", (
         ("    batch_id = rt.inbox.current_batch(rk) or ", "    batch_id = "),),
         ("tests/test_recovery.py::test_watchdog_charges_the_stuck_segment_not_the_whole_batch",)),
+    Mutant("A11", "a batch too large for the budget is sent whole (its tail cut unseen)", "jobs/drain.py", (
+        ("        n = batch_size(self.rt, self.rk, items[:seg.n])", "        n = seg.n"),),
+        ("tests/test_rotation.py::test_a_batch_larger_than_the_budget_is_answered_over_several_turns_nothing_unseen",)),
+    Mutant("A11b", "a lone oversize message is cut without a handle", "jobs/turn/answer.py", (
+        ("    if len(batch) != 1 or bodies[:1] != [None]:", "    if True:"),),
+        ("tests/test_rotation.py::test_a_single_message_too_long_for_the_budget_is_spilled_with_a_handle",)),
     Mutant("A12", "read_thread's cursor moves to the next page past messages the request never carried",
            "jobs/turn/recall.py", (
                ("        if shown < len(items):  # the next read", "        if False:  # the next read"),),

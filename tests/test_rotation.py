@@ -181,3 +181,53 @@ def test_a_topics_first_turn_keeps_its_bootstrap_with_a_large_output_reserve(rig
     assert not [b for b in sent if claude_wire.COMPRESSION_MARKER in json.dumps(b["system"], ensure_ascii=False)]
     asked = next(text_of(b) for b in sent if "标记 ASK" in text_of(b))
     assert "标记 ROOT" in asked and "标记 EARLY" in asked
+
+
+def test_a_batch_larger_than_the_budget_is_answered_over_several_turns_nothing_unseen(rig, feishu, claude,
+                                                                                         r) -> None:
+    """Issue 14 A11: what does not fit stays pending. Twenty messages arrive while a turn holds the route; each
+    of them reaches the model in some request (none cut off unseen), over several turns."""
+    web, keys = rig
+    chat = unique("oc_rot_storm")
+    rk = f"feishu:{keys.profile}:p2p:{chat}"
+    claude.set_delay(2.0)
+    try:
+        deliver(web, feishu, chat_id=chat, chat_type="p2p", text="先占住这条路由")
+        feishu.wait_for(lambda: any("先占住" in text_of(c["body"]) for c in claude.requests), timeout=20)
+        marks = [f"（标记 S{i:02d}）" for i in range(20)]
+        for i, mark in enumerate(marks):
+            deliver(web, feishu, chat_id=chat, chat_type="p2p", text=f"第{i}条：" + "补充一些背景信息。" * 12 + mark)
+    finally:
+        claude.set_delay(0)
+    wait_route_idle(r, keys, rk, timeout=90)
+    bodies = [text_of(c["body"]) for c in claude.requests if any(m in text_of(c["body"]) for m in marks)]
+    assert all(any(mark in b for b in bodies) for mark in marks)  # every message was seen by the model
+    batches = [b for b in bodies if "标记 S" in b.rsplit('"role": "user"', 1)[-1]]
+    assert len(batches) >= 2  # over several turns, not one request that dropped its tail
+
+
+def test_a_single_message_too_long_for_the_budget_is_spilled_with_a_handle(rig, feishu, claude, r) -> None:
+    """Issue 14 A11: a lone oversize message goes in as its head and a handle; read_message reads on from the
+    offset the handle names."""
+    web, _keys = rig
+    chat = unique("oc_rot_long")
+    long_text = "开头。" + "很长的日志行。" * 1500 + "（标记 TAIL）"
+
+    def responder(body: dict) -> object:
+        last = body["messages"][-1]["content"]
+        if isinstance(last, str) and "spilled_rest" in last:
+            offset = int(last.split('offset="')[1].split('"')[0])
+            mid = last.split('of="')[1].split('"')[0]
+            return [{"type": "tool_use", "id": "toolu_spill", "name": "read_message",
+                     "input": {"message_id": mid, "offset": offset}}]
+        return "读完了。"
+
+    claude.set_responder(responder)
+    env = deliver(web, feishu, chat_id=chat, chat_type="p2p", text=long_text)
+    feishu.wait_for(lambda: feishu.replies_to(message_id(env)), timeout=40)
+    first = next(c["body"] for c in claude.requests if "开头。" in text_of(c["body"]))
+    assert "spilled_rest" in text_of(first) and "标记 TAIL" not in text_of(first)
+    assert claude_wire.input_tokens(first) <= BUDGET
+    results = [b["content"] for c in claude.requests for m in c["body"]["messages"] if isinstance(m["content"], list)
+               for b in m["content"] if b.get("type") == "tool_result"]
+    assert results and "message_part" in results[-1] and 'offset="' in results[-1]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
@@ -18,6 +19,7 @@ from jobs.runtime import Runtime
 from jobs.turn import progress, recall, rotation
 from jobs.turn.batch_content import batch_content
 from jobs.turn.outbox import BATCH_CACHE_TTL_S, LeaseLost
+from memory import budget as bud
 from memory import notes, related, withdrawn
 from memory.context import Entry, estimate_tokens, format_batch, system_blocks
 from memory.sessions import entry
@@ -113,6 +115,44 @@ def _people(rt: Runtime, batch: Sequence[Inbound]) -> dict[str, str]:
     return people
 
 
+BATCH_SHARE = 0.6  # of the input room a batch may take; the rest holds the summary, history and tool results
+
+
+def batch_room(rt: Runtime, route_key: str) -> tuple[bud.Budget, int]:
+    """The budget at factor 1 (so every rerun of a batch sizes it alike) and the tokens a batch may take."""
+    b = bud.Budget(rt.settings.context_budget_tokens, rt.settings.max_output_tokens)
+    fixed = b.request_cost(system_blocks(rt.persona, rt.team_notes), [], recall.tools_for(route_key))
+    return b, int(b.input_room(fixed) * BATCH_SHARE)
+
+
+def batch_size(rt: Runtime, route_key: str, segment: Sequence[Inbound | None]) -> int:
+    """How many of a turn segment's messages this turn answers: the leading ones that fit; the rest stay
+    pending in the route's batch for the next turn, never cut off unseen (issue 14 A11)."""
+    b, room = batch_room(rt, route_key)
+    return b.leading_that_fit([format_batch([m]) if m else "" for m in segment], room)
+
+
+def _spilled(rt: Runtime, route_key: str, batch: Sequence[Inbound], bodies: list[str | None]) -> list[str | None]:
+    """A lone message too long for the request: its head, and a handle read_message reads the rest with."""
+    if len(batch) != 1 or bodies[:1] != [None]:
+        return bodies
+    b, room = batch_room(rt, route_key)
+    m = batch[0]
+    if b.cost(format_batch([m])) <= room:
+        return bodies
+
+    def note(cut: int) -> str:
+        return (f'\n<spilled_rest of="{html.escape(m.message_id)}" offset="{cut}" chars="{len(m.text) - cut}"/> '
+                f'Only the beginning of this message is shown: read the rest with read_message '
+                f'(message_id="{html.escape(m.message_id)}", offset={cut}).')
+
+    def tail(cut: int) -> str:  # the note, plus what escaping the head adds to it
+        return note(cut) + "x" * (len(html.escape(m.text[:cut], quote=False)) - cut)
+
+    cut = b.prefix_that_fits(m.text, room - 60, tail)
+    return [html.escape(m.text[:cut], quote=False) + note(cut)]
+
+
 def run_turn(rt: Runtime, route_key: str, kind: str, batch: Sequence[Inbound], batch_id: str,
              fence: Callable[[], bool], session_id: str, owner: tuple[str, int] | None = None) -> TurnResult:
     """`owner`: the run's execution id and generation (they fence a rotation's write)."""
@@ -124,7 +164,7 @@ def run_turn(rt: Runtime, route_key: str, kind: str, batch: Sequence[Inbound], b
     last = batch[-1]
     shown = progress.start(rt, route_key, batch_id, last, fence)  # a reaction while we work (best effort)
     content = batch_content(rt, batch)  # forwarded bundles, images, files: fetched by the worker
-    batch_text = format_batch(batch, content.bodies)
+    batch_text = format_batch(batch, _spilled(rt, route_key, batch, content.bodies))
     # Related discussion goes into this request only; the session log keeps just the batch.
     request_text = _related(rt, kind, batch) + batch_text
     shown.head_start()

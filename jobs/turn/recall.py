@@ -18,7 +18,7 @@ from bot.errors import Paused, Permanent
 from bot.llm import Completion, Step
 from jobs.runtime import Runtime
 from jobs.turn import rotation
-from jobs.turn.thread import RouteScope, get_message, in_context, list_page, render
+from jobs.turn.thread import RouteScope, get_message, in_context, list_page, render, text_of
 from memory import budget as bud
 from memory.notes import Notes
 from memory.sessions import END_USER_RESET
@@ -40,8 +40,10 @@ _THREAD = {"name": "read_thread", "description": (
         "cross_reset": {"type": "boolean", "description": "only if the user explicitly asked for messages from "
                         "before their reset"}}}}
 _MESSAGE = {"name": "read_message", "description": (
-    "Read one message of this conversation whole, by its message_id (e.g. a spilled or quoted message)."),
-    "input_schema": {"type": "object", "properties": {"message_id": {"type": "string"}},
+    "Read one message of this conversation whole, by its message_id (e.g. a spilled or quoted message); "
+    "offset reads on from that character (a spilled message says where)."),
+    "input_schema": {"type": "object", "properties": {"message_id": {"type": "string"},
+                                                      "offset": {"type": "integer", "minimum": 0}},
                      "required": ["message_id"]}}
 _HISTORY = {"name": "read_history", "description": (
     "Read older history of this conversation: earlier sessions, newest first. History from before a user "
@@ -235,7 +237,9 @@ class Reader:
         if name == "read_thread":
             return self._thread(args, room, context)
         if name == "read_message":
-            return self._message(str(args.get("message_id") or ""), room, context)
+            offset = args.get("offset")
+            return self._message(str(args.get("message_id") or ""), room, context,
+                                 offset if isinstance(offset, int) and offset > 0 else 0)
         if name == "read_history":
             return self._history(args, room)
         if name == "save_note":
@@ -329,18 +333,33 @@ class Reader:
                 self.staged[mid] = xml
         return ("\n" + "\n".join(parts) if parts else ""), len(items)
 
-    def _message(self, mid: str, room: int, context: str) -> str:
-        if in_context(mid, context) or mid in self.staged:
+    def _message(self, mid: str, room: int, context: str, offset: int = 0) -> str:
+        if not offset and (in_context(mid, context) or mid in self.staged):
             return f'<already_in_context ref="{html.escape(mid)}"/> Its whole text is above.'
         item = get_message(self.rt.feishu, mid) if mid else None
         if item is None or not self.scope.allows(item):
             return "No such message in this conversation."
         _unique(self.fetched, mid)
+        if offset:
+            return self._message_from(item, mid, offset, room)
         xml, _ = render(item, inline_chars=10**9)
         if self.b.cost(xml) + 20 > room:
-            return self.b.fit_text(xml, room) + "\n(truncated: not enough room in this request)"
+            return self._message_from(item, mid, 0, room)
         self.staged[mid] = xml
         return f"{DATA_NOTE}\n{xml}"
+
+    def _message_from(self, item: dict[str, Any], mid: str, offset: int, room: int) -> str:
+        """The message's text from `offset`, as much as fits; says where to read on."""
+        text = text_of(item)[offset:]
+        head = f'{DATA_NOTE}\n<message_part message_id_ref="{html.escape(mid)}" offset="{offset}">\n'
+
+        def tail(cut: int) -> str:
+            left = len(text) - cut
+            more = f"read on with offset={offset + cut} ({left} characters left)" if left else "end of the message"
+            return f"\n</message_part> {more}."
+
+        cut = self.b.prefix_that_fits(text, room - self.b.cost(head) - 10, tail)
+        return head + html.escape(text[:cut], quote=False) + tail(cut)
 
     def _history(self, args: dict[str, Any], room: int) -> str:
         chain = self._chain()
