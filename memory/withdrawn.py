@@ -19,6 +19,8 @@ from memory.keys import Keys
 RECALLED_TEXT = "[该消息已被撤回，内容作废]"
 ANSWER_WITHDRAWN = "[这条回答所答的消息已被撤回，回答一并作废]"
 EDITED_MARK = "（已编辑）"
+SUMMARY_WITHDRAWN = ("<session_summary>\n[较早对话的摘要已作废：它涉及的消息已被撤回 / the summary of earlier "
+                     "turns was withdrawn: a message it covered was recalled]\n</session_summary>")
 # One message element of a logged batch (memory/context.format_batch): its attributes and escaped body.
 _ELEMENT = re.compile(r'(<message [^>]*message_id="([^"]+)"[^>]*>\n)(.*?)(\n</message>)', re.DOTALL)
 
@@ -30,6 +32,11 @@ def notes(r: redis.Redis, keys: Keys, chat_id: str, message_ids: Sequence[str]) 
         return {}
     values = r.hmget(keys.withdrawn(chat_id), ids)
     return {m: json.loads(v) for m, v in zip(ids, values, strict=True) if v}
+
+
+def any_recalled(r: redis.Redis, keys: Keys, route_key: str, message_ids: Sequence[str]) -> bool:
+    """Was any of these messages recalled (one HMGET)?"""
+    return any(n.get("recalled") for n in notes(r, keys, chat_of(route_key), message_ids).values())
 
 
 def chat_of(route_key: str) -> str:

@@ -55,6 +55,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("A9", "the watchdog charges a hash of the whole proc list", "jobs/watchdog.py", (
         ("    batch_id = rt.inbox.current_batch(rk) or ", "    batch_id = "),),
         ("tests/test_recovery.py::test_watchdog_charges_the_stuck_segment_not_the_whole_batch",)),
+    Mutant("A10", "a summary covering a recalled message is still sent", "jobs/turn/rotation.py", (
+        ("    if summary_ids and withdrawn.any_recalled(r, keys, rk, summary_ids):", "    if False:"),),
+        ("tests/test_rotation.py::test_a_message_recalled_after_a_rotation_leaves_the_summary_too",)),
     Mutant("A11", "a batch too large for the budget is sent whole (its tail cut unseen)", "jobs/drain.py", (
         ("        n = batch_size(self.rt, self.rk, items[:seg.n])", "        n = seg.n"),),
         ("tests/test_rotation.py::test_a_batch_larger_than_the_budget_is_answered_over_several_turns_nothing_unseen",)),

@@ -231,3 +231,35 @@ def test_a_single_message_too_long_for_the_budget_is_spilled_with_a_handle(rig, 
     results = [b["content"] for c in claude.requests for m in c["body"]["messages"] if isinstance(m["content"], list)
                for b in m["content"] if b.get("type") == "tool_result"]
     assert results and "message_part" in results[-1] and 'offset="' in results[-1]
+
+
+def test_a_message_recalled_after_a_rotation_leaves_the_summary_too(rig, feishu, claude, r) -> None:
+    """Issue 14 A10: the summary speaks for the compressed messages; when one of them is recalled, the summary
+    that may repeat it is withdrawn from later requests."""
+    from sandbox.feishu.events import message_recalled_event
+    from tests.harness import APP_ID, VERIFICATION_TOKEN
+
+    web, keys = rig
+    chat = unique("oc_rot_recall")
+    rk = f"feishu:{keys.profile}:p2p:{chat}"
+    secret = "机密：供应商报价 8.8 万（标记 SECRET）"  # within the first 40 characters the stand-in summarises
+    planted = message_id(deliver(web, feishu, chat_id=chat, chat_type="p2p", text=secret))
+    wait_route_idle(r, keys, rk, timeout=40)
+    for i in range(1, 30):
+        deliver(web, feishu, chat_id=chat, chat_type="p2p", text=filler(i))
+        wait_route_idle(r, keys, rk, timeout=40)
+        if len(route_view(web, rk)["sessions"]) > 1:
+            break
+    cursor = len(claude.requests)
+    deliver(web, feishu, chat_id=chat, chat_type="p2p", text="还记得之前的情况吗？（标记 BEFORE）")
+    wait_route_idle(r, keys, rk, timeout=40)
+    before = next(text_of(c["body"]) for c in claude.requests_since(cursor) if "标记 BEFORE" in text_of(c["body"]))
+    assert "<session_summary>" in before and "标记 SECRET" in before  # the summary carries it
+    event = message_recalled_event(planted, chat, token=VERIFICATION_TOKEN, app_id=APP_ID)
+    assert web.post(event).status_code == 200
+    cursor = len(claude.requests)
+    deliver(web, feishu, chat_id=chat, chat_type="p2p", text="现在呢？（标记 AFTER）")
+    wait_route_idle(r, keys, rk, timeout=40)
+    after = next(text_of(c["body"]) for c in claude.requests_since(cursor) if "标记 AFTER" in text_of(c["body"]))
+    assert "标记 SECRET" not in after and "8.8 万" not in after
+    assert "摘要已作废" in after

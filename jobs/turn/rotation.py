@@ -13,7 +13,7 @@ import hashlib
 import json
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import redis
@@ -39,6 +39,7 @@ from memory.keys import Keys
 from memory.sessions import END_COMPRESSION, SessionFenced, entry
 
 log = logging.getLogger(__name__)
+SUMMARY_IDS_KEPT = 2000  # message ids a summary remembers it covers (the newest, when a route talks for months)
 TAIL_ENTRIES = 200  # assembly reads at most this many newest entries (+ the summary): cost never grows with history
 PAGE = 16  # the first read; later reads double until the turns read fill the room
 MIN_SUMMARY_TOKENS = 64
@@ -58,6 +59,7 @@ class Loaded:
     turns: list[Entry]
     raw: list[str]  # the turns' log entries, verbatim (a rotation carries the newest into S2 as they are)
     complete: bool  # False when the log is longer than the tail read
+    summary_ids: list[str] = field(default_factory=list)  # the messages the summary speaks for
 
 
 def budget_of(rt: Runtime) -> bud.Budget:
@@ -76,6 +78,9 @@ def load(r: redis.Redis, keys: Keys, rk: str, sid: str, b: bud.Budget | None = N
     length, first, page = pipe.execute()
     head = json.loads(first) if first else {}
     summary = head["text"] if head.get("kind") == "summary" else ""
+    summary_ids = list(head.get("message_ids") or []) if summary else []
+    if summary_ids and withdrawn.any_recalled(r, keys, rk, summary_ids):
+        summary = withdrawn.SUMMARY_WITHDRAWN  # it may repeat a recalled message: none of it is shown again
     body_len = length - (1 if summary else 0)
     raw, parsed = _turns(page)
     used = sum(b.cost(d["text"]) for d in parsed) if b else 0
@@ -91,7 +96,7 @@ def load(r: redis.Redis, keys: Keys, rk: str, sid: str, b: bud.Budget | None = N
         raw, parsed = more_raw + raw, dicts + parsed
     withdrawn.apply_to_entries(r, keys, rk, parsed)  # recalled messages withdrawn, edits at their newest
     turns = [Entry(role=d["role"], text=d["text"]) for d in parsed]
-    return Loaded(summary, turns, raw, complete=len(raw) >= body_len)
+    return Loaded(summary, turns, raw, complete=len(raw) >= body_len, summary_ids=summary_ids)
 
 
 def _turns(entries: list[str]) -> tuple[list[str], list[dict[str, Any]]]:
@@ -144,7 +149,12 @@ def rotate(rt: Runtime, rk: str, sid: str, loaded: Loaded, b: bud.Budget, fixed:
     room = max(MIN_SUMMARY_TOKENS, half // 2, half - kept_cost)  # the kept turns give way if need be
     summary = _summary(rt, rk, sid, loaded.summary, older, b, (room, 2 * half), fence)
     exec_id, gen = owner
-    seed = [entry("user", summary, batch_id=f"compress:{sid}", kind="summary", tokens=estimate_tokens(summary))]
+    # The messages the summary speaks for (the compressed turns and the summary before it): a recall of any of
+    # them later withdraws the summary too (memory/withdrawn.py).
+    covered = [*loaded.summary_ids,
+               *(i for raw in loaded.raw[:len(older)] for i in json.loads(raw).get("message_ids") or [])]
+    seed = [entry("user", summary, batch_id=f"compress:{sid}", kind="summary", tokens=estimate_tokens(summary),
+                  message_ids=list(dict.fromkeys(covered))[-SUMMARY_IDS_KEPT:])]
     try:
         new_sid = rt.sessions.start(rk, exec_id, gen, expected=sid, end_reason=END_COMPRESSION,
                                     boundary=END_COMPRESSION, entries=[*seed, *loaded.raw[len(older):]])
