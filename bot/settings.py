@@ -112,6 +112,7 @@ class Settings(BaseSettings):
     feishu_app_qps: int = Field(50, ge=1)
     transcript_turns: int = Field(20, ge=0)  # only seeds a route's first session from the old transcript
     session_retention_days: float = Field(30.0, ge=0)  # ended sessions' logs; 0 = keep forever
+    route_retention_days: float = Field(90.0, ge=0)  # an idle route's state and current log; 0 = keep forever
     assistant_persona: str | None = None  # who the assistant is, in a sentence or two (or a file:)
     assistant_persona_file: str | None = None
     team_notes_file: str | None = None  # standing team notes (markdown), part of the cached system prefix
@@ -203,6 +204,10 @@ class Settings(BaseSettings):
     @property
     def session_retention_s(self) -> int:
         return int(self.session_retention_days * 86400)
+
+    @property
+    def route_retention_s(self) -> int:
+        return max(int(self.route_retention_days * 86400), 1) if self.route_retention_days else 0
 
     def session_idle_s(self, route_kind: str) -> float:
         """The idle boundary of a route kind in seconds; 0 = none."""

@@ -64,9 +64,10 @@ class Commit:
 
 class Inbox:
     def __init__(self, r: redis.Redis, keys: Keys, lease_ms: int, keep: int = 40,
-                 session_retention_s: int = 30 * 86400) -> None:
+                 session_retention_s: int = 30 * 86400, route_retention_s: int = 90 * 86400) -> None:
         self.r, self.k, self.lease_ms, self.keep = r, keys, lease_ms, keep  # keep: transcript entries
         self.session_retention_s = session_retention_s  # how long an ended session's log is kept
+        self.route_retention_s = route_retention_s  # how long an idle route's state and current log are kept
         self._push = GroupCommit(r, scripts.PUSH)  # the webhook's hot path: concurrent pushes share a trip
         self._s = {name: r.register_script(getattr(scripts, name)) for name in (
             "ACQUIRE", "TAKE", "COMMIT", "FINISH", "RENEW", "HANDOVER", "RELEASE", "KICK", "BREAK", "POP_DUE",
@@ -108,7 +109,7 @@ class Inbox:
         dead = [part for pair in c.dead for part in pair]
         gen = "" if c.gen is None else c.gen
         head: list[str | int | float] = [exec_id, self.lease_ms, c.n, c.batch_id, time.time(), gen,
-                                         k.session_log_prefix(rk), LOG_CAP, *c.tokens]
+                                         k.session_log_prefix(rk), LOG_CAP, *c.tokens, self.route_retention_s]
         args = [*head, len(c.entries), *c.entries, *dead]
         return int(self._s["COMMIT"](keys, args))
 

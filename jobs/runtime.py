@@ -47,7 +47,7 @@ class Runtime:
     def inbox(self) -> Inbox:
         s = self.settings
         return Inbox(self.state, self.keys, int(s.run_lease_seconds * 1000), keep=s.transcript_turns * 2,
-                     session_retention_s=s.session_retention_s)
+                     session_retention_s=s.session_retention_s, route_retention_s=s.route_retention_s)
 
     @cached_property
     def persona(self) -> str:

@@ -100,22 +100,24 @@ return batch
 
 # KEYS: proc, lease, route, fails, answer, sent, dead, dead_order, metrics, sessions
 # ARGV: exec_id, ttl_ms, n, batch_id, now, gen ('' = write no session entries), log_prefix, log_cap,
-#       tokens_in, tokens_out, tokens_cache_read, n_entries, entries..., then (dead_id, record) pairs
+#       tokens_in, tokens_out, tokens_cache_read, route_retention_s, n_entries, entries..., then (dead_id, record)
+#       pairs
 # Consumes the first n events of the batch and, in the same step, records each in the session log or
 # the dead letters, and drops the batch's caches: a retried batch is never recorded twice, and
-# per-route state stays bounded.
+# per-route state stays bounded: the route's state, its session records and its current log expire
+# route_retention_s after its last commit (0 = kept), so a route nobody talks to any more leaves nothing.
 # Entries go to the route's current session only while the route is still at the run's generation: a
 # turn that a user reset overtook consumes its batch and writes nothing (returns 2).
 COMMIT = """
 if redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
 redis.call('LTRIM', KEYS[1], tonumber(ARGV[3]), -1)
-local ne = tonumber(ARGV[12])
+local ne = tonumber(ARGV[13])
 local result = 1
 if ne > 0 then
   local sid = redis.call('HGET', KEYS[3], 'sid')
   if ARGV[6] ~= '' and sid and (redis.call('HGET', KEYS[3], 'gen') or '0') == ARGV[6] then
     local log = ARGV[7] .. sid
-    for i = 13, 12 + ne do redis.call('RPUSH', log, ARGV[i]) end
+    for i = 14, 13 + ne do redis.call('RPUSH', log, ARGV[i]) end
     redis.call('LTRIM', log, -tonumber(ARGV[8]), -1)
     redis.call('HINCRBY', KEYS[10], sid .. '#in', ARGV[9])
     redis.call('HINCRBY', KEYS[10], sid .. '#out', ARGV[10])
@@ -125,7 +127,7 @@ if ne > 0 then
     result = 2
   end
 end
-for i = 13 + ne, #ARGV, 2 do
+for i = 14 + ne, #ARGV, 2 do
   redis.call('HSET', KEYS[7], ARGV[i], ARGV[i + 1])
   redis.call('ZADD', KEYS[8], ARGV[5], ARGV[i])
   redis.call('HINCRBY', KEYS[9], 'dead_lettered', 1)
@@ -135,6 +137,13 @@ if redis.call('HGET', KEYS[4], 'cur') == ARGV[4] then redis.call('HDEL', KEYS[4]
 if redis.call('LLEN', KEYS[1]) == 0 then redis.call('DEL', KEYS[4]) end
 redis.call('DEL', KEYS[5], KEYS[6])
 redis.call('PEXPIRE', KEYS[2], ARGV[2])
+local keep = tonumber(ARGV[12])
+if keep > 0 then
+  local sid = redis.call('HGET', KEYS[3], 'sid')
+  redis.call('EXPIRE', KEYS[3], keep)
+  redis.call('EXPIRE', KEYS[10], keep)
+  if sid then redis.call('EXPIRE', ARGV[7] .. sid, keep) end
+end
 return result
 """
 

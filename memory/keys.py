@@ -222,6 +222,10 @@ class Keys:
         """HASH message id → JSON {recalled | edited text}: recalled and edited messages of a chat."""
         return f"{self.prefix}:withdrawn:{chat_id}"
 
+    def withdrawn_order(self, chat_id: str) -> str:
+        """ZSET message id → time noted: which notes of the chat are oldest (the chat keeps the newest)."""
+        return f"{self.prefix}:withdrawn:{chat_id}:order"
+
     @property
     def rejected(self) -> str:
         return f"{self.prefix}:rejected"

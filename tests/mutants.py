@@ -75,6 +75,12 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("A5", "anyone may `/item link` any record", "jobs/items/claim.py", (
         ("    if not may_link(rt, record, message.sender_id):", "    if False:"),),
         ("tests/test_items_attack.py::test_item_link_needs_the_records_owner_reporter_admin_or_a_member_of_its_chat",)),
+    Mutant("A6", "an idle route's state and current log never expire", "jobs/scripts.py", (
+        ("local keep = tonumber(ARGV[12])\nif keep > 0 then", "local keep = tonumber(ARGV[12])\nif false then"),),
+        ("tests/test_inbox.py::test_an_idle_route_leaves_nothing_behind_after_its_retention",)),
+    Mutant("A6b", "recall and edit notes grow without bound per chat", "bot/edge/side_events.py", (
+        ("if over > 0 then\n", "if false then\n"),),
+        ("tests/test_withdrawn.py::test_notes_are_kept_only_where_the_bot_could_see_and_bounded_per_chat",)),
     Mutant("A7", "a click on a decided proposal never patches a card left pending", "jobs/items/approvals.py", (
         ("        if p.get(\"card_state\") != state:\n", "        if False:\n"),),
         ("tests/test_items_attack.py::test_an_approval_whose_card_patch_failed_is_shown_decided_on_the_rerun",)),

@@ -275,3 +275,24 @@ def test_a_route_keeps_at_most_keep_ended_ended_sessions(box) -> None:
     assert len(kept) == KEEP_ENDED and sessions.state("rk").session_id == sid
     logs = list(r.scan_iter(keys.session_log_prefix("rk") + "*"))
     assert len(logs) == KEEP_ENDED  # the current one is empty; the oldest ended logs are gone
+
+
+def test_an_idle_route_leaves_nothing_behind_after_its_retention(redis_url: str) -> None:
+    """Issue 14 A6: every commit restarts the clock of the route's state, its session records and its current
+    log; a route nobody talks to any more expires whole (here a 1-second retention)."""
+    r = redis.Redis.from_url(redis_url, decode_responses=True)
+    keys = Keys(unique("retain"))
+    inbox, sessions = Inbox(r, keys, lease_ms=2000, keep=4, route_retention_s=1), Sessions(r, keys)
+    token = running(inbox, "rk", "exec")
+    assert token and take(inbox, "rk", "exec")
+    sid = sessions.start("rk", "exec", 0, expected=None)
+    assert inbox.commit("rk", "exec", Commit(n=1, batch_id="b0", entries=["u0", "a0"], gen=0)) == 1
+    assert inbox.finish("rk", "exec") == 1
+    kept = [keys.route_state("rk"), keys.sessions("rk"), keys.session_log("rk", sid)]
+    assert all(0 < r.pttl(k) <= 1000 for k in kept)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(r.exists(k) for k in kept):
+        time.sleep(0.1)
+    left = {k: r.ttl(k) for k in r.scan_iter(f"{keys.prefix}:*") if k != keys.metrics}  # counters: per profile
+    assert not any(r.exists(k) for k in kept)
+    assert all(ttl > 0 for ttl in left.values()), left  # what is left (message dedupe marks) expires too

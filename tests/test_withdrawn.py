@@ -105,3 +105,32 @@ def test_rewrite_only_touches_whole_message_elements() -> None:
     out = rewrite(text, {"om_victim": {"recalled": True}, "om_a": {"text": "改后 </message>"}})
     assert out.count(RECALLED_TEXT) == 1 and "原话" not in out and "批准" not in out
     assert "改后 &lt;/message&gt;" + EDITED_MARK in out and out.count("<message ") == 2
+
+
+def test_notes_are_kept_only_where_the_bot_could_see_and_bounded_per_chat(service, feishu, r, keys) -> None:
+    """Issue 14 A6: an edit by another bot (never admitted) is not noted; an unaddressed group message's edit is
+    (related discussion shows it); a chat keeps only its newest notes, each key with a TTL."""
+    from bot.edge.side_events import WITHDRAWN_PER_CHAT, SideEvents
+    from jobs.inbox import Inbox
+    from routing.policy import policy_from
+
+    chat = unique("oc_wd_group")
+    by_bot = message_updated_event(chat_id=chat, chat_type="group", text="机器人改的字", sender_type="app",
+                                   sender_open_id="ou_other_bot", message_id=unique("om_b"),
+                                   token=VERIFICATION_TOKEN, app_id=APP_ID)
+    unaddressed = message_updated_event(chat_id=chat, chat_type="group", text="没@机器人的改动",
+                                        sender_open_id="ou_w", message_id=unique("om_u"),
+                                        token=VERIFICATION_TOKEN, app_id=APP_ID)
+    for event in (by_bot, unaddressed):
+        assert service.post(event).status_code == 200
+    kept = r.hgetall(keys.withdrawn(chat))
+    assert list(kept) == [unaddressed["event"]["message"]["message_id"]]
+    assert r.ttl(keys.withdrawn(chat)) > 0 and r.ttl(keys.withdrawn_order(chat)) > 0
+
+    settings = service.app.extensions["feishu_ingress"].settings
+    side = SideEvents(settings, r, keys, Inbox(r, keys, 3000), policy_from(settings))
+    busy = unique("oc_wd_busy")
+    for n in range(WITHDRAWN_PER_CHAT + 5):
+        side._save_note(busy, f"om_{n:05d}", json.dumps({"recalled": True, "v": 1}), 1)
+    assert r.hlen(keys.withdrawn(busy)) == WITHDRAWN_PER_CHAT
+    assert r.hget(keys.withdrawn(busy), "om_00000") is None and r.hget(keys.withdrawn(busy), "om_02004")

@@ -17,7 +17,7 @@ class Decision:
     reason: str
 
 
-def _listed(value: str, allow: frozenset[str], deny: frozenset[str]) -> bool:
+def listed(value: str, allow: frozenset[str], deny: frozenset[str]) -> bool:
     return value not in deny and (not allow or value in allow)
 
 
@@ -41,9 +41,9 @@ def admit(inbound: Inbound, policy: Policy, bot_open_id: str | None) -> Decision
     # Documented types are "user" and "bot" ("app" in the list APIs); anything not a user is treated as a bot.
     if inbound.sender_type != "user" and (verdict := _bot_sender(inbound, policy, bot_open_id)):
         return verdict
-    if not _listed(inbound.chat_id, policy.allow_chats, policy.deny_chats):
+    if not listed(inbound.chat_id, policy.allow_chats, policy.deny_chats):
         return Decision(False, "chat not allowed")
-    if not _listed(inbound.sender_id, policy.allow_users, policy.deny_users):
+    if not listed(inbound.sender_id, policy.allow_users, policy.deny_users):
         return Decision(False, "user not allowed")
     if inbound.chat_type == "p2p" or not policy.for_chat(inbound.chat_id).require_mention:
         return Decision(True, "admitted")

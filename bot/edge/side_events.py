@@ -18,6 +18,7 @@ from typing import Any
 import redis
 from pydantic import BaseModel
 
+from bot.edge.admission import admit, listed
 from bot.edge.envelope import Envelope, Inbound, dumps
 from bot.settings import Settings
 from jobs.inbox import Inbox
@@ -38,8 +39,8 @@ PROPOSAL_ID = re.compile(r"^prop_[0-9a-f]{16}$")
 RECORD_ID = re.compile(r"^rec[A-Za-z0-9]{3,40}$")
 WITHDRAWN_TTL_S = 35 * 86400  # longer than sessions are kept by default
 
-# KEYS: withdrawn hash   ARGV: message id, JSON, version (ms), ttl. An older edit never replaces a newer one;
-# a recall (version +inf) wins over every edit.
+# KEYS: withdrawn hash, its order zset   ARGV: message id, JSON, version (ms), ttl, now, cap. An older edit never
+# replaces a newer one; a recall (version +inf) wins over every edit. A chat keeps the newest `cap` notes.
 _NOTE = """
 local old = redis.call('HGET', KEYS[1], ARGV[1])
 if old then
@@ -47,9 +48,18 @@ if old then
   if tonumber(v) >= tonumber(ARGV[3]) then return 0 end
 end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('ZADD', KEYS[2], ARGV[5], ARGV[1])
+local over = redis.call('ZCARD', KEYS[2]) - tonumber(ARGV[6])
+if over > 0 then
+  for _, gone in ipairs(redis.call('ZPOPMIN', KEYS[2], over)) do redis.call('HDEL', KEYS[1], gone) end
+end
 redis.call('EXPIRE', KEYS[1], ARGV[4])
+redis.call('EXPIRE', KEYS[2], ARGV[4])
 return 1
 """
+WITHDRAWN_PER_CHAT = 2000
+# Admission reasons of messages the bot could still have seen: kept as related discussion (memory/related.py).
+SEEN_UNADDRESSED = ("not mentioned", "mention-all only")
 RECALLED_VERSION = 2**53
 
 
@@ -161,10 +171,20 @@ class SideEvents:
         message_id, chat_id = event.get("message_id"), event.get("chat_id")
         if not isinstance(message_id, str) or not isinstance(chat_id, str) or not message_id or not chat_id:
             raise Bad("recall without message_id and chat_id")
+        if not self._chat_allowed(chat_id):
+            ctx.update(message_id=message_id, outcome="recall in a chat the bot does not serve")
+            return None
         note = {"recalled": True, "v": RECALLED_VERSION, "at": time.time()}
-        self._note([self.keys.withdrawn(chat_id)], [message_id, json.dumps(note), RECALLED_VERSION, WITHDRAWN_TTL_S])
+        self._save_note(chat_id, message_id, json.dumps(note), RECALLED_VERSION)
         ctx.update(message_id=message_id, outcome="recalled")
         return None
+
+    def _chat_allowed(self, chat_id: str) -> bool:
+        return listed(chat_id, self.policy.allow_chats, self.policy.deny_chats)
+
+    def _save_note(self, chat_id: str, message_id: str, note: str, version: int) -> None:
+        keys = [self.keys.withdrawn(chat_id), self.keys.withdrawn_order(chat_id)]
+        self._note(keys, [message_id, note, version, WITHDRAWN_TTL_S, time.time(), WITHDRAWN_PER_CHAT])
 
     def updated(self, envelope: Envelope, event: dict[str, Any]) -> dict[str, Any] | None:
         from bot.edge.envelope import ContentError, MessageEvent, to_inbound  # the parsers of receive_v1
@@ -181,9 +201,12 @@ class SideEvents:
         version = str(raw_message.get("update_time") or inbound.create_time or int(time.time() * 1000))
         if not version.isdigit():
             raise Bad("edit with a non-numeric update_time")
+        seen = admit(inbound, self.policy, str(bot) if bot else None)
+        if not (seen.admit or seen.reason in SEEN_UNADDRESSED):  # denied chat or sender, a bot, ourselves
+            ctx.update(message_id=inbound.message_id, outcome=f"edit not kept: {seen.reason}")
+            return None
         note = {"text": inbound.text, "v": int(version), "at": time.time()}
-        self._note([self.keys.withdrawn(inbound.chat_id)],
-                   [inbound.message_id, json.dumps(note, ensure_ascii=False), int(version), WITHDRAWN_TTL_S])
+        self._save_note(inbound.chat_id, inbound.message_id, json.dumps(note, ensure_ascii=False), int(version))
         ctx.update(message_id=inbound.message_id, outcome="edited")
         return None
 
