@@ -99,9 +99,34 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("B2", "a missing optional scope pauses all work", "bot/feishu/client.py", (
         ("        if code == SCOPE_MISSING and capability:", "        if False:"),),
         ("tests/test_scopes.py::test_a_tenant_without_optional_scopes_gets_every_message_answered",)),
+    Mutant("B5", "a refused record subscription leaves /readyz ready", "bot/edge/web.py", (
+        ('(table.get("schema") != "ok" or table.get("subscription", "ok") != "ok")', '(table.get("schema") != "ok")'),),
+        ("tests/test_items_attack.py::test_a_refused_record_subscription_is_named_in_readyz_and_items_still_work",)),
     Mutant("B4", "images of forwarded children are requested", "bot/feishu/materials.py", (
         ("            if forwarded:\n", "            if False:\n"),),
         ("tests/test_materials.py::test_nested_bundles_recalled_messages_and_forwarded_images",)),
+    Mutant("C1", "the content dedupe key forgets the message's create_time", "bot/edge/envelope.py", (
+        ('self.chat_id, self.create_time or "", ', "self.chat_id, "),),
+        ("tests/test_failures.py::test_the_same_words_sent_twice_are_two_messages_both_answered",)),
+    Mutant("C2", "the lease-lost fence before side effects is off", "jobs/drain.py", (
+        ("        if lease != self.exec_id:\n", "        if False:\n"),),
+        ("tests/test_failures.py::test_a_run_that_lost_its_lease_posts_nothing",)),
+    Mutant("C3", "a record create uses a random client_token and skips the search by item id",
+           "jobs/items/first_answer.py", (
+               ('        found = bt.search(schema.name("item_id"), item.item_id)', "        found = []"),
+               ('client_token_for(f"item-record:{item.item_id}")', "client_token_for(str(time.time()))")),
+        ("tests/test_items_attack.py::test_a_record_create_whose_answer_was_lost_makes_one_record",)),
+    Mutant("C5", "a kept rejected event keeps its top-level token", "bot/edge/ingress.py", (
+        ('        kept = {k: v for k, v in payload.items() if k != "token"}', "        kept = dict(payload)"),),
+        ("tests/test_ingress_http.py::test_signed_but_malformed_event_is_400_and_kept_without_its_token",)),
+    Mutant("C6", "ACQUIRE grants the lease to anyone", "jobs/scripts.py", (
+        ("if (not v) or string.sub(v, 1, 2) == 'k:' or v == ('d:' .. ARGV[1]) then", "if true then"),),
+        ("tests/test_protocol.py::test_protocol_never_strands_an_event",)),
+    Mutant("C7", "only the reporter may decide an approval", "jobs/items/approvals.py", (
+        ('    return who in record.users(schema.name("owner")) + record.users(schema.name("reporter"))',
+         '    return who in record.users(schema.name("reporter"))'),
+        ("    if who in rt.settings.item_admins:\n        return True\n", "")),
+        ("tests/test_items_attack.py::test_the_records_owner_and_an_item_admin_may_approve",)),
 )
 
 

@@ -233,3 +233,36 @@ def test_giving_up_on_a_partly_posted_batch_never_asks_the_model_again(service, 
     dead = [json.loads(x) for x in r.hvals(keys.dead)]
     assert [sorted(d["message_ids"]) for d in dead if bob in d["message_ids"] or carol in d["message_ids"]] == \
         [sorted([bob, carol])]
+
+
+def test_the_same_words_sent_twice_are_two_messages_both_answered(service, feishu, claude, r, keys) -> None:
+    """Issue 14 C: the content dedupe key holds the message's create_time, so a person's identical second
+    message (a new message_id, a later create_time) is not taken for a redelivery of the first."""
+    chat, now = unique("oc_p2p"), int(time.time() * 1000)
+    first = deliver(service, feishu, chat_id=chat, chat_type="p2p", text="好的收到", create_time_ms=now - 60_000)
+    feishu.wait_for(lambda: feishu.replies_to(message_id(first)), timeout=30)
+    second = deliver(service, feishu, chat_id=chat, chat_type="p2p", text="好的收到", create_time_ms=now)
+    feishu.wait_for(lambda: feishu.replies_to(message_id(second)), timeout=30)
+    assert len(model_requests_with(claude, "好的收到")) >= 2
+
+
+def test_a_run_that_lost_its_lease_posts_nothing(service, feishu, claude, r, keys) -> None:
+    """Issue 14 C: the lease fence before every side effect. While another owner holds the route, the run
+    whose lease was taken finishes its model call but never posts; the route's next owner answers once."""
+    from tests.harness import wait_route_idle
+
+    chat = unique("oc_p2p")
+    rk = f"feishu:test:p2p:{chat}"
+    claude.set_delay(2.0)
+    try:
+        env = deliver(service, feishu, chat_id=chat, chat_type="p2p", text="租约被夺走的一轮")
+        wait_for(lambda: model_requests_with(claude, "租约被夺走的一轮"), 20, what="the model call")
+        r.set(keys.lease(rk), "another-owner", px=30_000)
+        time.sleep(3.0)  # the model answered after 2 s: the fenced run has had its chance to post
+        assert feishu.replies_to(message_id(env)) == []
+    finally:
+        claude.set_delay(0)
+        r.delete(keys.lease(rk))  # the other owner is gone; the sweep gives the route to a new run
+    feishu.wait_for(lambda: feishu.replies_to(message_id(env)), timeout=30)
+    wait_route_idle(r, keys, rk)
+    assert len(feishu.replies_to(message_id(env))) == 1

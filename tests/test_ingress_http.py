@@ -144,13 +144,16 @@ def test_garbage_json_is_400(web: WebServer) -> None:
     assert resp.json()["error"]
 
 
-def test_signed_but_malformed_event_is_400_and_kept_without_its_token(web: WebServer, r, keys) -> None:
+@pytest.mark.parametrize("token_at", ["header", "top"])
+def test_signed_but_malformed_event_is_400_and_kept_without_its_token(web: WebServer, r, keys, token_at) -> None:
     payload = event(unique("oc_bad"))
     del payload["event"]["message"]["chat_id"]
+    if token_at == "top":  # the verification token where schema 1.0 put it (issue 14 C: kept without it too)
+        payload["token"] = payload["header"].pop("token")
     resp = web.post(payload)
     assert "chat_id" in assert_json_error(resp, 400)
     mine = kept(r, keys, payload["header"]["event_id"])
-    assert len(mine) == 1 and "token" not in mine[0]["header"]
+    assert len(mine) == 1 and "token" not in mine[0]["header"] and "token" not in mine[0]
     assert VERIFICATION_TOKEN not in json.dumps(r.lrange(keys.rejected, 0, -1))
 
 

@@ -190,3 +190,50 @@ def test_a_first_answer_card_is_json_2_and_cannot_ping_the_group(rig, feishu, cl
     shown = "\n".join(str(e.get("content", "")) for e in elements_of(versions[-1]))
     assert "## 结论" in shown and "| 区域 | 华东 |" in shown
     assert "<at id=all>" not in shown and "大家注意" in shown
+
+
+def test_a_record_create_whose_answer_was_lost_makes_one_record(rig, feishu, r) -> None:  # noqa: F811
+    """Issue 14 C: Bitable applies the create and the answer is lost (connection reset after the write): the
+    retried analysis finds the row by its item id (and the create's client_token is derived from the item id),
+    so the item still has exactly one record."""
+    web, keys, _ = rig
+    feishu.inject_fault("bitable_create", "reset_after", times=1)
+    _chat, _thread, _root, item = open_topic(web, feishu, r, keys)
+    creates = [q for q in feishu.requests if q["op"] == "bitable_create"]
+    assert creates  # the first create's answer was lost
+    rows = [x for x in feishu.records(APP, TABLE) if _text(x["fields"].get("事项ID")) == item.item_id]
+    assert [x["record_id"] for x in rows] == [item.record_id]
+
+
+def test_the_records_owner_and_an_item_admin_may_approve(rig, feishu, r) -> None:  # noqa: F811
+    """Issue 14 C: besides the reporter, the record's owner (read at decision time) and ITEM_ADMINS decide."""
+    web, keys, _ = rig
+    chat, thread, root, item = open_topic(web, feishu, r, keys)
+    feishu.edit_record(APP, TABLE, item.record_id, {"负责人": [{"id": "ou_owner_now"}]})  # an owner set later
+    for who, wanted in (("ou_owner_now", "处理中"), ("ou_admin", "已解决")):
+        follow_up(web, feishu, chat, thread, root, f"把状态改成{wanted}", sender="ou_dev")
+        card = wait_for(lambda w=wanted: (c := _proposal_card(feishu, chat)) and w in json.dumps(
+            feishu.card_versions(c["message_id"])[0], ensure_ascii=False) and c, 30, what="the approval card")
+        _click(web, who, _buttons(feishu, card["message_id"])["approve"], card["message_id"], chat)
+        wait_for(lambda c=card: len(feishu.card_versions(c["message_id"])) >= 2, 30, what="the decided card")
+        wait_route_idle(r, keys, topic_rk(keys, chat, thread))
+    assert _status_writes(feishu, item.record_id) == ["处理中", "已解决"]
+
+
+def test_a_refused_record_subscription_is_named_in_readyz_and_items_still_work(rig, feishu, r) -> None:  # noqa: F811
+    """Issue 14 B5: only a base's owner or manager may subscribe its record events. A refusal is a named /readyz
+    item with the fix, never a pause: a topic's report still becomes an item with its record."""
+    import requests
+
+    from jobs.items import table_check
+
+    web, keys, own = rig
+    feishu.inject("drive_subscribe", code=1063002, times=1, msg="permission denied")
+    assert table_check.run(_runtime(own)) is True  # the schema is fine; the subscription is retried hourly
+    ready = requests.get(f"{web.url}/readyz", timeout=10).json()
+    assert ready["status"] == "degraded" and ready["paused"] == {}
+    assert ready["bitable"]["subscription"].startswith("failed") and "owner" in ready["bitable"]["subscription_fix"]
+    _chat, _thread, _root, item = open_topic(web, feishu, r, keys)
+    assert item.record_id and records_of(feishu, item.item_id)
+    assert table_check.run(_runtime(own)) is True  # granted meanwhile: the next check clears it
+    assert requests.get(f"{web.url}/readyz", timeout=10).json()["bitable"]["subscription"] == "ok"

@@ -73,7 +73,10 @@ class Protocol(RuleBasedStateMachine):
     def start_job(self, pick: int) -> tuple[str, str]:
         job = self.jobs.pop(pick % len(self.jobs))
         exec_id = f"x{next(_ids)}"
+        before = self.r.get(self.k.lease(job.route_key))
         if self.inbox.acquire(job.route_key, job.token, exec_id):
+            # One owner at a time: a run's lease is never taken over, a backoff lease only by its own job.
+            assert before is None or before.startswith("k:") or before == f"d:{job.token}", (before, job)
             return (job.route_key, exec_id)
         return (job.route_key, "")  # not the owner: this job ends at once
 

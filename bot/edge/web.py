@@ -52,7 +52,7 @@ def readyz() -> tuple[Response, int]:
         return jsonify(status="unavailable", redis=False), 503
     paused = {name: json.loads(reason) for name, reason in paused.items()}
     unsafe = {name: verdict for name, verdict in checks.items() if verdict != "ok"}
-    table_bad = bool(table) and table.get("schema") != "ok"
+    table_bad = bool(table) and (table.get("schema") != "ok" or table.get("subscription", "ok") != "ok")
     preflight = json.loads(preflight) if preflight else None
     lacking = bool(preflight and preflight.get("missing"))
     status = "degraded" if paused or unsafe or table_bad or off or lacking else "ready"

@@ -19,6 +19,10 @@ from jobs.runtime import Runtime
 
 log = logging.getLogger(__name__)
 COMPONENT = "bitable"
+SUBSCRIBE_FIX = ("Record events are off: records that name a topic link only from the topic (/登记, /item link). "
+                 "Only the base's owner or a manager may subscribe its events: have one of them add the app as a "
+                 "collaborator with manage rights (or grant drive:drive / bitable:app and publish), then wait for "
+                 "the hourly check or restart the sweeper.")
 
 
 def probe(rt: Runtime) -> None:
@@ -45,9 +49,11 @@ def run(rt: Runtime) -> bool:
         ok = False
         log.warning("bitable schema not checked", extra={"error": status["schema"]})
     status["subscription"] = _subscribe(rt)
+    if status["subscription"] != "ok":
+        status["subscription_fix"] = SUBSCRIBE_FIX
     rt.state.delete(rt.keys.bitable_status)
     rt.state.hset(rt.keys.bitable_status, mapping=dict(status))  # type: ignore[arg-type]
-    return ok and status["subscription"] == "ok"
+    return ok  # a refused subscription is tried again with the hourly check; items work without it
 
 
 def _pause(rt: Runtime, exc: SchemaError) -> None:
@@ -64,6 +70,6 @@ def _subscribe(rt: Runtime) -> str:
     try:
         rt.feishu._call(rt.feishu.client.drive.v1.file.subscribe, req, "record_events")
     except Exception as exc:
-        log.warning("bitable record events not subscribed", extra={"error": f"{exc.__class__.__name__}: {exc}"})
+        log.error("bitable record events not subscribed", extra={"error": f"{exc.__class__.__name__}: {exc}"})
         return f"failed: {exc}"
     return "ok"
