@@ -110,6 +110,7 @@ class Settings(BaseSettings):
     admin_chat_id: str | None = None
     feishu_chat_qps: int = Field(5, ge=1)
     feishu_app_qps: int = Field(50, ge=1)
+    feishu_api_qpm: int = Field(1000, ge=1)  # reply, create, PATCH, reactions: each API's calls per minute
     transcript_turns: int = Field(20, ge=0)  # only seeds a route's first session from the old transcript
     session_retention_days: float = Field(30.0, ge=0)  # ended sessions' logs; 0 = keep forever
     route_retention_days: float = Field(90.0, ge=0)  # an idle route's state and current log; 0 = keep forever

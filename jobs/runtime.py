@@ -85,7 +85,7 @@ class Runtime:
     def outbox(self) -> Outbox:
         s = self.settings
         return Outbox(self.inbox, self.keys, self.feishu, s.reply_chunk_chars, chat_qps=s.feishu_chat_qps,
-                      app_qps=s.feishu_app_qps)
+                      app_qps=s.feishu_app_qps, api_qpm=s.feishu_api_qpm)
 
     @cached_property
     def policy(self) -> Policy:

@@ -102,6 +102,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("B5", "a refused record subscription leaves /readyz ready", "bot/edge/web.py", (
         ('(table.get("schema") != "ok" or table.get("subscription", "ok") != "ok")', '(table.get("schema") != "ok")'),),
         ("tests/test_items_attack.py::test_a_refused_record_subscription_is_named_in_readyz_and_items_still_work",)),
+    Mutant("B3", "the outbox paces per second only (no per-minute window per API)", "jobs/turn/outbox.py", (
+        ('[(f"minute:{api}", self.api_qpm, self.minute_ms), *chat,', "[*chat,"),),
+        ("tests/test_pacing.py::test_the_per_minute_cap_of_each_message_api_is_paced_too",)),
     Mutant("B4", "images of forwarded children are requested", "bot/feishu/materials.py", (
         ("            if forwarded:\n", "            if False:\n"),),
         ("tests/test_materials.py::test_nested_bundles_recalled_messages_and_forwarded_images",)),

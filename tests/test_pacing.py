@@ -51,3 +51,33 @@ def test_a_429_is_waited_out_for_exactly_its_reset(service, feishu, claude, r, k
     assert len(calls) == 2 and calls[0]["json"]["uuid"] == calls[1]["json"]["uuid"]
     assert calls[1]["time"] - calls[0]["time"] >= 2.0  # never before Feishu said the limit resets
     assert len(feishu.replies_to(mid)) == 1
+
+
+def test_the_per_minute_cap_of_each_message_api_is_paced_too(env, feishu, redis_url) -> None:
+    """Issue 14 B3: reply, create, PATCH and reactions allow 1,000 calls a minute each besides 50 a second. The
+    outbox paces both windows: at 3 calls per (shortened) 2-second "minute", seven replies in seven chats arrive
+    spread out, and the emulator, enforcing the same cap, refuses none."""
+    import time
+
+    import redis
+
+    from bot.feishu.client import FeishuApi
+    from jobs.inbox import Inbox
+    from jobs.turn.outbox import Outbox
+    from memory.keys import Keys
+    from tests.harness import settings_from
+
+    settings = settings_from(env)
+    r = redis.Redis.from_url(redis_url, decode_responses=True)
+    keys = Keys(unique("minute"))
+    outbox = Outbox(Inbox(r, keys, 30_000), keys, FeishuApi(settings, r, keys), 3500, chat_qps=5, app_qps=50,
+                    api_qpm=3, minute_ms=2000)
+    feishu.set_api_qpm(3, window_s=2.0)
+    started = time.monotonic()
+    for n in range(7):
+        chat, target = unique("oc_min"), unique("om_min")
+        feishu.add_message(target, chat, text="问题", chat_mode="p2p")
+        outbox.reply("feishu:minute:p2p:x", unique("b"), target, f"回答 {n}", chat_id=chat, in_thread=False,
+                     fence=lambda: True)
+    assert feishu.minute_rejections == {}
+    assert time.monotonic() - started >= 4.0  # 3 + 3 + 1: two full windows waited

@@ -25,6 +25,10 @@ SEND_TRIES = 3
 PACE_WINDOW_MS = 1100
 IN_FLIGHT_MS = 15_000  # a send still unanswered after this (a worker killed mid-call) stops holding its slot
 PACE_POLL_S = 0.1  # a full window of in-flight slots frees up when their answers come, not at a known time
+# Reply, create, PATCH and reactions also allow 1,000 calls per minute each (besides 50/s per app): a sustained
+# second-level pace would allow ~2,700 a minute. Each API gets its own minute window.
+MINUTE_MS = 60_000
+Scope = tuple[str, int, int]  # (pacing key's scope, limit, window ms)
 
 # KEYS[1]: the scope's slots (zset token → ms). ARGV: window_ms, limit, token, in_flight_ms. → ms to wait, or 0.
 PACE_TAKE = """
@@ -64,9 +68,10 @@ def reply_uuid(route_key: str, batch_id: str, chunk: int) -> str:
 
 class Outbox:
     def __init__(self, inbox: Inbox, keys: Keys, feishu: FeishuApi, chunk_chars: int, *, chat_qps: int,
-                 app_qps: int) -> None:
+                 app_qps: int, api_qpm: int = 1000, minute_ms: int = MINUTE_MS) -> None:
         self.inbox, self.r, self.k, self.feishu = inbox, inbox.r, keys, feishu
         self.chunk_chars, self.chat_qps, self.app_qps = chunk_chars, chat_qps, app_qps
+        self.api_qpm, self.minute_ms = api_qpm, minute_ms
         self._take, self._done = self.r.register_script(PACE_TAKE), self.r.register_script(PACE_DONE)
 
     def reply(self, route_key: str, batch_id: str, target: str, text: str, *, chat_id: str, in_thread: bool,
@@ -105,10 +110,12 @@ class Outbox:
     def react(self, message_id: str, emoji_type: str, *, chat_id: str, fence: Callable[[], bool]) -> str:
         """Add a reaction, paced by the app's API tier: Feishu's 5/s per chat counts messages, not reactions, so
         reactions never take a reply's place in a busy chat."""
-        return self._paced(chat_id, fence, lambda: self.feishu.add_reaction(message_id, emoji_type), per_chat=False)
+        return self._paced(chat_id, fence, lambda: self.feishu.add_reaction(message_id, emoji_type), per_chat=False,
+                           api="reaction_add")
 
     def unreact(self, message_id: str, reaction_id: str, *, chat_id: str, fence: Callable[[], bool]) -> None:
-        self._paced(chat_id, fence, lambda: self.feishu.remove_reaction(message_id, reaction_id), per_chat=False)
+        self._paced(chat_id, fence, lambda: self.feishu.remove_reaction(message_id, reaction_id), per_chat=False,
+                    api="reaction_remove")
 
     def card(self, route_key: str, key: str, target: str, card: dict[str, Any], *, chat_id: str, in_thread: bool,
              fence: Callable[[], bool]) -> str:
@@ -125,12 +132,13 @@ class Outbox:
 
     def patch(self, message_id: str, card: dict[str, Any], *, chat_id: str, fence: Callable[[], bool]) -> None:
         """Replace a card in place (idempotent: the same card twice shows the same thing)."""
-        self._paced(chat_id, fence, lambda: self.feishu.patch_card(message_id, card))
+        self._paced(chat_id, fence, lambda: self.feishu.patch_card(message_id, card), api="patch")
 
-    def _paced(self, chat_id: str, fence: Callable[[], bool], call: Callable[[], T], per_chat: bool = True) -> T:
+    def _paced(self, chat_id: str, fence: Callable[[], bool], call: Callable[[], T], per_chat: bool = True,
+               api: str = "reply") -> T:
         for attempt in range(1, SEND_TRIES + 1):
             try:
-                return self._once(chat_id, fence, call, per_chat)
+                return self._once(chat_id, fence, call, self._scopes(chat_id, per_chat, api))
             except Retryable as exc:
                 wait = _inline_wait(exc)
                 if wait is None or attempt == SEND_TRIES:
@@ -138,25 +146,30 @@ class Outbox:
                 time.sleep(wait)  # exactly what Feishu asked (x-ogw-ratelimit-reset), holding no slot meanwhile
         raise AssertionError("unreachable")
 
-    def _once(self, chat_id: str, fence: Callable[[], bool], call: Callable[[], T], per_chat: bool) -> T:
-        held = self._take_slots(chat_id, per_chat)
+    def _scopes(self, chat_id: str, per_chat: bool, api: str) -> list[Scope]:
+        """The API's minute first (its wait is the longest: no other slot is held meanwhile), then the chat's
+        second (messages only), then the app's second."""
+        chat: list[Scope] = [(f"chat:{chat_id}", self.chat_qps, PACE_WINDOW_MS)] if per_chat else []
+        return [(f"minute:{api}", self.api_qpm, self.minute_ms), *chat, ("app", self.app_qps, PACE_WINDOW_MS)]
+
+    def _once(self, chat_id: str, fence: Callable[[], bool], call: Callable[[], T], scopes: list[Scope]) -> T:
+        held = self._take_slots(scopes)
         try:
             if not fence():  # checked last, right before the side effect
                 raise LeaseLost(chat_id)
             return call()
         finally:
-            for key, token in held:
-                self._done([key], [token, PACE_WINDOW_MS + IN_FLIGHT_MS])
+            for key, token, window in held:
+                self._done([key], [token, window + IN_FLIGHT_MS])
 
-    def _take_slots(self, chat_id: str, per_chat: bool) -> list[tuple[str, str]]:
-        """A slot per chat (messages only) and per app, waiting for each; returns them to be released."""
-        scopes = ((f"chat:{chat_id}", self.chat_qps),) if per_chat else ()
+    def _take_slots(self, scopes: list[Scope]) -> list[tuple[str, str, int]]:
+        """A slot in each scope, in order, waiting for each; returns them to be released."""
         held = []
-        for scope, limit in (*scopes, ("app", self.app_qps)):
+        for scope, limit, window in scopes:
             key, token = self.k.pace(scope), os.urandom(8).hex()
-            while (wait_ms := int(self._take([key], [PACE_WINDOW_MS, limit, token, IN_FLIGHT_MS]))) > 0:
+            while (wait_ms := int(self._take([key], [window, limit, token, IN_FLIGHT_MS]))) > 0:
                 time.sleep(min(wait_ms / 1000, PACE_POLL_S))
-            held.append((key, token))
+            held.append((key, token, window))
         return held
 
 

@@ -6,6 +6,7 @@ import copy
 import json
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -29,6 +30,8 @@ from sandbox.server import (
 
 __all__ = ["OPS", "FeishuEmulator"]
 BITABLE = "/open-apis/bitable/v1/apps/<app_token>/tables/<table_id>"
+API_QPM = 1000  # reply, create, PATCH and reactions: calls per minute per app, each API counted apart
+MINUTE_CAPPED = frozenset({"reply", "create", "message_patch", "reaction_add", "reaction_remove"})
 Handler = Callable[[dict[str, Any]], "dict[str, Any] | Response"]
 
 
@@ -51,6 +54,9 @@ class FeishuEmulator(Controls, ItemsApi, LoopbackServer):
         self._hooks: dict[str, list[tuple[str, Hook]]] = {}
         self._requests: list[dict[str, Any]] = []
         self.denied_scopes: frozenset[str] = frozenset()  # deny_scopes(): a tenant that granted less
+        self.api_qpm, self.minute_s = API_QPM, 60.0  # per-minute caps of the message APIs (set_api_qpm)
+        self._minute: dict[str, deque[float]] = {}
+        self.minute_rejections: dict[str, int] = {}
         self.ws = WsEndpoint(app_id, app_secret)  # the long-connection endpoint (sandbox/feishu/ws.py)
         app = Flask(f"feishu_emulator_{id(self)}")
         install_json_errors(app, _render_http_error)
@@ -73,6 +79,7 @@ class FeishuEmulator(Controls, ItemsApi, LoopbackServer):
             self._requests.clear()
         self.store.chat_qps = None
         self.denied_scopes = frozenset()
+        self.set_api_qpm(API_QPM)
         self.ws.reset()
 
     def stop(self) -> None:
@@ -187,6 +194,7 @@ class FeishuEmulator(Controls, ItemsApi, LoopbackServer):
             missing = scope_error(op, self.denied_scopes)
             if missing is not None:
                 raise missing
+            self._per_minute(op)
             fault = self._faults.take(op)
             if fault is None or fault.after:  # an "after" fault applies the request first
                 body, status = handler(record), 200
@@ -203,6 +211,29 @@ class FeishuEmulator(Controls, ItemsApi, LoopbackServer):
             if fault.drop:
                 drop_connection()
         return body if isinstance(body, Response) else json_response(body, status, headers)
+
+    def set_api_qpm(self, limit: int, window_s: float = 60.0) -> None:
+        """The message APIs' per-minute cap (a shorter `window_s` lets a test see it without waiting a minute)."""
+        with self._lock:
+            self.api_qpm, self.minute_s = limit, window_s
+            self._minute.clear()
+            self.minute_rejections = {}
+
+    def _per_minute(self, op: str) -> None:
+        """Reply, create, PATCH and reactions: each at most `api_qpm` calls a minute (HTTP 429, 99991400)."""
+        if op not in MINUTE_CAPPED:
+            return
+        with self._lock:
+            now, calls = time.monotonic(), self._minute.setdefault(op, deque())
+            while calls and now - calls[0] >= self.minute_s:
+                calls.popleft()
+            if len(calls) >= self.api_qpm:
+                self.minute_rejections[op] = self.minute_rejections.get(op, 0) + 1
+                reset = max(1, int(self.minute_s - (now - calls[0])) + 1)
+                raise FeishuError(99991400, "request trigger frequency limit", http_status=429,
+                                  headers={"x-ogw-ratelimit-limit": str(self.api_qpm),
+                                           "x-ogw-ratelimit-reset": str(reset)})
+            calls.append(now)
 
     def _routes(self, app: Flask) -> None:
         routes: list[tuple[str, str, str, Handler]] = [
