@@ -17,11 +17,14 @@ def test_model_overload_is_retried_until_it_answers(service, feishu, claude) -> 
     assert len(model_requests_with(claude, "过载重试测试")) == 3
 
 
-def test_feishu_rate_limit_is_retried_without_asking_the_model_again(service, feishu, claude) -> None:
+def test_feishu_rate_limit_is_retried_without_asking_the_model_again(service, feishu, claude, r, keys) -> None:
+    from tests.harness import wait_route_idle
+
     feishu.inject("reply", code=99991400, http_status=429, headers={"x-ogw-ratelimit-reset": "1"}, times=2)
-    env = deliver(service, feishu, chat_id=unique("oc_p2p"), chat_type="p2p", text="限流重试测试")
+    chat = unique("oc_p2p")
+    env = deliver(service, feishu, chat_id=chat, chat_type="p2p", text="限流重试测试")
     feishu.wait_for(lambda: feishu.replies_to(message_id(env)), timeout=30)
-    time.sleep(1)
+    wait_route_idle(r, keys, f"feishu:test:p2p:{chat}")  # no redo can follow an idle route
     assert len(feishu.replies_to(message_id(env))) == 1
     assert len(model_requests_with(claude, "限流重试测试")) == 1
 
@@ -130,13 +133,15 @@ def _cli(env, workdir, *args: str):
                           capture_output=True, text=True, timeout=60)
 
 
-def test_long_answers_are_chunked_in_order_with_distinct_uuids(service, feishu, claude) -> None:
+def test_long_answers_are_chunked_in_order_with_distinct_uuids(service, feishu, claude, r, keys) -> None:
+    from tests.harness import wait_route_idle
+
     paragraphs = [f"第{i}段：" + "内容" * 400 for i in range(6)]  # ~4.8k chars per 3500-char chunk pair
     claude.set_responder(lambda body: "\n".join(paragraphs))
-    env = deliver(service, feishu, chat_id=unique("oc_p2p"), chat_type="p2p", text="给我一个很长的回答")
-    replies = feishu.wait_for(lambda: (rs := feishu.replies_to(message_id(env))) and len(rs) >= 2 and rs,
-                              timeout=30)
-    time.sleep(1)
+    chat = unique("oc_p2p")
+    env = deliver(service, feishu, chat_id=chat, chat_type="p2p", text="给我一个很长的回答")
+    feishu.wait_for(lambda: (rs := feishu.replies_to(message_id(env))) and len(rs) >= 2 and rs, timeout=30)
+    wait_route_idle(r, keys, f"feishu:test:p2p:{chat}")  # every chunk sent, nothing more can follow
     replies = feishu.replies_to(message_id(env))
     texts = [reply_text(m) for m in replies]
     assert all(len(t) <= 3500 for t in texts)
