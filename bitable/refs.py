@@ -6,7 +6,7 @@ Only ids are ever resolved; a title or a name never identifies an item.
 from __future__ import annotations
 
 import re
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, quote, urlsplit
 
 THREAD = re.compile(r"\bomt_[A-Za-z0-9]{4,64}\b")
 ITEM = re.compile(r"\bitm_[0-9a-f]{12}\b")
@@ -60,9 +60,15 @@ def record_link(origin: str, app_token: str, table_id: str, record_id: str) -> s
     return f"{origin.rstrip('/')}/base/{app_token}?table={table_id}&record={record_id}"
 
 
-def topic_link(origin: str, chat_id: str, thread_id: str) -> str:
-    """A link that names the topic by its ids (the thread id is what `thread_ids` reads back)."""
-    return f"{origin.rstrip('/')}/client/thread/open?chat_id={chat_id}&thread_id={thread_id}"
+APPLINK_CHAT = "https://applink.feishu.cn/client/chat/open?openChatId={chat_id}"  # Feishu's documented AppLink
+
+
+def topic_link(origin: str, chat_id: str, thread_id: str, message_id: str = "") -> str:
+    """A link that opens the topic's chat in Feishu (the documented AppLink `client/chat/open`), naming the topic
+    (and a message) in its fragment: the client never sends a fragment anywhere, and `thread_ids` reads the id
+    back. Records written before carry `<origin>/client/thread/open?...&thread_id=…`; those still read back."""
+    fragment = f"thread_id={thread_id}" + (f"&message_id={message_id}" if message_id else "")
+    return APPLINK_CHAT.format(chat_id=quote(chat_id, safe="")) + "#" + fragment
 
 
 def _unique(values: list[str]) -> list[str]:

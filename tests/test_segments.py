@@ -53,3 +53,19 @@ def test_ids_in_text_only_ours_and_never_words() -> None:
     assert record_ids(text, "bascnA", "tblA") == ["recAB12cdEF3", "recnE5Ahw1Kq9"]
     assert item_ids(text) == ["itm_0123456789ab"] and thread_ids(text) == ["omt_abc123"]
     assert item_ids("itm_0123456789abc") == [] and record_ids("recording_studio") == []
+
+
+def test_topic_links_use_feishus_applink_and_still_name_the_topic() -> None:
+    """Issue 14 B7: 话题链接 / 首答链接 open in Feishu (the documented AppLink `client/chat/open?openChatId=`); the
+    topic and message ids ride in the fragment, read back like the links records already hold."""
+    from urllib.parse import parse_qs, urlsplit
+
+    from bitable.refs import thread_ids, topic_link
+
+    link = topic_link("https://feishu.cn", "oc_chat01", "omt_topic01", "om_answer01")
+    parts = urlsplit(link)
+    assert (parts.scheme, parts.netloc, parts.path) == ("https", "applink.feishu.cn", "/client/chat/open")
+    assert parse_qs(parts.query) == {"openChatId": ["oc_chat01"]} and "om_answer01" in parts.fragment
+    assert thread_ids(link) == ["omt_topic01"]
+    old = "https://feishu.cn/client/thread/open?chat_id=oc_chat01&thread_id=omt_topic01"  # records written before
+    assert thread_ids(old) == ["omt_topic01"]

@@ -219,7 +219,7 @@ class FirstAnswer:
         values: dict[str, Any] = {"answer_status": STATUS_ZH.get(v.status, v.status), "answer_version": v.version}
         if self.item.answer_message_id:
             values["answer_link"] = topic_link(self.rt.settings.feishu_web_origin, self.item.chat_id,
-                                               self.item.thread_id) + f"&message_id={self.item.answer_message_id}"
+                                               self.item.thread_id, self.item.answer_message_id)
         self._fenced()
         bt.update(record_id, _encode_loose(schema, values))
 
