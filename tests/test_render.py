@@ -152,3 +152,14 @@ def test_render_is_deterministic() -> None:
     answer = long_answer_with_code(100)
     first = [json.dumps(c.content, ensure_ascii=False) for c in render(answer)]
     assert first == [json.dumps(c.content, ensure_ascii=False) for c in render(answer)]
+
+
+def test_tildes_in_post_prose_cannot_pair_into_an_underline() -> None:
+    """Issue 14 B6: `md` rows read `~text~` as underline. Words with a tilde on such a line become inline code
+    (their text kept exactly); fenced code, `~~strikethrough~~` and a lone tilde stay as they are."""
+    answer = "## 备份\n先 **确认** 再执行 cp ~/.bashrc ~/backup 即可\n约 ~5 分钟\n\n```bash\ncp ~/a ~/b\n```"
+    [chunk] = render(answer)
+    assert chunk.msg_type == "post"
+    rows = [el.get("text", "") for para in next(iter(chunk.content.values()))["content"] for el in para]
+    shown = "\n".join(rows)
+    assert "`~/.bashrc` `~/backup`" in shown and "约 ~5 分钟" in shown and "cp ~/a ~/b" in shown

@@ -107,7 +107,32 @@ def _build(md: str, people: Mapping[str, str], style: str) -> Chunk:
         return Chunk("interactive", card)
     # One md row per prose run and per fenced block: Feishu clients may swallow md that follows a fence
     # in the same row (lark_oapi's native mode encodes that).
-    return Chunk("post", markdown_to_post_ast(text, tag_md_mode="native"))
+    return Chunk("post", markdown_to_post_ast(guard_tildes(text), tag_md_mode="native"))
+
+
+_SINGLE_TILDE = re.compile(r"(?<!~)~(?!~)")
+_CODE_SPAN = re.compile(r"`[^`\n]*`")
+
+
+def guard_tildes(md: str) -> str:
+    """`md` rows read `~text~` as underline, so `cp ~/.bashrc ~/backup` would lose its tildes and underline the
+    path between them. On a prose line with two single tildes or more, each word holding one becomes inline
+    code: shown as written, whatever Feishu's escaping rules are. Code blocks and spans are left alone. Pure."""
+    out, fence = [], None
+    for line in md.split("\n"):
+        opened = _FENCE.match(line)
+        if opened:
+            fence = None if fence and opened.group(1)[0] == fence else (fence or opened.group(1)[0])
+        elif fence is None and len(_SINGLE_TILDE.findall(_CODE_SPAN.sub("", line))) >= 2:
+            line = " ".join(_code_if_tilde(word) for word in line.split(" "))
+        out.append(line)
+    return "\n".join(out)
+
+
+def _code_if_tilde(word: str) -> str:
+    if "`" in word or not _SINGLE_TILDE.search(word):
+        return word
+    return f"`{word}`"
 
 
 def defuse(text: str) -> str:
