@@ -81,3 +81,44 @@ def test_the_per_minute_cap_of_each_message_api_is_paced_too(env, feishu, redis_
                      fence=lambda: True)
     assert feishu.minute_rejections == {}
     assert time.monotonic() - started >= 4.0  # 3 + 3 + 1: two full windows waited
+
+
+def test_a_slow_and_jittery_feishu_still_sees_at_most_five_a_second_in_a_chat(env, feishu, redis_url) -> None:
+    """Issue 14 C: Feishu counts a send when it arrives, between our grant and its answer. With answers taking
+    0–0.8 s at random, a slot scored at its grant lets six arrivals fall into one second; scored at the answer
+    (the outbox's rule) none do, so the emulator's 5/s per chat refuses nothing."""
+    import random
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    import redis
+
+    from bot.feishu.client import FeishuApi
+    from jobs.inbox import Inbox
+    from jobs.turn.outbox import Outbox
+    from memory.keys import Keys
+    from tests.harness import settings_from
+
+    settings = settings_from(env)
+    r = redis.Redis.from_url(redis_url, decode_responses=True)
+    keys = Keys(unique("jitter"))
+    outbox = Outbox(Inbox(r, keys, 30_000), keys, FeishuApi(settings, r, keys), 3500, chat_qps=5, app_qps=50)
+    jitter, lock = random.Random(7), threading.Lock()
+
+    def slow(_record: dict) -> None:
+        with lock:
+            pause = jitter.uniform(0.0, 0.8)
+        time.sleep(pause)
+
+    feishu.on("reply", slow, when="before")
+    feishu.set_chat_qps(5)
+    chat = unique("oc_jitter")
+    targets = [unique("om_j") for _ in range(20)]
+    for target in targets:
+        feishu.add_message(target, chat, text="问题", chat_mode="p2p")
+    with ThreadPoolExecutor(10) as pool:
+        list(pool.map(lambda t: outbox.reply("feishu:jitter:p2p:x", unique("b"), t, "收到", chat_id=chat,
+                                             in_thread=False, fence=lambda: True), targets))
+    assert feishu.stats["chat_limit_rejections"].get(chat, 0) == 0
+    assert most_in_a_second(feishu.sends(chat)[chat]) <= 5
