@@ -203,6 +203,11 @@ def test_a_record_create_whose_answer_was_lost_makes_one_record(rig, feishu, r) 
     assert creates  # the first create's answer was lost
     rows = [x for x in feishu.records(APP, TABLE) if _text(x["fields"].get("事项ID")) == item.item_id]
     assert [x["record_id"] for x in rows] == [item.record_id]
+    # B7: the links written to the record open in Feishu (the documented AppLink), naming the topic and the card
+    link = json.dumps(rows[0]["fields"].get("话题链接"), ensure_ascii=False)
+    assert "applink.feishu.cn/client/chat/open?openChatId=" in link and item.thread_id in link
+    answer = json.dumps(rows[0]["fields"].get("首答链接"), ensure_ascii=False)
+    assert "applink.feishu.cn" in answer and item.answer_message_id in answer
 
 
 def test_the_records_owner_and_an_item_admin_may_approve(rig, feishu, r) -> None:  # noqa: F811

@@ -77,7 +77,7 @@ def test_failing_turn_leaves_the_failure_reaction_once(service, feishu, claude, 
 
 def test_markdown_answer_is_posted_rendered_and_logged_as_markdown(service, feishu, claude, r, keys) -> None:
     answer = ("## 排查步骤\n\n**先看日志**，再读 [文档](https://open.feishu.cn/document)。\n\n"
-              "- 重启服务\n- 清缓存\n\n```bash\ntail -f app.log\n```\n之后再试。")
+              "- 重启服务\n- 清缓存\n\n```bash\ntail -f app.log\n```\n之后再试，先 cp ~/.bashrc ~/backup。")
     claude.set_responder(lambda body: answer)
     chat = unique("oc_grp")
     env = deliver(service, feishu, chat_id=chat, chat_type="group", sender_open_id="ou_alice",
@@ -89,6 +89,7 @@ def test_markdown_answer_is_posted_rendered_and_logged_as_markdown(service, feis
     rows = [e for row in json.loads(reply["body"]["content"])["zh_cn"]["content"] for e in row]
     assert {e["tag"] for e in rows} == {"md"}
     assert "```bash\ntail -f app.log\n```" in [e["text"] for e in rows]
+    assert any("`~/.bashrc` `~/backup。`" in e["text"] for e in rows)  # issue 14 B6: no ~underline~ pairs
     (said,) = [e for e in session_log(r, keys, route_key("group", chat, "ou_alice")) if e["role"] == "assistant"]
     assert said["text"] == answer  # history keeps the Markdown source, not the rendered JSON
 
