@@ -99,3 +99,12 @@ def test_env_example_lists_every_variable_the_code_reads() -> None:
     read = {name.upper() for name in Settings.model_fields} | {"WEB_CONCURRENCY", "WEB_THREADS", "ENV_FILE"}
     assert read - listed == set()
     assert listed - read == set()  # nothing documented that the code ignores
+
+
+def test_a_budget_too_small_for_a_request_is_a_start_up_error_naming_the_minimum(tmp_path) -> None:
+    """Issue 14 A13: CONTEXT_BUDGET_TOKENS is the input budget; below 2,000 the system prompt and tools (~1,300
+    tokens) leave no room for a conversation, so the service refuses to start and says the minimum."""
+    env = {"BOT_PROFILE": unique("budget"), "CONTEXT_BUDGET_TOKENS": "1500"}
+    result = start([sys.executable, "-c", "from bot.settings import load_settings; load_settings()"], env, tmp_path)
+    assert result.returncode == 2
+    assert "CONTEXT_BUDGET_TOKENS" in result.stderr and "2000" in result.stderr
