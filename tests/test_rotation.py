@@ -70,17 +70,24 @@ def text_of(body: dict) -> str:
     return json.dumps(body["messages"], ensure_ascii=False)
 
 
-def test_a_long_conversation_rotates_and_keeps_what_matters_within_budget(rig, feishu, claude, r) -> None:
-    web, keys = rig
-    chat = unique("oc_rot")
+def plant_and_rotate(web: WebServer, feishu, r, keys: Keys, chat: str, first: str) -> tuple[str, int]:
+    """Say `first`, then filler turns until the p2p route rotates; (the first message's id, fillers sent)."""
     rk = f"feishu:{keys.profile}:p2p:{chat}"
-    planted = message_id(deliver(web, feishu, chat_id=chat, chat_type="p2p", text=PLANTED))
+    planted = message_id(deliver(web, feishu, chat_id=chat, chat_type="p2p", text=first))
     wait_route_idle(r, keys, rk, timeout=40)
     for i in range(1, 30):
         deliver(web, feishu, chat_id=chat, chat_type="p2p", text=filler(i))
         wait_route_idle(r, keys, rk, timeout=40)
         if len(route_view(web, rk)["sessions"]) > 1:
-            break
+            return planted, i
+    raise AssertionError("the route never rotated")
+
+
+def test_a_long_conversation_rotates_and_keeps_what_matters_within_budget(rig, feishu, claude, r) -> None:
+    web, keys = rig
+    chat = unique("oc_rot")
+    rk = f"feishu:{keys.profile}:p2p:{chat}"
+    planted, i = plant_and_rotate(web, feishu, r, keys, chat, PLANTED)
     view = route_view(web, rk)
     s1, s2 = view["sessions"][:2]
     assert (s1["end_reason"], s2["parent_id"], s2["end_reason"], view["session_id"]) == \
@@ -243,13 +250,7 @@ def test_a_message_recalled_after_a_rotation_leaves_the_summary_too(rig, feishu,
     chat = unique("oc_rot_recall")
     rk = f"feishu:{keys.profile}:p2p:{chat}"
     secret = "机密：供应商报价 8.8 万（标记 SECRET）"  # within the first 40 characters the stand-in summarises
-    planted = message_id(deliver(web, feishu, chat_id=chat, chat_type="p2p", text=secret))
-    wait_route_idle(r, keys, rk, timeout=40)
-    for i in range(1, 30):
-        deliver(web, feishu, chat_id=chat, chat_type="p2p", text=filler(i))
-        wait_route_idle(r, keys, rk, timeout=40)
-        if len(route_view(web, rk)["sessions"]) > 1:
-            break
+    planted, _ = plant_and_rotate(web, feishu, r, keys, chat, secret)
     cursor = len(claude.requests)
     deliver(web, feishu, chat_id=chat, chat_type="p2p", text="还记得之前的情况吗？（标记 BEFORE）")
     wait_route_idle(r, keys, rk, timeout=40)
