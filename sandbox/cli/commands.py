@@ -22,10 +22,9 @@ from sandbox.cli.wire import (
     SANDBOX_APP_TOKEN,
     SANDBOX_TABLE_ID,
     bot_open_id,
+    deliver,
     emulator_settings,
-    events_url,
     message_text,
-    post_event,
     table_ids,
 )
 from sandbox.feishu.emulator import FeishuEmulator
@@ -226,13 +225,8 @@ def say(args: argparse.Namespace) -> int:
     )
     if args.ws:
         return _say_over_ws(base, event, message, chat_id, args.wait)
-    url = events_url(settings, args.url)
-    try:
-        status = post_event(settings, event, url).status_code
-    except requests.RequestException as exc:
-        print(f"POST {url} failed: {exc}")
+    if deliver(settings, event, args.url, f"message {message['message_id']} in {chat_id}") is None:
         return 1
-    print(f"POST {url} → HTTP {status} (message {message['message_id']} in {chat_id})", flush=True)
     replies = _await_replies(base, message, args.wait, _Reactions(base, settings, message["message_id"]))
     for reply in replies:
         print(f"bot: {shown(reply)}")

@@ -17,6 +17,7 @@ from sandbox.cli.wire import (
     bot_open_id,
     card_footer,
     card_lines,
+    deliver,
     emulator_settings,
     events_url,
     message_text,
@@ -90,15 +91,8 @@ def _deliver_message(settings: Settings, args: argparse.Namespace, msg: dict[str
         message_id=msg["message_id"], create_time_ms=int(msg["create_time"]),
         token=settings.secret("feishu_verification_token"), app_id=settings.app_id,
     )
-    url = events_url(settings, args.url)
-    try:
-        status = post_event(settings, event, url).status_code
-    except requests.RequestException as exc:
-        print(f"POST {url} failed: {exc}")
-        return False
-    print(f"POST {url} → HTTP {status} (message {msg['message_id']} in {msg['chat_id']}, "
-          f"topic {msg.get('thread_id')})", flush=True)
-    return status == 200
+    what = f"message {msg['message_id']} in {msg['chat_id']}, topic {msg.get('thread_id')}"
+    return deliver(settings, event, args.url, what) == 200
 
 
 def _say_in_topic(args: argparse.Namespace, thread_id: str, chat_id: str, root_id: str | None) -> int:

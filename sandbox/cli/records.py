@@ -8,7 +8,7 @@ from typing import Any
 import requests
 
 from bot.settings import Settings
-from sandbox.cli.wire import ControlError, Emulator, emulator_settings, events_url, post_event, table_ids
+from sandbox.cli.wire import ControlError, Emulator, deliver, emulator_settings, table_ids
 from sandbox.feishu.bitable_cells import CHECKBOX, DATE, GROUP, MULTI, NUMBER, URL, USER
 from sandbox.feishu.events import bitable_record_changed_event
 
@@ -123,13 +123,7 @@ def _notify(settings: Settings, args: argparse.Namespace, app: str, table: str, 
         app, table, record_id, action, args.user, after=after, before=before,
         token=settings.secret("feishu_verification_token"), app_id=settings.app_id,
     )
-    url = events_url(settings, args.url)
-    try:
-        status = post_event(settings, event, url).status_code
-    except requests.RequestException as exc:
-        print(f"POST {url} failed: {exc}")
-        return 1
-    print(f"POST {url} → HTTP {status} (drive.file.bitable_record_changed_v1 {action} {record_id})", flush=True)
+    status = deliver(settings, event, args.url, f"drive.file.bitable_record_changed_v1 {action} {record_id}")
     return 0 if status == 200 else 1
 
 

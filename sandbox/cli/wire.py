@@ -88,6 +88,18 @@ def events_url(settings: Settings, url: str | None) -> str:
     return url or f"http://127.0.0.1:{settings.port}/feishu/events"
 
 
+def deliver(settings: Settings, event: dict[str, Any], url_arg: str | None, what: str) -> int | None:
+    """POST the event to the service and print the outcome; the HTTP status, or None when it did not arrive."""
+    url = events_url(settings, url_arg)
+    try:
+        status = post_event(settings, event, url).status_code
+    except requests.RequestException as exc:
+        print(f"POST {url} failed: {exc}")
+        return None
+    print(f"POST {url} → HTTP {status} ({what})", flush=True)
+    return status
+
+
 def post_event(settings: Settings, event: dict[str, Any], url: str) -> requests.Response:
     """POST an event signed (and encrypted when a key is set) exactly as Feishu would."""
     key = settings.secret("feishu_encrypt_key")
