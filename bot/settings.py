@@ -71,6 +71,11 @@ class Settings(BaseSettings):
     bitable_field_answer_link: str = "首答链接"
     bitable_field_answer_status: str = "首答状态"
     bitable_field_answer_version: str = "首答版本"
+    bitable_field_materials: str = "材料链接"  # optional column of material links (documents/)
+    # Materials (README: "Materials"): documents the team links
+    document_cache_seconds: float = Field(7 * 86400.0, gt=0)  # rendered text per (document, revision)
+    document_acl_cache_seconds: float = Field(300.0, ge=0)  # who may view a document (link share, collaborators)
+    document_inline_tokens: int = Field(3000, ge=200)  # one document inline at most; read_document reads on
     # Items (README: "Items"): how an item comes to be, who may approve record changes
     item_create_policy: Literal["topic_root", "command", "off"] = "topic_root"
     item_admins: CsvList = ()  # open_ids that may approve any record change

@@ -209,6 +209,25 @@ class Keys:
         """HASH of one proposed record change awaiting approval (jobs/items/approvals.py)."""
         return f"{self.prefix}:proposal:{proposal_id}"
 
+    # -- materials (documents/) ---------------------------------------------------------------------------
+
+    def doc_content(self, kind: str, token: str, revision: int, part: str = "") -> str:
+        """STRING (JSON, expiring): a document's rendered text at one revision (sheets: per range)."""
+        tail = f":{hashlib.sha1(part.encode()).hexdigest()[:12]}" if part else ""
+        return f"{self.prefix}:doc:{kind}:{token}:r{revision}{tail}"
+
+    def wiki_node(self, token: str) -> str:
+        """STRING (JSON, expiring): what a wiki node points at (obj_token, obj_type, title)."""
+        return f"{self.prefix}:wiki_node:{token}"
+
+    def doc_acl(self, kind: str, token: str) -> str:
+        """STRING (JSON, expiring): who may view a document (link share, collaborators, owner), cached briefly."""
+        return f"{self.prefix}:doc_acl:{kind}:{token}"
+
+    def docs_seen(self, rk: str) -> str:
+        """HASH document → the revision this route last used (an update since is said to the model)."""
+        return self._route("docs_seen", rk)
+
     def chat_members(self, chat_id: str) -> str:
         """SET of a chat's member open_ids, cached briefly for cross-chat item references."""
         return f"{self.prefix}:members:{chat_id}"

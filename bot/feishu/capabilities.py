@@ -41,6 +41,15 @@ CAPABILITIES = {c.name: c for c in (
     Capability("chat_members", ("im:chat.members:read", "im:chat:readonly", "im:chat"),
                "membership checks (item references, /item link)"),
     Capability("record_events", ("bitable:app", "drive:drive"), "Bitable record events (records naming a topic)"),
+    Capability("documents", ("docx:document:readonly", "docx:document"), "reading linked docx documents"),
+    Capability("drive_files", ("drive:drive.metadata:readonly", "drive:drive:readonly", "drive:drive"),
+               "names of linked drive files and document owners"),
+    Capability("wiki", ("wiki:wiki:readonly", "wiki:wiki", "wiki:node:read"), "resolving linked wiki pages"),
+    Capability("sheets", ("sheets:spreadsheet:readonly", "sheets:spreadsheet", "drive:drive:readonly", "drive:drive"),
+               "reading linked sheets"),
+    Capability("doc_permissions", ("docs:permission.member:retrieve", "docs:permission.setting:read",
+                                   "drive:drive:readonly", "drive:drive"),
+               "checking who may view a linked document (without it only item materials are used)"),
 )}
 _SCOPES_IN_MESSAGE = re.compile(r"\[([a-z0-9_:., -]+)\]", re.I)
 

@@ -16,6 +16,8 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from documents.links import DocRef, find_refs
+
 from bitable.client import Record
 from bitable.index import FAILED, PLACEHOLDER, Item
 from bitable.refs import item_ids, record_ids
@@ -45,6 +47,8 @@ class ItemContext:
     prefix: str = ""  # a refusal for references the sender may not see
     item: Item | None = None  # the route's own item (proposals, /status)
     used: list[Item] = field(default_factory=list)
+    evidence: str = ""  # "first answer version 3 · full", for the reply's evidence line
+    materials: list[DocRef] = field(default_factory=list)  # documents the records list (BITABLE_FIELD_MATERIALS)
 
 
 def own_item(rt: Runtime, kind: str, batch: Sequence[Inbound]) -> Item | None:
@@ -111,16 +115,26 @@ def build(rt: Runtime, kind: str, batch: Sequence[Inbound]) -> ItemContext:
         records = {}
     parts, footers = [], []
     for item in allowed:
-        block, footer = _item_block(rt, item, records.get(item.record_id), batch[-1].text)
+        block, footer, evidence = _item_block(rt, item, records.get(item.record_id), batch[-1].text)
         parts.append(block)
-        footers.append(footer)
+        footers.append((footer, evidence))
+        ctx.materials += materials_of(rt, records.get(item.record_id))
     ctx.block = "\n".join(parts) + f"\n<note>{NOTE}</note>\n"
-    ctx.footer = footers[0]
+    ctx.footer, ctx.evidence = footers[0]
     ctx.used = allowed
     return ctx
 
 
-def _item_block(rt: Runtime, item: Item, record: Record | None, sample: str) -> tuple[str, str]:
+def materials_of(rt: Runtime, record: Record | None) -> list[DocRef]:
+    """The documents a record's materials column links (an optional column: none when the table lacks it)."""
+    name = rt.settings.bitable_field_materials
+    if record is None or not name or name not in record.fields:
+        return []
+    text = " ".join([record.text(name), *record.links(name)])
+    return [r for r in find_refs(text, (rt.settings.feishu_web_origin,)) if r.kind != "bitable"]
+
+
+def _item_block(rt: Runtime, item: Item, record: Record | None, sample: str) -> tuple[str, str, str]:
     assert rt.bitable is not None
     schema = rt.bitable.schema()
     attrs = (f'item_id="{item.item_id}" record_id="{html.escape(item.record_id)}" '
@@ -141,14 +155,15 @@ def _item_block(rt: Runtime, item: Item, record: Record | None, sample: str) -> 
     latest = complete[-1] if complete else None
     if latest is None and versions and versions[-1].status == FAILED:
         lines.append(f'<first_answer status="{FAILED}">{FAILED_NOTE}</first_answer>')
-        return "\n".join(lines), say("item_footer_failed", sample)
+        return "\n".join(lines), say("item_footer_failed", sample), ""
     if latest is None:
         lines.append(f'<first_answer status="{PLACEHOLDER}">{PENDING}</first_answer>')
-        return "\n".join(lines), say("item_footer_pending", sample)
+        return "\n".join(lines), say("item_footer_pending", sample), ""
     covered = ",".join(latest.coverage[:30])
     lines.append(f'<first_answer version="{latest.version}" status="{latest.status}" covered="{html.escape(covered)}">'
                  f"\n{html.escape(clip(latest.body, ANSWER_CHARS), quote=False)}\n</first_answer>")
     if latest.status != "full":
         lines.append(f"<note>Version {latest.version} is a summary; the full analysis is still being written.</note>")
     status = STATUS_ZH.get(latest.status, latest.status)
-    return "\n".join(lines), say("item_footer_version", sample, version=latest.version, status=status)
+    return ("\n".join(lines), say("item_footer_version", sample, version=latest.version, status=status),
+            say("evidence_version", sample, version=latest.version, status=status))

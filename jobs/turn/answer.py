@@ -12,11 +12,12 @@ from bot import metrics
 from bot.edge.envelope import Inbound
 from bot.llm import Completion
 from bot.texts import say
+from documents.context import Materials
 from jobs import shutdown
 from jobs.items import approvals
 from jobs.items import context as item_context
 from jobs.runtime import Runtime
-from jobs.turn import progress, recall, rotation
+from jobs.turn import evidence, progress, recall, rotation
 from jobs.turn.batch_content import batch_content
 from jobs.turn.outbox import BATCH_CACHE_TTL_S, LeaseLost
 from memory import budget as bud
@@ -47,15 +48,17 @@ def _answer_for(rt: Runtime, route_key: str, kind: str, batch_id: str, batch_tex
     if cached:
         return Completion(**json.loads(cached))
     items = item_context.build(rt, kind, batch)  # read fresh: never part of the session log
+    materials = evidence.materials_for(rt, route_key, session_id, batch, batch_text, items)  # request-only too
     tools = recall.tools_for(route_key) + ([approvals.PROPOSE] if items.item and items.item.record_id else [])
     scope = _note_scope(rt, batch)
     system = _system(rt, scope)
-    prepared = rotation.prepare(rt, route_key, session_id, items.block + batch_text, fence, system, tools, images,
-                                owner)  # may rotate
+    prepared = rotation.prepare(rt, route_key, session_id, items.block + materials.block + batch_text, fence, system,
+                                tools, images, owner)  # may rotate
     with shutdown.interruptible():  # the model may call read-only recall tools (jobs/turn/recall.py)
         talk = recall.converse(rt, route_key, prepared.session_id, system, prepared.messages, tools,
-                               notes_to=scope)
-    completion = _with_item_notes(talk.completion, items)
+                               notes_to=scope, materials=materials)
+    completion = _with_notes(talk.completion, items, materials)
+    evidence.remember(rt, route_key, materials)
     for item in items.used:
         rt.items.touch(item.item_id, route_key, prepared.session_id)
     rotation.observe(rt, prepared, talk.first)
@@ -66,12 +69,21 @@ def _answer_for(rt: Runtime, route_key: str, kind: str, batch_id: str, batch_tex
     return Completion(**json.loads(rt.state.get(key) or "{}"))
 
 
-def _with_item_notes(c: Completion, items: item_context.ItemContext) -> Completion:
-    """The reply states the first-answer version it relied on (or that the analysis is still running), and
-    starts with the refusal when the batch referenced an item its sender may not see."""
-    if not (items.footer or items.prefix) or not c.text:
+def _with_notes(c: Completion, items: item_context.ItemContext, materials: Materials) -> Completion:
+    """The reply names its evidence — the documents (with revisions) and the first-answer version it relied on,
+    or that the analysis is still running — and starts with a refusal when the batch referenced an item or a
+    document its sender may not see, or a how-to when a document is not shared with the app."""
+    docs = materials.evidence()
+    footer = items.footer
+    if docs:
+        parts = [*docs, *([items.evidence] if items.evidence else [])]
+        footer = say("evidence", c.text, parts="；".join(parts))
+        if items.footer and not items.evidence:  # the analysis is pending or failed: said as well
+            footer += "\n" + items.footer
+    prefix = "\n".join(p for p in (items.prefix, *materials.notes) if p)
+    if not (footer or prefix) or not c.text:
         return c
-    text = "\n\n".join(p for p in (items.prefix, c.text, items.footer) if p)
+    text = "\n\n".join(p for p in (prefix, c.text, footer) if p)
     return replace(c, text=text)
 
 

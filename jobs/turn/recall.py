@@ -16,6 +16,7 @@ from typing import Any
 
 from bot.errors import Paused, Permanent
 from bot.llm import Completion, Step
+from documents.context import READ_DOCUMENT, Materials
 from jobs.runtime import Runtime
 from jobs.turn import rotation
 from jobs.turn.thread import RouteScope, get_message, in_context, list_page, render, text_of
@@ -64,7 +65,7 @@ _SAVE_NOTE = {"name": "save_note", "description": (
 def tools_for(rk: str) -> list[dict[str, Any]]:
     """The tools a route's model gets; the same list every turn, so the request prefix stays cacheable."""
     reading = [_THREAD, _MESSAGE, _HISTORY] if RouteScope.of(rk).kind == "topic" else [_MESSAGE, _HISTORY]
-    return [*reading, _SAVE_NOTE]
+    return [*reading, READ_DOCUMENT, _SAVE_NOTE]
 
 
 @dataclass(frozen=True)
@@ -124,11 +125,13 @@ def with_record(entry_json: str, record: dict[str, Any] | None) -> str:
 
 
 def converse(rt: Runtime, rk: str, sid: str, system: list[dict[str, Any]], messages: list[dict[str, Any]],
-             tools: list[dict[str, Any]], notes_to: tuple[str, str] | None = None) -> Talk:
+             tools: list[dict[str, Any]], notes_to: tuple[str, str] | None = None,
+             materials: Materials | None = None) -> Talk:
     """Ask, run the tools the model calls (at most MAX_ROUNDS), and ask again; every request within budget."""
     b = rotation.budget_of(rt)
     reader = Reader(rt, rk, sid, b)
     reader.notes_to = notes_to
+    reader.materials = materials
     noted = _with_note(messages, reader.previous)
     if b.request_cost(system, noted, tools) <= b.total:  # the note never pushes a request over
         messages = noted
@@ -136,7 +139,7 @@ def converse(rt: Runtime, rk: str, sid: str, system: list[dict[str, Any]], messa
     for n in range(MAX_ROUNDS + 1):
         room = b.input_room(b.request_cost(system, messages, tools))
         step = rt.llm.step(system, messages, tools, final=n == MAX_ROUNDS or room < MIN_ROOM)
-        reader.sent()
+        reader.sent(messages)
         steps.append(step)
         if not step.tool_uses or n == MAX_ROUNDS or room < MIN_ROOM:
             break
@@ -174,6 +177,22 @@ def _with_note(messages: list[dict[str, Any]], previous: dict[str, Any] | None) 
     return [*messages[:-1], last]
 
 
+def request_text(messages: Sequence[dict[str, Any]]) -> str:
+    """Every text a request carries (message strings, text blocks, tool results), joined. Pure."""
+    out: list[str] = []
+    for m in messages:
+        content = m.get("content")
+        blocks = [content] if isinstance(content, str) else content or []
+        for block in blocks:
+            if isinstance(block, str):
+                out.append(block)
+            elif isinstance(block, dict) and isinstance(block.get("text"), str):
+                out.append(block["text"])
+            elif isinstance(block, dict) and isinstance(block.get("content"), str):
+                out.append(block["content"])
+    return "\n".join(out)
+
+
 def _unique(ids: list[str], new: str) -> None:
     if new not in ids:
         ids.append(new)
@@ -197,12 +216,15 @@ class Reader:
         self.reset_ms = reset_ms(rt, rk, sid)  # messages sent before the user's reset stay out unless asked
         self.notes_to: tuple[str, str] | None = None  # (memory scope, sender) save_note writes for
         self.proposals: list[dict[str, Any]] = []  # proposed record changes (jobs/items/approvals.py)
+        self.materials: Materials | None = None  # the turn's documents (documents/context.py)
 
-    def sent(self) -> None:
+    def sent(self, messages: Sequence[dict[str, Any]] = ()) -> None:
         """The request carrying the staged tool results went out: their messages are now used."""
         for mid in self.staged:
             _unique(self.included, mid)
         self.staged.clear()
+        if self.materials is not None:
+            self.materials.sent(request_text(messages))
 
     def record(self) -> dict[str, Any]:
         carried = [i for i in (self.previous or {}).get("pending") or [] if i not in self.included]
@@ -211,7 +233,8 @@ class Reader:
                 "pending": list(dict.fromkeys(pending + carried))[:RECORD_IDS],
                 "cursor": {"thread": self.cursor, "has_more": self.has_more},
                 "calls": self.calls, "crossed_reset": self.crossed,
-                **({"proposals": self.proposals} if self.proposals else {})}
+                **({"proposals": self.proposals} if self.proposals else {}),
+                **({"documents": self.materials.ledger()} if self.materials and self.materials.uses else {})}
 
     def run(self, uses: Sequence[dict[str, Any]], room: int, context: str) -> list[dict[str, Any]]:
         per = max(0, int(room * 0.8) // max(1, len(uses)))  # JSON framing of the results costs extra
@@ -244,6 +267,12 @@ class Reader:
             return self._history(args, room)
         if name == "save_note":
             return self._save_note(str(args.get("text") or ""))
+        if name == "read_document":
+            if self.materials is None:
+                return "No documents in this conversation."
+            cursor = args.get("cursor")
+            return self.materials.read_on(str(args.get("document") or ""), cursor if isinstance(cursor, int) else 0,
+                                          room)
         if name == "propose_record_change":
             return self._propose(args)
         return f"unknown tool {name}"

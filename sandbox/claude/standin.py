@@ -12,6 +12,7 @@ from flask import Flask, Response, request
 
 from sandbox.claude import wire
 from sandbox.claude.control import register_control
+from sandbox.claude.documents import document_reply
 from sandbox.claude.faults import (
     CallLog,
     PoisonBook,
@@ -274,7 +275,8 @@ class ClaudeStandin(LoopbackServer):
             responder = self._responder
         answer: Answer = wire.compression_reply(body) or (
             responder(body) if responder else (analysis_reply(body) or propose_reply(body) or note_reply(body)
-                                               or recall_reply(body) or wire.default_reply(body)))
+                                               or recall_reply(body) or document_reply(body)
+                                               or wire.default_reply(body)))
         if body["max_tokens"] == 0:
             answer = []  # max_tokens=0 only warms the prompt cache
         extra = answer if isinstance(answer, dict) else {}

@@ -15,6 +15,7 @@ import requests
 from bot.feishu.render import plain_of
 from bot.settings import Settings, load_settings
 from sandbox.claude.standin import ClaudeStandin
+from sandbox.cli import docs as cli_docs
 from sandbox.cli import items as cli_items
 from sandbox.cli import records as cli_records
 from sandbox.cli.wire import (
@@ -70,6 +71,7 @@ def serve(_: argparse.Namespace) -> int:
     )
     claude = ClaudeStandin(port=settings.sandbox_model_port)
     _seed_items(feishu, settings)  # before it listens: the sweeper's table check never sees a missing table
+    feishu.set_web_origin(settings.feishu_web_origin)  # document links look like the tenant's
     feishu.start()  # a busy port makes werkzeug print the reason and exit(1)
     claude.start()
     print(f"sandbox: Feishu emulator at {feishu.url} (app_id {settings.app_id}, bot {feishu.bot_open_id})")
@@ -77,6 +79,8 @@ def serve(_: argparse.Namespace) -> int:
     python = os.path.relpath(sys.executable) if sys.executable.startswith(os.getcwd()) else sys.executable
     print(f'sandbox: try  {python} -m sandbox say "你好"   (or --group, --thread omt_demo)', flush=True)
     _print_items_hint(settings, python)
+    print(f'sandbox: documents: {python} -m sandbox doc new "标题" "# 正文"  (paste the link it prints into say)',
+          flush=True)
     try:
         _wait_for_signal()
     finally:
@@ -270,6 +274,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=say)
     cli_items.add_commands(sub)
     cli_records.add_commands(sub)
+    cli_docs.add_commands(sub)
     return parser
 
 

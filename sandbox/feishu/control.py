@@ -195,7 +195,67 @@ def register_control(app: Flask, emu: Any) -> None:
         ("/_sandbox/bitable/records/edit", "POST", edit_record),
         ("/_sandbox/bitable/writes", "GET", lambda: emu.bitable_writes(*table_args())),
         ("/_sandbox/bitable/write_time", "POST", write_time),
+        *_docs_routes(emu),
     ]
     for path, method, action in routes:
         endpoint = f"sandbox_{method}_{path}"
         app.add_url_rule(path, endpoint=endpoint, view_func=guarded(action), methods=[method])
+
+
+ACCESS_FIELDS = ("token", "link_share", "members", "app_access", "owner")
+
+
+def _docs_routes(emu: Any) -> list[tuple[str, str, Callable[[], Any]]]:
+    """Documents as people make them (FeishuEmulator.add_doc & co.): the CLI's `doc` and `sheet` commands."""
+
+    def access(body: dict[str, Any]) -> dict[str, Any]:
+        return {k: body[k] for k in ACCESS_FIELDS if k in body}
+
+    def add_doc() -> dict[str, Any]:
+        body = control_body()
+        return emu.doc_info(emu.add_doc(str(body["title"]), str(body.get("markdown", "")), **access(body)))
+
+    def edit_doc() -> dict[str, Any]:
+        body = control_body()
+        return {"revision": emu.edit_doc(body["token"], str(body["markdown"]), editor=body.get("editor"))}
+
+    def set_access() -> dict[str, Any]:
+        body = control_body()
+        return emu.set_doc_access(body["token"], **{k: body[k] for k in ("link_share", "members", "app_access")
+                                                    if k in body})
+
+    def add_node() -> dict[str, Any]:
+        body = control_body()
+        node = emu.add_wiki_node(body["obj_token"], body.get("obj_type", "docx"), node_token=body.get("node_token"),
+                                 title=body.get("title"))
+        return {"node_token": node, "link": emu.doc_link("wiki", node)}
+
+    def add_sheet() -> dict[str, Any]:
+        body = control_body()
+        return emu.doc_info(emu.add_sheet(str(body["title"]), dict(body["sheets"]), **access(body)))
+
+    def edit_sheet() -> dict[str, Any]:
+        body = control_body()
+        return {"revision": emu.edit_sheet(body["token"], str(body["sheet_title"]), list(body["rows"]),
+                                           editor=body.get("editor"))}
+
+    def add_file() -> dict[str, Any]:
+        body = control_body()
+        return emu.doc_info(emu.add_drive_file(str(body["name"]), str(body["type"]), int(body["size"]),
+                                               **access(body)))
+
+    def web_origin() -> dict[str, Any]:
+        emu.set_web_origin(str(control_body()["origin"]))
+        return {"ok": True}
+
+    return [
+        ("/_sandbox/docs", "POST", add_doc),
+        ("/_sandbox/docs", "GET", lambda: emu.doc_info(request.args["token"])),
+        ("/_sandbox/docs/edit", "POST", edit_doc),
+        ("/_sandbox/docs/access", "POST", set_access),
+        ("/_sandbox/wiki", "POST", add_node),
+        ("/_sandbox/sheets", "POST", add_sheet),
+        ("/_sandbox/sheets/edit", "POST", edit_sheet),
+        ("/_sandbox/files", "POST", add_file),
+        ("/_sandbox/web_origin", "POST", web_origin),
+    ]

@@ -15,7 +15,8 @@ from flask import Flask, Response, request
 from sandbox.faults import Fault, FaultBook
 from sandbox.feishu.bitable import BitableStore
 from sandbox.feishu.control import register_control
-from sandbox.feishu.emulator_controls import OPS, Controls, Hook
+from sandbox.feishu.docs import DocsStore
+from sandbox.feishu.emulator_controls import OPS, Controls, DocControls, Hook
 from sandbox.feishu.items_api import ItemsApi, ok
 from sandbox.feishu.rules import ALL_SCOPES, FeishuError, Resource, make_fault, scope_error
 from sandbox.feishu.store import FeishuStore
@@ -30,12 +31,13 @@ from sandbox.server import (
 
 __all__ = ["OPS", "FeishuEmulator"]
 BITABLE = "/open-apis/bitable/v1/apps/<app_token>/tables/<table_id>"
+SHEETS = "/open-apis/sheets/v2/spreadsheets/<token>"
 API_QPM = 1000  # reply, create, PATCH and reactions: calls per minute per app, each API counted apart
 MINUTE_CAPPED = frozenset({"reply", "create", "message_patch", "reaction_add", "reaction_remove"})
 Handler = Callable[[dict[str, Any]], "dict[str, Any] | Response"]
 
 
-class FeishuEmulator(Controls, ItemsApi, LoopbackServer):
+class FeishuEmulator(Controls, DocControls, ItemsApi, LoopbackServer):
     """Feishu IM + auth endpoints at the root path, state in memory, driven from Python or /_sandbox/."""
 
     def __init__(
@@ -48,6 +50,7 @@ class FeishuEmulator(Controls, ItemsApi, LoopbackServer):
         self.bot_name = bot_name
         self.store = FeishuStore(app_id, app_secret, clock)
         self.bitable = BitableStore(self.store.lock, self.store.person, self.store.chat_name, self.sleep, clock)
+        self.docs = DocsStore(self.store.lock, self._name_of, clock)
         self._lock = threading.RLock()
         self._faults = FaultBook(make_fault)
         self._delays: dict[str, float] = {}
@@ -72,6 +75,7 @@ class FeishuEmulator(Controls, ItemsApi, LoopbackServer):
         """
         self.store.reset(keep_tokens=keep_tokens)
         self.bitable.reset()
+        self.docs.reset()
         self._faults.clear()
         with self._lock:
             self._delays.clear()
@@ -258,6 +262,15 @@ class FeishuEmulator(Controls, ItemsApi, LoopbackServer):
             (f"{BITABLE}/records/batch_get", "POST", "bitable_batch_get", self._bitable_batch_get),
             (f"{BITABLE}/records", "POST", "bitable_create", self._bitable_create),
             (f"{BITABLE}/records/<record_id>", "PUT", "bitable_update", self._bitable_update),
+            ("/open-apis/docx/v1/documents/<document_id>", "GET", "doc_meta", self.docs.doc_meta),
+            ("/open-apis/docx/v1/documents/<document_id>/blocks", "GET", "doc_blocks", self.docs.doc_blocks),
+            ("/open-apis/wiki/v2/spaces/get_node", "GET", "wiki_node", self.docs.wiki_node),
+            (f"{SHEETS}/metainfo", "GET", "sheet_meta", self.docs.sheet_meta),
+            (f"{SHEETS}/values/<path:range>", "GET", "sheet_values", self.docs.sheet_values),
+            ("/open-apis/drive/v2/permissions/<token>/public", "GET", "perm_public", self.docs.perm_public),
+            ("/open-apis/drive/v1/permissions/<token>/members", "GET", "perm_members", self.docs.perm_members),
+            ("/open-apis/drive/v1/metas/batch_query", "POST", "drive_metas", self.docs.drive_metas),
+            ("/open-apis/drive/v1/files/<file_token>/download", "GET", "drive_download", self.docs.download),
         ]
         for path, method, op, handler in routes:
             app.add_url_rule(path, endpoint=op, view_func=_bind(self._serve, op, handler), methods=[method])
@@ -265,6 +278,12 @@ class FeishuEmulator(Controls, ItemsApi, LoopbackServer):
         register_ws(app, self.ws)
 
     # -- Open API handlers (get the request record, return the JSON body or raise FeishuError) -----------
+
+    def _name_of(self, kind: str, member_id: str) -> str:
+        """A collaborator's name as the members list shows it (users and chats the emulator knows)."""
+        if kind == "user":
+            return self.store.person(member_id)["name"]
+        return self.store.chat_name(member_id) if kind == "chat" else ""
 
     def _token(self, record: dict[str, Any]) -> dict[str, Any]:
         return self.store.issue_token(record["json"])

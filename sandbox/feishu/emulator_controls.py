@@ -1,4 +1,5 @@
-"""The emulator's test-facing controls (faults, profiles, delays, hooks) and its inspection of requests and sends."""
+"""The emulator's test-facing controls (faults, profiles, delays, hooks, documents made as people make them) and
+its inspection of requests and sends."""
 
 from __future__ import annotations
 
@@ -8,9 +9,12 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from sandbox.faults import Fault, FaultBook, FaultProfile
+from sandbox.feishu.docs import Access, doc_link, members_of
+from sandbox.feishu.docs_blocks import new_token
 from sandbox.feishu.rules import check_ops, error_body, fault_kinds_for, fault_options, make_fault
 
 if TYPE_CHECKING:
+    from sandbox.feishu.docs import DocsStore
     from sandbox.feishu.store import FeishuStore
 
 OPS = (
@@ -18,7 +22,10 @@ OPS = (
     "chat_members",
     "drive_subscribe", "bitable_fields", "bitable_search", "bitable_batch_get", "bitable_create", "bitable_update",
     "reaction_add", "reaction_remove", "reaction_list",
+    "doc_meta", "doc_blocks", "wiki_node", "sheet_meta", "sheet_values", "perm_public", "perm_members",
+    "drive_metas", "drive_download",
 )
+DOC_OWNER = "ou_doc_owner"
 Hook = Callable[[dict[str, Any]], object]
 
 
@@ -173,3 +180,88 @@ class Controls:
 
 def _check_op(op: str) -> None:
     check_ops(op, OPS)
+
+
+class DocControls:
+    """Documents as people make and share them in the UI (never refused); FeishuEmulator's __init__ makes `docs`.
+
+    members: (member_type, member_id, perm) tuples, e.g. ("openid", "ou_x", "view"), ("openchat", "oc_x", "edit").
+    app_access=False: the app was never added to the document, so every API answers its permission error.
+    """
+
+    if TYPE_CHECKING:
+        docs: DocsStore
+
+    def add_doc(self, title: str, markdown: str, *, token: str | None = None, link_share: str = "closed",
+                members: Iterable[Any] = (), app_access: bool = True, owner: str = DOC_OWNER) -> str:
+        """A docx document (blocks built from simple Markdown), revision_id 1; returns its document_id."""
+        return self.docs.add("docx", title, markdown, token, Access(link_share, members_of(members), app_access,
+                                                                     owner))
+
+    def edit_doc(self, token: str, markdown: str, *, editor: str | None = None) -> int:
+        """Replace the body; returns the new revision_id (one step per changed block, at least one)."""
+        return self.docs.edit_docx(token, markdown, editor)
+
+    def add_wiki_node(self, obj_token: str, obj_type: str = "docx", *, node_token: str | None = None,
+                      title: str | None = None) -> str:
+        """Mount a document in the wiki space; returns the node_token (its access is the document's)."""
+        return self.docs.add_node(obj_token, obj_type, node_token, title)
+
+    def add_sheet(self, title: str, sheets: Mapping[str, list[list[Any]]], *, token: str | None = None,
+                  link_share: str = "closed", members: Iterable[Any] = (), app_access: bool = True,
+                  owner: str = DOC_OWNER) -> str:
+        """A spreadsheet with one sheet per entry (first sheet first, sheetIds generated); returns its token."""
+        body = [{"sheetId": new_token(6), "title": name, "rows": [list(r) for r in rows]}
+                for name, rows in sheets.items()]
+        return self.docs.add("sheet", title, body, token, Access(link_share, members_of(members), app_access, owner))
+
+    def sheet_ids(self, token: str) -> dict[str, str]:
+        """A spreadsheet's sheets: title → sheetId, in order (what a ?sheet= link names)."""
+        with self.docs.lock:
+            return {s["title"]: s["sheetId"] for s in self.docs.get(token, "sheet").body}
+
+    def edit_sheet(self, token: str, sheet_title: str, rows: list[list[Any]], *, editor: str | None = None) -> int:
+        """Replace one sheet's cells; returns the spreadsheet's new revision."""
+        return self.docs.edit_sheet(token, sheet_title, rows, editor)
+
+    def add_drive_file(self, name: str, type: str, size: int, *, token: str | None = None,
+                       link_share: str = "closed", members: Iterable[Any] = (), app_access: bool = True,
+                       owner: str = DOC_OWNER) -> str:
+        """A file in the drive (`type` its extension, `size` in bytes); returns its file token."""
+        return self.docs.add("file", name, {"type": type, "size": int(size)}, token,
+                             Access(link_share, members_of(members), app_access, owner))
+
+    def set_doc_access(self, token: str, *, link_share: str | None = None, members: Iterable[Any] | None = None,
+                       app_access: bool | None = None) -> dict[str, Any]:
+        """Change who may read a document, sheet, file or wiki node's document; returns its doc_info."""
+        with self.docs.lock:
+            access = self.docs.get(token).access
+            if link_share is not None:
+                self.docs.check_share(link_share)
+                access.link_share = link_share
+            if members is not None:
+                access.members = members_of(members)
+            if app_access is not None:
+                access.app_access = bool(app_access)
+        return self.doc_info(token)
+
+    def doc_info(self, token: str) -> dict[str, Any]:
+        """What the UI shows of a document (or a wiki node's): kind, token, title, revision, link, access."""
+        with self.docs.lock:
+            doc = self.docs.get(token)
+            return {"kind": doc.kind, "token": doc.token, "title": doc.title, "revision": doc.revision,
+                    "link": self.doc_link(doc.kind, doc.token), "link_share": doc.access.link_share,
+                    "members": [list(m) for m in doc.access.members], "app_access": doc.access.app_access,
+                    "owner": doc.access.owner}
+
+    def doc_link(self, kind: str, token: str) -> str:
+        """The web link of a docx, sheet, wiki node or file, at the emulator's web origin."""
+        return doc_link(self.docs.web_origin, kind, token)
+
+    def set_web_origin(self, origin: str) -> None:
+        """Where links point (the sandbox's FEISHU_WEB_ORIGIN); drive metas' url uses it too."""
+        self.docs.web_origin = origin.rstrip("/")
+
+    def set_sheet_read_limit(self, nbytes: int) -> None:
+        """The values read's response cap (documented: 10 MB); past it → 1310221 Response Too Large."""
+        self.docs.sheet_read_limit = int(nbytes)

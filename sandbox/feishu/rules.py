@@ -66,6 +66,23 @@ MESSAGES = {
     1254290: "TooManyRequest",
     1254291: "Write conflict",
     1254607: "Data not ready, please try again later",
+    # documents (sandbox/feishu/docs.py names each table's source)
+    131005: "not found",
+    131006: "permission denied",
+    1061002: "params error.",
+    1061003: "not found.",
+    1061004: "forbidden.",
+    1063001: "Invalid parameter",
+    1063002: "Permission denied",
+    1310202: "Wrong Range",
+    1310213: "Permission Fail",
+    1310214: "SpreadSheet Not Found",
+    1310215: "Sheet Id Not Found",
+    1310221: "Response Too Large",
+    1770001: "invalid param",
+    1770002: "not found",
+    1770022: "invalid page token",
+    1770032: "forBidden",
 }
 
 
@@ -228,6 +245,19 @@ OP_SCOPES: dict[str, tuple[str, ...]] = {
     "list": ("im:message.group_msg:readonly", "im:message.group_msg"),
     "chat_members": ("im:chat.members:read", "im:chat:readonly", "im:chat"),
     "drive_subscribe": ("bitable:app", "drive:drive"),
+    # documents: each API reference's "权限要求" list (sandbox/feishu/docs.py names the pages)
+    "doc_meta": ("docx:document:readonly", "docx:document"),
+    "doc_blocks": ("docx:document:readonly", "docx:document"),
+    "wiki_node": ("wiki:node:read", "wiki:wiki", "wiki:wiki:readonly"),
+    "sheet_meta": ("sheets:spreadsheet:readonly", "sheets:spreadsheet", "drive:drive:readonly", "drive:drive"),
+    "sheet_values": ("sheets:spreadsheet:readonly", "sheets:spreadsheet", "drive:drive:readonly", "drive:drive"),
+    "perm_public": ("docs:permission.setting:read", "docs:doc", "drive:drive", "drive:drive:readonly", "drive:file",
+                    "sheets:spreadsheet", "wiki:wiki", "bitable:bitable"),
+    "perm_members": ("docs:permission.member:retrieve", "docs:doc", "drive:drive", "sheets:spreadsheet",
+                     "wiki:wiki", "bitable:app", "bitable:bitable"),
+    "drive_metas": ("drive:drive.metadata:readonly", "drive:drive", "drive:drive:readonly"),
+    "drive_download": ("drive:file:download", "drive:file:readonly", "drive:file", "drive:drive:readonly",
+                       "drive:drive"),
 }
 # What the emulated app asks for: every scope above plus the event scopes (receiving messages).
 ALL_SCOPES = frozenset({s for scopes in OP_SCOPES.values() for s in scopes} | {

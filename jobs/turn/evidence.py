@@ -1,0 +1,62 @@
+"""The turn's side of materials: documents/ wired to this run's Feishu client, Redis, budget and ledger.
+
+What the batch links (its text with forwarded and quoted content, and related discussion) and what the
+records of its items list are read through documents/; the previous turn's ledger says what to carry and where
+a reading stopped; the route remembers which revision it last used, so an update is said even across sessions.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+from functools import partial
+
+from documents.links import find_refs
+
+from bot.edge.envelope import Inbound
+from bot.feishu.docs import DocsApi
+from documents.access import read_acl
+from documents.context import Env, Materials
+from documents.reader import Reader
+from jobs.items.context import ItemContext, is_member
+from jobs.runtime import Runtime
+from jobs.turn import recall, rotation
+from memory.context import system_blocks
+
+DOC_SHARE = 0.35  # of the input room, what all inline documents of a turn may take together
+
+
+def materials_for(rt: Runtime, rk: str, sid: str, batch: Sequence[Inbound], request_text: str,
+                  items: ItemContext) -> Materials:
+    s = rt.settings
+    docs = DocsApi(rt.feishu)
+    b = rotation.budget_of(rt)
+    fixed = b.request_cost(system_blocks(rt.persona, rt.team_notes), [], recall.tools_for(rk))
+    env = Env(reader=Reader(docs, rt.state, rt.keys, s.document_cache_seconds),
+              acl_of=partial(_acl, rt, docs), member_of=partial(is_member, rt), budget=b,
+              origin=s.feishu_web_origin, inline_tokens=s.document_inline_tokens,
+              room=int(b.input_room(fixed) * DOC_SHARE))
+    senders = sorted({m.sender_open_id for m in batch}) if all(m.sender_open_id for m in batch) else [""]
+    materials = Materials(env, senders, batch[-1].text if batch else "")
+    linked = find_refs(html.unescape(request_text), (s.feishu_web_origin,))
+    previous = (recall.last_record(rt, rk, sid) or {}).get("documents") or []
+    seen = {str(k): int(v) for k, v in rt.state.hgetall(rt.keys.docs_seen(rk)).items()}
+    materials.build(linked, items.materials, previous, seen)
+    return materials
+
+
+def _acl(rt: Runtime, docs: DocsApi, kind: str, token: str):  # type: ignore[no-untyped-def]
+    return read_acl(docs, rt.state, rt.keys, kind, token, rt.settings.document_acl_cache_seconds)
+
+
+def remember(rt: Runtime, rk: str, materials: Materials) -> None:
+    """The revisions this route used, for "updated since" in later turns (across sessions too)."""
+    seen = materials.seen()
+    if not seen:
+        return
+    key = rt.keys.docs_seen(rk)
+    pipe = rt.state.pipeline()
+    pipe.hset(key, mapping={k: str(v) for k, v in seen.items()})
+    if rt.settings.route_retention_s:
+        pipe.expire(key, int(rt.settings.route_retention_s))
+    pipe.execute()
