@@ -74,9 +74,11 @@ class Reader:
         if ref.kind == "sheet":
             return self._sheet(ref.token, ref.range or "")
         meta = self.docs.metas([(ref.token, ref.kind)]).get(ref.token) or {}
-        return Doc(kind=ref.kind, token=ref.token, title=str(meta.get("title") or title or ref.token),
-                   revision=int(meta.get("latest_modify_time") or 0), read_at=time.time(), named_only=True,
-                   text=f"(a {meta.get('doc_type') or ref.kind} file: only its name and type can be shown)")
+        name = str(meta.get("title") or title or ref.token)
+        size = self.docs.file_size(ref.token) if ref.kind == "file" else None
+        facts = f"type {name.rsplit('.', 1)[-1] if '.' in name else ref.kind}" + (f", {size} bytes" if size else "")
+        return Doc(kind=ref.kind, token=ref.token, title=name, revision=int(meta.get("latest_modify_time") or 0),
+                   read_at=time.time(), named_only=True, text=f"({facts}; only its name, type and size are shown)")
 
     def _node(self, token: str) -> dict[str, Any]:
         key = self.keys.wiki_node(token)

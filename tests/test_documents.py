@@ -258,3 +258,18 @@ def test_a_sheet_link_reads_its_range_or_the_first_sheet_bounded(service, feishu
     assert read[-1].endswith(f"{sheet_ids['明细']}!A1:Z201")  # the first sheet: a header and 200 rows, no more
     whole_sheet = next(d for d in chat.ledger() if d["title"] == "运营指标 / 明细")
     assert whole_sheet["status"] == "included" and whole_sheet["included"][0][0] == 0
+
+
+# -- other drive files: name, type and size only; a document Feishu cannot serve just now: said, not fatal ----
+
+def test_a_drive_file_is_named_with_type_and_size_and_a_failing_read_is_said(service, feishu, claude, r,
+                                                                              keys) -> None:
+    file_token = feishu.add_drive_file("导出日志.zip", "zip", 123456, link_share="tenant_readable")
+    doc = feishu.add_doc("导出失败排查", GUIDE, link_share="tenant_readable")
+    feishu.inject("doc_meta", code=0, http_status=503, times=5)  # Feishu's gateway fails the revision check
+    chat = Chat(service, feishu, r, keys)
+    reply = reply_text(chat.ask(f"看看日志和文档 {link('file', file_token)} {link('docx', doc)}"))
+    sent = text_of(model_requests_with(claude, "看看日志和文档")[0])
+    assert 'title="导出日志.zip" kind="file"' in sent and "type zip, 123456 bytes" in sent
+    assert "could not be read just now" in sent and "CANARY-CODE-7781" not in sent
+    assert "看看日志和文档" in reply  # answered all the same

@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from documents.access import Acl, may_view
-from documents.context import _carry, defang
+from documents.context import _carry, defang, share
 from documents.reader import _column, _range_of
 from jobs.turn.recall import request_text
 
@@ -67,3 +67,15 @@ def test_request_text_reads_strings_text_blocks_and_tool_results() -> None:
                 {"role": "assistant", "content": [{"type": "text", "text": "t"}, {"type": "tool_use", "input": {}}]},
                 {"role": "user", "content": [{"type": "tool_result", "content": "r1"}, {"type": "image"}]}]
     assert request_text(messages).split("\n") == ["q1", "t", "r1"]
+
+
+def test_small_documents_get_what_they_need_and_the_rest_share_what_is_left() -> None:
+    assert share(1000, 3000, [100, 5000, 200]) == [100, 700, 200]
+    assert share(1000, 300, [100, 5000, 5000]) == [100, 300, 300]  # the per-document cap
+    assert share(90, 3000, [100, 100, 100]) == [30, 30, 30]
+
+
+@given(st.integers(0, 50_000), st.integers(0, 5000), st.lists(st.integers(0, 20_000), max_size=6))
+def test_shares_never_exceed_the_room_the_cap_or_the_need(room: int, cap: int, needs: list[int]) -> None:
+    rooms = share(room, cap, needs)
+    assert sum(rooms) <= room and all(0 <= x <= min(cap, n) for x, n in zip(rooms, needs, strict=True))
