@@ -10,7 +10,7 @@ import importlib
 import sys
 import time
 
-ORDER = ("ingest", "pipeline", "state", "retention", "runs", "context", "items", "longconn", "render")
+ORDER = ("ingest", "pipeline", "state", "retention", "runs", "context", "items", "documents", "longconn", "render")
 
 
 def main(argv: list[str]) -> int:

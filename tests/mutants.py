@@ -143,6 +143,41 @@ MUTANTS: tuple[Mutant, ...] = (
          '    return who in record.users(schema.name("reporter"))'),
         ("    if who in rt.settings.item_admins:\n        return True\n", "")),
         ("tests/test_items_attack.py::test_the_records_owner_and_an_item_admin_may_approve",)),
+    # Issue 15: materials
+    Mutant("D1", "a document is used whatever the asker may view", "documents/context.py", (
+        ("        return all(may_view(acl, s, self.env.member_of) for s in self.senders)", "        return True"),),
+        ("tests/test_documents.py::test_a_document_the_asker_may_not_view_stays_out_of_their_request",)),
+    Mutant("D2", "a chat collaborator counts without the sender being in the chat", "documents/access.py", (
+        ("    return any(member_of(chat, sender) for chat in acl.chats)", "    return bool(acl.chats)"),),
+        ("tests/test_documents.py::test_a_chat_collaborator_counts_for_its_members",)),
+    Mutant("D3", "an item's record materials are checked like any link (closed ones refused)", "documents/context.py", (
+        ("        if use.link in self.record_keys:\n            return True\n", ""),),
+        ("tests/test_documents_items.py",)),
+    Mutant("D4", "an unchanged document is downloaded again", "documents/reader.py", (
+        ('        hit = self._cached("docx", token, revision)', "        hit = None"),),
+        ("tests/test_documents.py::test_an_edit_between_turns_is_said_and_unchanged_documents_are_not_downloaded",)),
+    Mutant("D5", "an edit since the last use is not said", "documents/context.py", (
+        ("        if earlier is not None and earlier != doc.revision:", "        if False:"),),
+        ("tests/test_documents.py::test_an_edit_between_turns_is_said_and_unchanged_documents_are_not_downloaded",)),
+    Mutant("D6", "the next turn starts a long document over, not at the ledger's cursor", "documents/context.py", (
+        ('            use.cursor = int(last["cursor"])', "            use.cursor = 0"),),
+        ("tests/test_documents.py::test_a_300_page_document_stays_in_budget_and_resumes_at_the_cursor",)),
+    Mutant("D7", "the ledger records more than the requests carried", "documents/context.py", (
+        ("                use.included.append([a, b])", "                use.included.append([a, b + 1])"),),
+        ("tests/test_documents.py::test_a_300_page_document_stays_in_budget_and_resumes_at_the_cursor",)),
+    Mutant("D8", "a wiki node is looked up every time", "documents/reader.py", (
+        ("        cached = self.r.get(key)\n        if cached:\n            return dict(json.loads(cached))",
+         "        cached = None\n        if cached:\n            return dict(json.loads(cached))"),),
+        ("tests/test_documents.py::test_a_wiki_link_resolves_to_the_same_document_with_one_node_lookup",)),
+    Mutant("D9", "a material taken out of the record stays carried", "documents/context.py", (
+        ('            if ref and p.get("source") != "record" and _carry(p):', "            if ref and _carry(p):"),),
+        ("tests/test_documents_items.py",)),
+    Mutant("D10", "a document not shared with the app gets no how-to", "documents/context.py", (
+        ('"no_access": "doc_not_shared", ', ""),),
+        ("tests/test_documents.py::test_a_document_not_shared_with_the_app_gets_a_how_to_and_no_pause",)),
+    Mutant("D11", "document text may close our elements", "documents/context.py", (
+        ('    return _TAGLIKE.sub("&lt;", text)', "    return text"),),
+        ("tests/test_documents_rules.py::test_document_text_can_never_close_or_open_our_elements",)),
 )
 
 
