@@ -273,3 +273,21 @@ def test_a_drive_file_is_named_with_type_and_size_and_a_failing_read_is_said(ser
     assert 'title="导出日志.zip" kind="file"' in sent and "type zip, 123456 bytes" in sent
     assert "could not be read just now" in sent and "CANARY-CODE-7781" not in sent
     assert "看看日志和文档" in reply  # answered all the same
+
+
+# -- links the turn shows besides the batch: a topic's thread (bootstrap) and a quoted message ---------------
+
+def test_links_in_the_topic_thread_and_in_a_quoted_message_are_read(service, feishu, claude, r, keys) -> None:
+    token = feishu.add_doc("导出失败排查", GUIDE, link_share="tenant_readable")
+    topic = Chat(service, feishu, r, keys, kind="topic")
+    feishu.add_message(unique("om_root"), topic.chat, text=f"排查文档 {link('docx', token)}",
+                       thread_id=topic.thread, sender_open_id="ou_owner")
+    topic.ask("按话题里的文档先看看（话题）")
+    assert "CANARY-CODE-7781" in text_of(model_requests_with(claude, "按话题里的文档先看看（话题）")[0])
+    group = Chat(service, feishu, r, keys, kind="group")
+    quoted = feishu.add_message(unique("om_q"), group.chat, text=f"文档在这 {link('docx', token)}",
+                                sender_open_id="ou_owner")["message_id"]
+    env = deliver(service, feishu, chat_id=group.chat, chat_type="group", sender_open_id="ou_alice",
+                  text="@_user_1 引用的文档讲了什么（引用）", mentions=AT_BOT, parent_id=quoted, root_id=quoted)
+    wait_for(lambda: feishu.replies_to(message_id(env)), 60, what="the reply")
+    assert "CANARY-CODE-7781" in text_of(model_requests_with(claude, "引用的文档讲了什么（引用）")[0])

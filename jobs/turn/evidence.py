@@ -8,22 +8,25 @@ a reading stopped; the route remembers which revision it last used, so an update
 from __future__ import annotations
 
 import html
+import json
 from collections.abc import Sequence
 from functools import partial
 
-from documents.links import find_refs
-
 from bot.edge.envelope import Inbound
+from bot.errors import AdapterError, Paused
 from bot.feishu.docs import DocsApi
 from documents.access import read_acl
 from documents.context import Env, Materials
+from documents.links import find_refs
 from documents.reader import Reader
 from jobs.items.context import ItemContext, is_member
 from jobs.runtime import Runtime
 from jobs.turn import recall, rotation
+from jobs.turn.thread import get_message, text_of
 from memory.context import system_blocks
 
 DOC_SHARE = 0.35  # of the input room, what all inline documents of a turn may take together
+MAX_QUOTES = 3  # quoted messages per batch whose links are looked at (one message read each)
 
 
 def materials_for(rt: Runtime, rk: str, sid: str, batch: Sequence[Inbound], request_text: str,
@@ -38,11 +41,34 @@ def materials_for(rt: Runtime, rk: str, sid: str, batch: Sequence[Inbound], requ
               room=int(b.input_room(fixed) * DOC_SHARE))
     senders = sorted({m.sender_open_id for m in batch}) if all(m.sender_open_id for m in batch) else [""]
     materials = Materials(env, senders, batch[-1].text if batch else "")
-    linked = find_refs(html.unescape(request_text), (s.feishu_web_origin,))
+    seen_text = "\n".join([html.unescape(request_text), *_around(rt, rk, sid, batch)])
+    linked = find_refs(seen_text, (s.feishu_web_origin,))
     previous = (recall.last_record(rt, rk, sid) or {}).get("documents") or []
     seen = {str(k): int(v) for k, v in rt.state.hgetall(rt.keys.docs_seen(rk)).items()}
     materials.build(linked, items.materials, previous, seen)
     return materials
+
+
+def _around(rt: Runtime, rk: str, sid: str, batch: Sequence[Inbound]) -> list[str]:
+    """Text the turn shows besides the batch: a topic session's thread bootstrap (in its first turn: later turns
+    carry what it linked through the ledger) and the messages the batch quotes."""
+    texts = []
+    head = [json.loads(e) for e in rt.state.lrange(rt.keys.session_log(rk, sid), 0, 2)]
+    if len(head) == 2 and all(e.get("kind") == "bootstrap" for e in head):  # the bootstrap's user + ack entries
+        texts.append(html.unescape(str(head[0].get("text") or "")))
+    # In a topic every message's parent is structural (the thread is read through bootstrap and read_thread);
+    # elsewhere a parent is a quote.
+    quoted = list(dict.fromkeys(m.parent_id for m in batch if m.parent_id and not m.thread_id))
+    for mid in quoted[:MAX_QUOTES]:
+        try:
+            item = get_message(rt.feishu, mid)
+        except Paused:
+            raise
+        except AdapterError:  # not readable: the model still sees the quote's id and may read_message it
+            continue
+        if item and item.get("chat_id") in (None, batch[-1].chat_id):
+            texts.append(text_of(item))
+    return texts
 
 
 def _acl(rt: Runtime, docs: DocsApi, kind: str, token: str):  # type: ignore[no-untyped-def]
