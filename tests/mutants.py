@@ -146,7 +146,8 @@ MUTANTS: tuple[Mutant, ...] = (
     # Issue 15: materials
     Mutant("D1", "a document is used whatever the asker may view", "documents/context.py", (
         ("        return all(may_view(acl, s, self.env.member_of) for s in self.senders)", "        return True"),),
-        ("tests/test_documents.py::test_a_document_the_asker_may_not_view_stays_out_of_their_request",)),
+        ("tests/test_documents.py::test_a_document_the_asker_may_not_view_stays_out_of_their_request",
+         "tests/test_documents.py::test_read_document_refuses_what_the_asker_may_not_view")),
     Mutant("D2", "a chat collaborator counts without the sender being in the chat", "documents/access.py", (
         ("    return any(member_of(chat, sender) for chat in acl.chats)", "    return bool(acl.chats)"),),
         ("tests/test_documents.py::test_a_chat_collaborator_counts_for_its_members",)),

@@ -291,3 +291,27 @@ def test_links_in_the_topic_thread_and_in_a_quoted_message_are_read(service, fei
                   text="@_user_1 引用的文档讲了什么（引用）", mentions=AT_BOT, parent_id=quoted, root_id=quoted)
     wait_for(lambda: feishu.replies_to(message_id(env)), 60, what="the reply")
     assert "CANARY-CODE-7781" in text_of(model_requests_with(claude, "引用的文档讲了什么（引用）")[0])
+
+
+# -- read_document checks the askers too: a link the model found elsewhere is no way around permissions ------
+
+def test_read_document_refuses_what_the_asker_may_not_view(service, feishu, claude, r, keys) -> None:
+    secret = feishu.add_doc("薪资调整方案", SECRET, members=[("openid", "ou_linker", "view")])
+    shared = feishu.add_doc("导出失败排查", GUIDE, link_share="tenant_readable")
+    results: list[str] = []
+
+    def responder(body: dict[str, Any]) -> Any:
+        last = body["messages"][-1]["content"]
+        if isinstance(last, list) and any(b.get("type") == "tool_result" for b in last):
+            results.extend(str(b.get("content")) for b in last if b.get("type") == "tool_result")
+            return "读完了。"
+        return [{"type": "tool_use", "id": "toolu_a", "name": "read_document",
+                 "input": {"document": link("docx", secret)}},
+                {"type": "tool_use", "id": "toolu_b", "name": "read_document",
+                 "input": {"document": link("docx", shared), "cursor": 0}}]
+
+    claude.set_responder(responder)
+    Chat(service, feishu, r, keys).ask("帮我读一下你知道的文档（工具）", sender="ou_asker")
+    assert len(results) == 2
+    assert "CANARY-SECRET-5511" not in results[0] and "may not view" in results[0]
+    assert "CANARY-CODE-7781" in results[1] and "<document_part" in results[1]
