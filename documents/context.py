@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from bot.errors import CapabilityOff, Permanent, Retryable
+from bot.errors import CapabilityOff, Paused, Permanent, Retryable
 from bot.feishu.docs import DocUnavailable
 from bot.texts import say
 from documents.access import Acl, may_view
@@ -149,6 +149,8 @@ class Materials:
             log.warning("document not read", extra={"reason": use.key, "error": str(exc)})
             use.status = "unavailable"
             return use
+        except Paused:  # the app itself cannot work (credentials): the run pauses, as for any Open API call
+            raise
         except Exception as exc:  # a document we cannot parse never fails the turn it was linked in
             log.exception("document could not be rendered", extra={"reason": use.key, "error": repr(exc)[:300]})
             use.status = "unavailable"
