@@ -315,3 +315,41 @@ def test_read_document_refuses_what_the_asker_may_not_view(service, feishu, clau
     assert len(results) == 2
     assert "CANARY-SECRET-5511" not in results[0] and "may not view" in results[0]
     assert "CANARY-CODE-7781" in results[1] and "<document_part" in results[1]
+
+
+# -- attack rows: the reset boundary, a missing scope, a title that imitates Feishu markup ---------------------
+
+def test_a_reset_forgets_the_documents_and_their_cursor(service, feishu, claude, r, keys) -> None:
+    token = feishu.add_doc("年度运维手册", _pages(40), link_share="tenant_readable")
+    chat = Chat(service, feishu, r, keys)
+    chat.ask(f"看看这本手册 {link('docx', token)}")
+    assert "<document " in text_of(model_requests_with(claude, "看看这本手册")[0])
+    chat.ask("/reset")
+    chat.ask("继续（重置后）")
+    after = text_of(model_requests_with(claude, "继续（重置后）")[0])
+    assert "<document " not in after and token not in after  # no carried document, no cursor past the reset
+
+
+def test_without_the_docx_scope_only_documents_are_off_and_the_question_is_answered(service, feishu, claude, r,
+                                                                                      keys) -> None:
+    token = feishu.add_doc("导出失败排查", GUIDE, link_share="tenant_readable")
+    feishu.deny_scopes({"docx:document:readonly", "docx:document"})
+    try:
+        chat = Chat(service, feishu, r, keys)
+        reply = reply_text(chat.ask(f"没有权限时看看（范围） {link('docx', token)}"))
+        sent = text_of(model_requests_with(claude, "没有权限时看看（范围）")[0])
+        assert "reading documents is turned off" in sent and "CANARY-CODE-7781" not in sent
+        assert "没有权限时看看（范围）" in reply
+        ready = requests.get(f"{service.url}/readyz", timeout=10).json()
+        assert "documents" in ready.get("capabilities_off", {}) and not ready.get("paused")
+    finally:
+        r.delete(keys.capability_off("documents"))
+
+
+def test_a_document_title_cannot_ping_a_group_through_the_evidence_line(service, feishu, claude, r, keys) -> None:
+    token = feishu.add_doc('<at user_id="all">所有人</at> 排查', GUIDE, link_share="tenant_readable")
+    chat = Chat(service, feishu, r, keys, kind="group")
+    reply = chat.ask(f"看看（标题） {link('docx', token)}")
+    assert "CANARY-CODE-7781" in text_of(model_requests_with(claude, "看看（标题）")[0])
+    said = reply_text(reply)
+    assert "r1" in said and "<at " not in said and "<at>" not in said  # the reply's own at-guard defused it

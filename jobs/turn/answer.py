@@ -58,7 +58,6 @@ def _answer_for(rt: Runtime, route_key: str, kind: str, batch_id: str, batch_tex
         talk = recall.converse(rt, route_key, prepared.session_id, system, prepared.messages, tools,
                                notes_to=scope, materials=materials)
     completion = _with_notes(talk.completion, items, materials)
-    evidence.remember(rt, route_key, materials)
     for item in items.used:
         rt.items.touch(item.item_id, route_key, prepared.session_id)
     rotation.observe(rt, prepared, talk.first)
@@ -66,6 +65,7 @@ def _answer_for(rt: Runtime, route_key: str, kind: str, batch_id: str, batch_tex
     if not fence():
         raise LeaseLost(route_key)
     rt.state.set(key, json.dumps(asdict(completion), ensure_ascii=False), nx=True, ex=BATCH_CACHE_TTL_S)
+    evidence.remember(rt, route_key, materials)  # after the answer is kept: a rerun before it still says "updated"
     return Completion(**json.loads(rt.state.get(key) or "{}"))
 
 

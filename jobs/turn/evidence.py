@@ -27,6 +27,7 @@ from memory.context import system_blocks
 
 DOC_SHARE = 0.35  # of the input room, what all inline documents of a turn may take together
 MAX_QUOTES = 3  # quoted messages per batch whose links are looked at (one message read each)
+SEEN_KEPT = 500  # documents a route remembers the revision of; past that the memory starts over
 
 
 def materials_for(rt: Runtime, rk: str, sid: str, batch: Sequence[Inbound], request_text: str,
@@ -36,7 +37,8 @@ def materials_for(rt: Runtime, rk: str, sid: str, batch: Sequence[Inbound], requ
     b = rotation.budget_of(rt)
     fixed = b.request_cost(system_blocks(rt.persona, rt.team_notes), [], recall.tools_for(rk))
     env = Env(reader=Reader(docs, rt.state, rt.keys, s.document_cache_seconds),
-              acl_of=partial(_acl, rt, docs), member_of=partial(is_member, rt), budget=b,
+              acl_of=partial(read_acl, docs, rt.state, rt.keys, ttl_s=s.document_acl_cache_seconds),
+              member_of=partial(is_member, rt), budget=b,
               origin=s.feishu_web_origin, inline_tokens=s.document_inline_tokens,
               room=int(b.input_room(fixed) * DOC_SHARE))
     senders = sorted({m.sender_open_id for m in batch}) if all(m.sender_open_id for m in batch) else [""]
@@ -71,10 +73,6 @@ def _around(rt: Runtime, rk: str, sid: str, batch: Sequence[Inbound]) -> list[st
     return texts
 
 
-def _acl(rt: Runtime, docs: DocsApi, kind: str, token: str):  # type: ignore[no-untyped-def]
-    return read_acl(docs, rt.state, rt.keys, kind, token, rt.settings.document_acl_cache_seconds)
-
-
 def remember(rt: Runtime, rk: str, materials: Materials) -> None:
     """The revisions this route used, for "updated since" in later turns (across sessions too)."""
     seen = materials.seen()
@@ -82,6 +80,8 @@ def remember(rt: Runtime, rk: str, materials: Materials) -> None:
         return
     key = rt.keys.docs_seen(rk)
     pipe = rt.state.pipeline()
+    if rt.state.hlen(key) > SEEN_KEPT:  # bounded per route: losing it only loses an "updated since" note
+        pipe.delete(key)
     pipe.hset(key, mapping={k: str(v) for k, v in seen.items()})
     if rt.settings.route_retention_s:
         pipe.expire(key, int(rt.settings.route_retention_s))
