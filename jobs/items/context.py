@@ -16,8 +16,6 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from documents.links import DocRef, find_refs
-
 from bitable.client import Record
 from bitable.index import FAILED, PLACEHOLDER, Item
 from bitable.refs import item_ids, record_ids
@@ -25,6 +23,7 @@ from bot.edge.envelope import Inbound
 from bot.errors import CapabilityOff, Retryable
 from bot.feishu.cards import STATUS_ZH, clip
 from bot.texts import say
+from documents.links import DocRef, find_refs
 from jobs.runtime import Runtime
 
 log = logging.getLogger(__name__)

@@ -48,7 +48,9 @@ def _answer_for(rt: Runtime, route_key: str, kind: str, batch_id: str, batch_tex
     if cached:
         return Completion(**json.loads(cached))
     items = item_context.build(rt, kind, batch)  # read fresh: never part of the session log
-    materials = evidence.materials_for(rt, route_key, session_id, batch, batch_text, items)  # request-only too
+    previous = recall.last_record(rt, route_key, session_id) or {}  # where the last turn's reading stopped
+    materials = evidence.materials_for(rt, route_key, session_id, batch, batch_text, items,
+                                       previous.get("documents") or [])  # request-only too
     tools = recall.tools_for(route_key) + ([approvals.PROPOSE] if items.item and items.item.record_id else [])
     scope = _note_scope(rt, batch)
     system = _system(rt, scope)
@@ -56,7 +58,7 @@ def _answer_for(rt: Runtime, route_key: str, kind: str, batch_id: str, batch_tex
                                 tools, images, owner)  # may rotate
     with shutdown.interruptible():  # the model may call read-only recall tools (jobs/turn/recall.py)
         talk = recall.converse(rt, route_key, prepared.session_id, system, prepared.messages, tools,
-                               notes_to=scope, materials=materials)
+                               notes_to=scope, materials=materials, previous=previous)
     completion = _with_notes(talk.completion, items, materials)
     for item in items.used:
         rt.items.touch(item.item_id, route_key, prepared.session_id)

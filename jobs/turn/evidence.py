@@ -11,6 +11,7 @@ import html
 import json
 from collections.abc import Sequence
 from functools import partial
+from typing import Any
 
 from bot.edge.envelope import Inbound
 from bot.errors import AdapterError, Paused
@@ -31,7 +32,8 @@ SEEN_KEPT = 500  # documents a route remembers the revision of; past that the me
 
 
 def materials_for(rt: Runtime, rk: str, sid: str, batch: Sequence[Inbound], request_text: str,
-                  items: ItemContext) -> Materials:
+                  items: ItemContext, previous: Sequence[dict[str, Any]]) -> Materials:
+    """`previous`: the ledger of the session's last turn (its recall record's "documents")."""
     s = rt.settings
     docs = DocsApi(rt.feishu)
     b = rotation.budget_of(rt)
@@ -45,7 +47,6 @@ def materials_for(rt: Runtime, rk: str, sid: str, batch: Sequence[Inbound], requ
     materials = Materials(env, senders, batch[-1].text if batch else "")
     seen_text = "\n".join([html.unescape(request_text), *_around(rt, rk, sid, batch)])
     linked = find_refs(seen_text, (s.feishu_web_origin,))
-    previous = (recall.last_record(rt, rk, sid) or {}).get("documents") or []
     seen = {str(k): int(v) for k, v in rt.state.hgetall(rt.keys.docs_seen(rk)).items()}
     materials.build(linked, items.materials, previous, seen)
     return materials

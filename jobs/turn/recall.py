@@ -126,10 +126,11 @@ def with_record(entry_json: str, record: dict[str, Any] | None) -> str:
 
 def converse(rt: Runtime, rk: str, sid: str, system: list[dict[str, Any]], messages: list[dict[str, Any]],
              tools: list[dict[str, Any]], notes_to: tuple[str, str] | None = None,
-             materials: Materials | None = None) -> Talk:
-    """Ask, run the tools the model calls (at most MAX_ROUNDS), and ask again; every request within budget."""
+             materials: Materials | None = None, previous: dict[str, Any] | None = None) -> Talk:
+    """Ask, run the tools the model calls (at most MAX_ROUNDS), and ask again; every request within budget.
+    `previous`: the session's last recall record, when the caller has read it already (last_record)."""
     b = rotation.budget_of(rt)
-    reader = Reader(rt, rk, sid, b)
+    reader = Reader(rt, rk, sid, b, previous)
     reader.notes_to = notes_to
     reader.materials = materials
     noted = _with_note(messages, reader.previous)
@@ -201,10 +202,10 @@ def _unique(ids: list[str], new: str) -> None:
 class Reader:
     """Runs the tools for one turn and keeps what it fetched, what entered a request, and the cursor."""
 
-    def __init__(self, rt: Runtime, rk: str, sid: str, b: bud.Budget) -> None:
+    def __init__(self, rt: Runtime, rk: str, sid: str, b: bud.Budget, previous: dict[str, Any] | None = None) -> None:
         self.rt, self.rk, self.sid, self.b = rt, rk, sid, b
         self.scope = RouteScope.of(rk)
-        self.previous = last_record(rt, rk, sid)
+        self.previous = previous if previous is not None else last_record(rt, rk, sid)
         cursor = (self.previous or {}).get("cursor") or {}
         self.cursor: str | None = cursor.get("thread")
         self.has_more: bool | None = cursor.get("has_more")
