@@ -58,6 +58,10 @@ class Settings(BaseSettings):
     anthropic_base_url: str | None = None
     anthropic_model: str = "claude-sonnet-5-5"
     redis_url: str | None = None
+    # Redis through Sentinel instead of REDIS_URL: "host:port,host:port" and the master's name (README: Sentinel)
+    redis_sentinels: CsvList = ()
+    redis_sentinel_master: str | None = None
+    redis_password: SecretStr | None = None  # for a Sentinel-managed primary (REDIS_URL carries its own)
     bitable_app_token: str | None = None
     bitable_table_id: str | None = None
     bitable_field_title: str = "标题"
@@ -105,11 +109,16 @@ class Settings(BaseSettings):
     var_dir: str = "var"
     max_body_bytes: int = Field(262144, ge=1024)
     signature_window_seconds: int = Field(300, ge=10)
-    run_lease_seconds: float = Field(30.0, gt=0)
+    run_lease_seconds: float = Field(6.0, gt=0)  # renewed every third by the living run; a dead run's route is
+    # taken over once it lapses (the sweeper's recovery pass looks every RECOVERY_CHECK_SECONDS)
+    recovery_check_seconds: float = Field(1.0, gt=0, le=10)
     run_retry_delays: CsvList = ("2", "10", "30", "60", "120")
     dead_letter_after: int = Field(5, ge=1)
     run_budget_seconds: float = Field(600.0, gt=0)
-    worker_concurrency: int = Field(8, ge=1, le=256)
+    worker_concurrency: int | None = Field(None, ge=1, le=256)  # a fixed pool; else WORKER_MIN..WORKER_MAX
+    worker_min: int | None = Field(None, ge=1, le=1024)  # default: see jobs/pool.py (sized from memory)
+    worker_max: int | None = Field(None, ge=1, le=1024)
+    worker_idle_seconds: float = Field(30.0, gt=0)  # an elastic worker idle this long exits (down to WORKER_MIN)
     sweep_interval_seconds: float = Field(15.0, gt=0, le=20)  # the sweep renews kick leases (45 s)
     pause_probe_seconds: float = Field(30.0, gt=0)
     admin_chat_id: str | None = None
@@ -130,13 +139,15 @@ class Settings(BaseSettings):
     llm_timeout_seconds: float = Field(120.0, gt=0)
     feishu_timeout_seconds: float = Field(10.0, gt=0)
     reply_chunk_chars: int = Field(3500, ge=100, le=30000)
+    reply_streaming: Literal["card", "off"] = "card"  # answers grow in a CardKit streaming card
+    stream_update_seconds: float = Field(1.0, ge=0.2, le=2.0)  # how often a streaming card shows new text
     sandbox_feishu_port: int = Field(9901, ge=1, le=65535)
     sandbox_model_port: int = Field(9902, ge=1, le=65535)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
     @field_validator(
         "routing_allow_chats", "routing_deny_chats", "routing_allow_users", "routing_deny_users",
-        "run_retry_delays", "item_admins", mode="before",
+        "run_retry_delays", "item_admins", "redis_sentinels", mode="before",
     )
     @classmethod
     def _split_csv(cls, value: object) -> object:

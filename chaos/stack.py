@@ -67,6 +67,7 @@ def service_env(redis_url: str, feishu_url: str, model_url: str, secrets: Secret
         "RUN_LEASE_SECONDS": "3", "RUN_RETRY_DELAYS": "1,1,1,1", "DEAD_LETTER_AFTER": "4",
         "RUN_BUDGET_SECONDS": "40", "SWEEP_INTERVAL_SECONDS": "0.5", "PAUSE_PROBE_SECONDS": "1",
         "LLM_TIMEOUT_SECONDS": "5", "FEISHU_TIMEOUT_SECONDS": "2", "WORKER_CONCURRENCY": "8", "WEB_CONCURRENCY": "2",
+        "REPLY_STREAMING": "off",  # scenarios count rendered replies; the streaming scenario turns it on
     }
     if netguard:
         env["TEST_NETGUARD"] = "1"

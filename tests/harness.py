@@ -49,6 +49,8 @@ def service_env(redis_url: str, feishu_url: str, model_url: str, **extra: str) -
         "ANTHROPIC_MODEL": "claude-sonnet-5-5", "REDIS_URL": redis_url, "BOT_PROFILE": "test",
         "RUN_LEASE_SECONDS": "3", "RUN_RETRY_DELAYS": "1,1,1", "DEAD_LETTER_AFTER": "3",
         "SWEEP_INTERVAL_SECONDS": "0.5", "LOG_LEVEL": "INFO", "WORKER_CONCURRENCY": "2",
+        # The suite checks the rendered reply path; streaming cards have their own scenarios (test_streaming.py)
+        "REPLY_STREAMING": "off",
     }
     env.update(extra)
     return env
