@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> None:
     url = resolve_url(settings)
     queues = args.queue or policy_from(settings).queue_names
     base = args.name or f"{socket.gethostname()}-{os.getpid()}"
-    concurrency = args.concurrency or settings.worker_concurrency
+    concurrency = args.concurrency or settings.worker_concurrency or 8  # elastic pool: jobs/pool.py (issue 16)
     sys.exit(Supervisor(settings, url, queues, concurrency, base).serve())
 
 
