@@ -88,6 +88,25 @@ def sweep_once(rt: Runtime) -> int:
     return kicked
 
 
+def recover(rt: Runtime) -> int:
+    """Re-kick the routes whose run died mid-turn: registered as running, but their run lease has lapsed (a
+    living run renews it every third of RUN_LEASE_SECONDS). Costs one round trip per in-flight run, none per
+    idle route; KICK decides as in the full sweep, so a route another run already took is left alone."""
+    routes = [str(rk) for rk in rt.state.zrange(rt.keys.running, 0, -1)]
+    if not routes:
+        return 0
+    pipe = rt.state.pipeline(transaction=False)
+    for rk in routes:
+        pipe.exists(rt.keys.lease(rk))
+    lapsed = [rk for rk, held in zip(routes, pipe.execute(), strict=True) if not held]
+    if not lapsed:
+        return 0
+    kicked = rt.inbox.kick_many([(rk, rt.queue_of(rk)) for rk in lapsed], rt.inbox.listed_kicks())
+    if kicked:
+        log.warning("routes of dead runs taken over", extra={"reason": f"{kicked} routes"})
+    return kicked
+
+
 def check_redis(rt: Runtime) -> dict[str, str]:
     """Warn loudly (log, metric, /readyz) when Redis could lose or evict our state."""
     checks = server_checks(rt.state)
@@ -195,7 +214,7 @@ class Sweeper:
         self.rt = rt
         self.stop = threading.Event()
         self.paused = Paused(rt)
-        self.next_sweep = self.next_health = 0.0
+        self.next_sweep = self.next_health = self.next_recovery = 0.0
 
     def tick(self) -> None:
         now = time.monotonic()
@@ -210,7 +229,10 @@ class Sweeper:
             watchdog.check(self.rt)
             sweep_once(self.rt)
             self.next_sweep = now + self.rt.settings.sweep_interval_seconds
-        wait = self.next_sweep - time.monotonic()
+        if now >= self.next_recovery:
+            recover(self.rt)
+            self.next_recovery = now + self.rt.settings.recovery_check_seconds
+        wait = min(self.next_sweep, self.next_recovery) - time.monotonic()
         dispatch(self.rt, timeout=max(0.05, min(wait, MAX_WAIT_S)))
 
     def serve(self) -> None:

@@ -179,6 +179,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("D11", "document text may close our elements", "documents/context.py", (
         ('    return _TAGLIKE.sub("&lt;", text)', "    return text"),),
         ("tests/test_documents_rules.py::test_document_text_can_never_close_or_open_our_elements",)),
+    Mutant("E1", "the sweeper's recovery pass is skipped (takeover waits for the full sweep)", "jobs/sweeper.py", (
+        ("            recover(self.rt)\n", "            pass\n"),),
+        ("tests/test_fast_recovery.py",)),
 )
 
 
