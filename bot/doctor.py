@@ -53,7 +53,7 @@ def needs(settings: Settings) -> list[Need]:
              "add im.message.recalled_v1 and im.message.updated_v1 (event configuration)"),
     ]
     rows += [Need(cap.what, "scope", cap.scopes, False, f"grant {cap.scopes[0]} (then publish a new version)")
-             for cap in CAPABILITIES.values() if cap.name != "record_events" or settings.items_enabled]
+             for cap in CAPABILITIES.values() if _enabled(cap.name, settings)]
     if settings.items_enabled:
         rows += [
             Need("items table", "scope", ("bitable:app", "base:record:retrieve"), True, "grant bitable:app"),
@@ -66,6 +66,15 @@ def needs(settings: Settings) -> list[Need]:
                  "add card.action.trigger with the same request URL"),
         ]
     return rows
+
+
+def _enabled(capability: str, settings: Settings) -> bool:
+    """Rows for capabilities whose feature is on: record events need items, streaming needs REPLY_STREAMING=card."""
+    if capability == "record_events":
+        return settings.items_enabled
+    if capability == "streaming":
+        return settings.reply_streaming == "card"
+    return True
 
 
 def granted_scopes(api: FeishuApi) -> set[str] | None:

@@ -50,6 +50,7 @@ CAPABILITIES = {c.name: c for c in (
     Capability("doc_permissions", ("docs:permission.member:retrieve", "docs:permission.setting:read",
                                    "drive:drive:readonly", "drive:drive"),
                "checking who may view a linked document (without it only item materials are used)"),
+    Capability("streaming", ("cardkit:card:write",), "streaming answers in a typewriter card (plain replies instead)"),
 )}
 _SCOPES_IN_MESSAGE = re.compile(r"\[([a-z0-9_:., -]+)\]", re.I)
 

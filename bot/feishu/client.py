@@ -154,6 +154,12 @@ class FeishuApi:
         """An interactive card as a reply; `uuid` makes a retried post land once (Feishu keeps it an hour)."""
         return self.reply(message_id, "interactive", card, uuid=uuid, in_thread=in_thread)
 
+    def reply_card_entity(self, message_id: str, card_id: str, *, uuid: str, in_thread: bool) -> str:
+        """A CardKit card entity (bot/feishu/cardkit.py) as a reply; an entity can be sent once. The content must
+        be {"type": "card", "data": {"card_id": …}} (a bare {"card_id": …} fails with 200621)."""
+        return self.reply(message_id, "interactive", {"type": "card", "data": {"card_id": card_id}}, uuid=uuid,
+                          in_thread=in_thread)
+
     def reply_post(self, message_id: str, post: dict[str, Any], *, uuid: str, in_thread: bool) -> str:
         """A rich-text `post` ({"zh_cn": {"title", "content": [[…]]}}, locale wrapper required) as a reply."""
         return self.reply(message_id, "post", post, uuid=uuid, in_thread=in_thread)

@@ -14,9 +14,10 @@ from flask import Flask, Response, request
 
 from sandbox.faults import Fault, FaultBook
 from sandbox.feishu.bitable import BitableStore
+from sandbox.feishu.cardkit import CardKitStore
 from sandbox.feishu.control import register_control
 from sandbox.feishu.docs import DocsStore
-from sandbox.feishu.emulator_controls import OPS, Controls, DocControls, Hook
+from sandbox.feishu.emulator_controls import OPS, CardKitControls, Controls, DocControls, Hook
 from sandbox.feishu.items_api import ItemsApi, ok
 from sandbox.feishu.rules import ALL_SCOPES, FeishuError, Resource, make_fault, scope_error
 from sandbox.feishu.store import FeishuStore
@@ -37,7 +38,7 @@ MINUTE_CAPPED = frozenset({"reply", "create", "message_patch", "reaction_add", "
 Handler = Callable[[dict[str, Any]], "dict[str, Any] | Response"]
 
 
-class FeishuEmulator(Controls, DocControls, ItemsApi, LoopbackServer):
+class FeishuEmulator(Controls, DocControls, CardKitControls, ItemsApi, LoopbackServer):
     """Feishu IM + auth endpoints at the root path, state in memory, driven from Python or /_sandbox/."""
 
     def __init__(
@@ -51,6 +52,8 @@ class FeishuEmulator(Controls, DocControls, ItemsApi, LoopbackServer):
         self.store = FeishuStore(app_id, app_secret, clock)
         self.bitable = BitableStore(self.store.lock, self.store.person, self.store.chat_name, self.sleep, clock)
         self.docs = DocsStore(self.store.lock, self._name_of, clock)
+        self.cardkit = CardKitStore(self.store.lock, clock)
+        self.store.entities = self.cardkit
         self._lock = threading.RLock()
         self._faults = FaultBook(make_fault)
         self._delays: dict[str, float] = {}
@@ -76,6 +79,7 @@ class FeishuEmulator(Controls, DocControls, ItemsApi, LoopbackServer):
         self.store.reset(keep_tokens=keep_tokens)
         self.bitable.reset()
         self.docs.reset()
+        self.cardkit.reset()
         self._faults.clear()
         with self._lock:
             self._delays.clear()
@@ -222,6 +226,9 @@ class FeishuEmulator(Controls, DocControls, ItemsApi, LoopbackServer):
             self.api_qpm, self.minute_s = limit, window_s
             self._minute.clear()
             self.minute_rejections = {}
+        with self.cardkit.lock:  # CardKit's tier: the same per-minute cap (its 50/s: set_cardkit_limits)
+            self.cardkit.app_qpm, self.cardkit.minute_s = limit, window_s
+            self.cardkit.app_calls.clear()
 
     def _per_minute(self, op: str) -> None:
         """Reply, create, PATCH and reactions: each at most `api_qpm` calls a minute (HTTP 429, 99991400)."""
@@ -271,6 +278,11 @@ class FeishuEmulator(Controls, DocControls, ItemsApi, LoopbackServer):
             ("/open-apis/drive/v1/permissions/<token>/members", "GET", "perm_members", self.docs.perm_members),
             ("/open-apis/drive/v1/metas/batch_query", "POST", "drive_metas", self.docs.drive_metas),
             ("/open-apis/drive/v1/files/<file_token>/download", "GET", "drive_download", self.docs.download),
+            ("/open-apis/cardkit/v1/cards", "POST", "card_create", _ok(self.cardkit.create)),
+            ("/open-apis/cardkit/v1/cards/<card_id>/elements/<element_id>/content", "PUT", "card_content",
+             _ok(self.cardkit.content)),
+            ("/open-apis/cardkit/v1/cards/<card_id>", "PUT", "card_update", _ok(self.cardkit.update)),
+            ("/open-apis/cardkit/v1/cards/<card_id>/settings", "PATCH", "card_settings", _ok(self.cardkit.settings)),
         ]
         for path, method, op, handler in routes:
             app.add_url_rule(path, endpoint=op, view_func=_bind(self._serve, op, handler), methods=[method])
@@ -346,6 +358,11 @@ def _bind(serve: Callable[..., Response], op: str, handler: Handler) -> Callable
 
     return view
 
+
+
+def _ok(handler: Callable[[dict[str, Any]], dict[str, Any]]) -> Handler:
+    """A handler returning `data` → the full success body."""
+    return lambda record: ok(handler(record))
 
 
 def _render_http_error(status: int, message: str) -> tuple[dict[str, Any], int]:

@@ -4,16 +4,19 @@ its inspection of requests and sends."""
 from __future__ import annotations
 
 import copy
+import json
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from sandbox.faults import Fault, FaultBook, FaultProfile
+from sandbox.feishu.cardkit import card_text
 from sandbox.feishu.docs import Access, doc_link, members_of
 from sandbox.feishu.docs_blocks import new_token
 from sandbox.feishu.rules import check_ops, error_body, fault_kinds_for, fault_options, make_fault
 
 if TYPE_CHECKING:
+    from sandbox.feishu.cardkit import CardKitStore
     from sandbox.feishu.docs import DocsStore
     from sandbox.feishu.store import FeishuStore
 
@@ -24,6 +27,7 @@ OPS = (
     "reaction_add", "reaction_remove", "reaction_list",
     "doc_meta", "doc_blocks", "wiki_node", "sheet_meta", "sheet_values", "perm_public", "perm_members",
     "drive_metas", "drive_download",
+    "card_create", "card_content", "card_update", "card_settings",
 )
 DOC_OWNER = "ou_doc_owner"
 Hook = Callable[[dict[str, Any]], object]
@@ -265,3 +269,53 @@ class DocControls:
     def set_sheet_read_limit(self, nbytes: int) -> None:
         """The values read's response cap (documented: 10 MB); past it → 1310221 Response Too Large."""
         self.docs.sheet_read_limit = int(nbytes)
+
+
+class CardKitControls:
+    """Card entities as tests see them; FeishuEmulator's __init__ makes `cardkit` (sandbox/feishu/cardkit.py)."""
+
+    if TYPE_CHECKING:
+        cardkit: CardKitStore
+        store: FeishuStore
+
+    def card_text(self, message_id: str) -> str:
+        """The text a card message shows now: a card entity's current markdown / plain_text, or a raw card's."""
+        entity = self.cardkit.by_message(message_id)
+        with self.store.lock:
+            if entity is not None:
+                return card_text(entity.card)
+            msg = self.store.by_id.get(message_id)
+            if msg is None or msg["msg_type"] != "interactive":
+                raise KeyError(f"no card message {message_id}")
+            return card_text(json.loads(msg["body"]["content"]))
+
+    def card_history(self, card_id: str) -> list[dict[str, Any]]:
+        """Every accepted op on the entity, in order: at (epoch seconds, time.time()), mono (time.monotonic()),
+        op (card_create, send, card_content, card_update, card_settings, streaming_timeout), sequence, length and
+        text (what the card's body shows after it), streaming (after it)."""
+        return self.cardkit.history(card_id)
+
+    def cards(self) -> list[dict[str, Any]]:
+        """Every card entity: card_id, message_id (None until sent), streaming, timed_out, sequence, created, text,
+        card."""
+        return self.cardkit.listing()
+
+    def card_of(self, message_id: str) -> str | None:
+        """The card_id a message shows, None for a message that shows no entity."""
+        entity = self.cardkit.by_message(message_id)
+        return entity.card_id if entity else None
+
+    def age_card(self, card_id: str, seconds: float) -> None:
+        """Make the entity `seconds` older (its 14-day life and its 10-minute streaming window run out sooner)."""
+        self.cardkit.age(card_id, seconds)
+
+    def set_cardkit_limits(self, *, per_card_qps: int | None = None, app_qps: int | None = None,
+                           streaming_timeout_s: float | None = None) -> None:
+        """Documented: 10 ops/s per card, 50/s per app (1000/min: set_api_qpm), streaming closes after 600 s."""
+        with self.cardkit.lock:
+            if per_card_qps is not None:
+                self.cardkit.per_card_qps = per_card_qps
+            if app_qps is not None:
+                self.cardkit.app_qps = app_qps
+            if streaming_timeout_s is not None:
+                self.cardkit.streaming_timeout_s = streaming_timeout_s

@@ -83,6 +83,29 @@ MESSAGES = {
     1770002: "not found",
     1770022: "invalid page token",
     1770032: "forBidden",
+    # CardKit (sandbox/feishu/cardkit.py names the pages)
+    10002: "Your request contains an invalid request parameter.",
+    200220: "Failed to generate card content",
+    200740: "The card entity does not exist",
+    200750: "The card entity has expired",
+    200770: "UUID conflict",
+    200810: "The card is in an ongoing interaction and cannot be updated",
+    200850: "Card streaming timeout",
+    200860: "Card content exceeds limit.",
+    230099: "Failed to create card content.",
+    300120: "Server Internal Error",
+    300122: "Failed to update card configuration",
+    300301: "Duplicate element_id in card component.",
+    300302: "update_multi property is false",
+    300303: "Only schema 2.0 is supported",
+    300305: "The number of card components exceeds 200",
+    300307: "The card DSL is empty",
+    300309: "Card streaming closed",
+    300310: "Only update text",
+    300311: "The current application does not have permission to update/use this card",
+    300312: "Unable to update element tag",
+    300313: "Failed to update element properties",
+    300317: "The sequence number for operating on the card did not increment consecutively",
 }
 
 
@@ -258,6 +281,11 @@ OP_SCOPES: dict[str, tuple[str, ...]] = {
     "drive_metas": ("drive:drive.metadata:readonly", "drive:drive", "drive:drive:readonly"),
     "drive_download": ("drive:file:download", "drive:file:readonly", "drive:file", "drive:drive:readonly",
                        "drive:drive"),
+    # CardKit card entities: 创建与更新卡片 (cardkit-v1 card/create, card-element/content, card/update, card/settings)
+    "card_create": ("cardkit:card:write",),
+    "card_content": ("cardkit:card:write",),
+    "card_update": ("cardkit:card:write",),
+    "card_settings": ("cardkit:card:write",),
 }
 # What the emulated app asks for: every scope above plus the event scopes (receiving messages).
 ALL_SCOPES = frozenset({s for scopes in OP_SCOPES.values() for s in scopes} | {

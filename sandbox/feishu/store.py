@@ -9,6 +9,7 @@ from collections import Counter, deque
 from collections.abc import Callable
 from typing import Any
 
+from sandbox.feishu.cardkit import CardKitStore
 from sandbox.feishu.cards import CardsAndPeople
 from sandbox.feishu.events import TENANT_KEY
 from sandbox.feishu.reactions import Reactions
@@ -33,6 +34,7 @@ class FeishuStore(CardsAndPeople, MessageReads, Reactions):
         self.clock = clock
         self.lock = threading.RLock()
         self.chat_qps: int | None = None
+        self.entities: CardKitStore | None = None  # CardKit card entities that messages may show
         self.reset()
 
     def reset(self, *, keep_tokens: bool = False) -> None:
@@ -216,10 +218,16 @@ class FeishuStore(CardsAndPeople, MessageReads, Reactions):
         window.append(now)
 
     def _send(self, chat_id: str, body: dict[str, Any], **links: str | None) -> dict[str, Any]:
+        content = body["content"]
+        entity = self.entities.sendable(content) if self.entities and body["msg_type"] == "interactive" else None
         self._throttle(chat_id)
-        msg = self._store(chat_id, self._bot_sender(), body["msg_type"], body["content"], **links)
+        if entity is not None and self.entities:  # the message shows the entity's current card from now on
+            content = self.entities.shown(entity)
+        msg = self._store(chat_id, self._bot_sender(), body["msg_type"], content, **links)
+        if entity is not None and self.entities:
+            self.entities.bind(entity, msg)
         if body["msg_type"] == "interactive":
-            self.card_history[msg["message_id"]] = [body["content"]]
+            self.card_history[msg["message_id"]] = [content]
         self.send_times.setdefault(chat_id, []).append(self.clock())
         if body.get("uuid"):
             self.uuids[body["uuid"]] = (msg["message_id"], self.clock())
