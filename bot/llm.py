@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import anthropic
+import httpx2
 
 from bot.errors import Paused, Permanent, Retryable
 from bot.settings import Settings
@@ -93,18 +95,21 @@ class Claude:
         )
 
     def step(self, system: list[dict[str, Any]], messages: list[dict[str, Any]], tools: list[dict[str, Any]],
-             *, final: bool = False) -> Step:
-        """One request offering `tools`; `final` forbids tool calls (tool_choice none) so the loop ends."""
+             *, final: bool = False, on_text: Callable[[str], None] | None = None) -> Step:
+        """One request offering `tools`; `final` forbids tool calls (tool_choice none) so the loop ends.
+        `on_text`: the request is streamed and called with this step's text so far as it grows."""
         extra: dict[str, Any] = {"tools": tools} if tools else {}
         if tools and final:
             extra["tool_choice"] = {"type": "none"}
+        kw: dict[str, Any] = dict(model=self.model, max_tokens=self.max_tokens, system=system, messages=messages,
+                                  **extra)
         try:
-            msg = self.client.messages.create(
-                model=self.model, max_tokens=self.max_tokens, system=system, messages=messages,  # type: ignore[arg-type]
-                **extra,
-            )
+            msg = self._streamed(kw, on_text) if on_text else self.client.messages.create(**kw)
         except anthropic.AnthropicError as exc:
             raise _mapped(exc) from exc
+        except httpx2.HTTPError as exc:  # a stream cut off mid-answer
+            raise Retryable(f"model stream broke: {exc.__class__.__name__}", source="model",
+                            code="connection") from exc
         content: list[dict[str, Any]] = []
         for block in msg.content:
             if block.type == "text":
@@ -118,6 +123,16 @@ class Claude:
             output_tokens=usage.output_tokens or 0, cache_read_tokens=usage.cache_read_input_tokens or 0,
             stop_reason=msg.stop_reason, cache_creation_tokens=usage.cache_creation_input_tokens or 0,
         )
+
+    def _streamed(self, kw: dict[str, Any], on_text: Callable[[str], None]) -> Any:
+        """The same request streamed: `on_text` sees the text so far after each delta (all text blocks)."""
+        parts: list[str] = []
+        with self.client.messages.stream(**kw) as stream:
+            for event in stream:
+                if event.type == "text" and event.text:
+                    parts.append(event.text)
+                    on_text("".join(parts))
+            return stream.get_final_message()
 
     def probe(self) -> None:
         """A free call that needs valid credentials (count_tokens); raises our failure types."""

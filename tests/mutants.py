@@ -182,6 +182,19 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("E1", "the sweeper's recovery pass is skipped (takeover waits for the full sweep)", "jobs/sweeper.py", (
         ("            recover(self.rt)\n", "            pass\n"),),
         ("tests/test_fast_recovery.py",)),
+    Mutant("E2", "a rerun ignores the card its killed run made (a second card)", "jobs/turn/stream.py", (
+        ("        self.card_id, self.message_id = found.get(CARD), found.get(MESSAGE)",
+         "        self.card_id, self.message_id = None, None"),),
+        ("tests/test_streaming.py::test_a_worker_killed_mid_stream_leaves_one_card_the_rerun_finishes",)),
+    Mutant("E3", "the plain fallback after a card reuses the card's uuid", "jobs/turn/stream.py", (
+        ('        return f"{self.batch_id}:plain" if self.card_id else None', "        return None"),),
+        ("tests/test_streaming.py::test_a_card_that_cannot_be_finished_is_followed_by_the_complete_answer",)),
+    Mutant("E4", "streamed text is shown without defusing tags", "jobs/turn/stream.py", (
+        ("        return card_markdown(head, self.people)", "        return head"),),
+        ("tests/test_streaming.py::test_streamed_text_cannot_ping_anyone",)),
+    Mutant("E5", "updates are not paced by STREAM_UPDATE_SECONDS", "jobs/turn/stream.py", (
+        ("        if self.message_id and now < self.next_at:", "        if False:"),),
+        ("tests/test_streaming.py::test_thirty_routes_streaming_at_once_stay_within_feishu_limits",)),
 )
 
 

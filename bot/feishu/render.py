@@ -140,6 +140,11 @@ def defuse(text: str) -> str:
     return _FEISHU_TAG.sub(lambda m: f"<{ZWSP}{m.group(1)}{m.group(2)}", text)
 
 
+def card_markdown(md: str, people: Mapping[str, str] | None = None) -> str:
+    """`md` for a card's markdown element: real mentions only for `people`, every other Feishu tag defused."""
+    return _with_mentions(md, dict(people or {}), "card")
+
+
 def _with_mentions(text: str, people: Mapping[str, str], kind: str) -> str:
     """Real mentions for people in the conversation (`@ou_…`, or the model's own `<at …>`); every other
     Feishu-looking tag is defused. Placeholders keep the real tags away from the defusing."""

@@ -20,6 +20,7 @@ from jobs.runtime import Runtime
 from jobs.turn import evidence, progress, recall, rotation
 from jobs.turn.batch_content import batch_content
 from jobs.turn.outbox import BATCH_CACHE_TTL_S, LeaseLost
+from jobs.turn.stream import Stream
 from memory import budget as bud
 from memory import notes, related, withdrawn
 from memory.context import Entry, estimate_tokens, format_batch, system_blocks
@@ -40,7 +41,8 @@ def load_history(rt: Runtime, route_key: str, session_id: str) -> list[Entry]:
 
 def _answer_for(rt: Runtime, route_key: str, kind: str, batch_id: str, batch_text: str,
                 fence: Callable[[], bool], session_id: str, images: Sequence[dict[str, Any]] = (),
-                batch: Sequence[Inbound] = (), owner: tuple[str, int] | None = None) -> Completion:
+                batch: Sequence[Inbound] = (), owner: tuple[str, int] | None = None,
+                on_text: Callable[[str], None] | None = None) -> Completion:
     """The model's answer for this batch. The first answer stored wins: a run that lost its lease while
     the model was thinking, and any later run of the batch, send that same text, never a second one."""
     key = rt.keys.answer(route_key, batch_id)
@@ -58,7 +60,7 @@ def _answer_for(rt: Runtime, route_key: str, kind: str, batch_id: str, batch_tex
                                 tools, images, owner)  # may rotate
     with shutdown.interruptible():  # the model may call read-only recall tools (jobs/turn/recall.py)
         talk = recall.converse(rt, route_key, prepared.session_id, system, prepared.messages, tools,
-                               notes_to=scope, materials=materials, previous=previous)
+                               notes_to=scope, materials=materials, previous=previous, on_text=on_text)
     completion = _with_notes(talk.completion, items, materials)
     for item in items.used:
         rt.items.touch(item.item_id, route_key, prepared.session_id)
@@ -182,12 +184,16 @@ def run_turn(rt: Runtime, route_key: str, kind: str, batch: Sequence[Inbound], b
     # Related discussion goes into this request only; the session log keeps just the batch.
     request_text = _related(rt, kind, batch) + batch_text
     shown.head_start()
+    people = _people(rt, batch)
+    card = Stream(rt, route_key, batch_id, last.message_id, chat_id=last.chat_id, in_thread=kind == "topic",
+                  fence=fence, people=people)
     completion = _answer_for(rt, route_key, kind, batch_id, request_text, fence, session_id, content.images, batch,
-                             owner)
+                             owner, on_text=card.feed if card.on else None)
     answer = completion.text or say("empty_answer", batch[-1].text)
     # The log keeps `answer` (the Markdown source); only the posted messages are rendered.
-    reply_ids = rt.outbox.reply(route_key, batch_id, last.message_id, answer, chat_id=last.chat_id,
-                                in_thread=kind == "topic", fence=fence, people=_people(rt, batch))
+    reply_ids = card.finish(answer) or rt.outbox.reply(
+        route_key, batch_id, last.message_id, answer, chat_id=last.chat_id, in_thread=kind == "topic", fence=fence,
+        people=people, uuid_key=card.reply_key)
     shown.done()
     proposals = (completion.recall or {}).get("proposals") or []
     item = item_context.own_item(rt, kind, batch) if proposals else None

@@ -134,6 +134,31 @@ class Outbox:
         """Replace a card in place (idempotent: the same card twice shows the same thing)."""
         self._paced(chat_id, fence, lambda: self.feishu.patch_card(message_id, card), api="patch")
 
+    def paced(self, chat_id: str, fence: Callable[[], bool], call: Callable[[], T], *, per_chat: bool = True,
+              api: str = "reply") -> T:
+        """`call` once its pacing slots are free (waiting for them), fenced, with short rate-limit retries."""
+        return self._paced(chat_id, fence, call, per_chat, api)
+
+    def try_paced(self, chat_id: str, fence: Callable[[], bool], call: Callable[[], object], *, api: str) -> bool:
+        """`call` only if the API's minute and the app's second have room right now (a streaming card's update:
+        skipped rather than waited for, the next one carries the text); True when it was made."""
+        held: list[tuple[str, str, int]] = []
+        for scope, limit, window in self._scopes(chat_id, False, api):
+            key, token = self.k.pace(scope), os.urandom(8).hex()
+            if int(self._take([key], [window, limit, token, IN_FLIGHT_MS])) > 0:
+                for k, t, _ in held:
+                    self.r.zrem(k, t)  # not used: give the slot back
+                return False
+            held.append((key, token, window))
+        try:
+            if not fence():
+                raise LeaseLost(chat_id)
+            call()
+            return True
+        finally:
+            for key, token, window in held:
+                self._done([key], [token, window + IN_FLIGHT_MS])
+
     def _paced(self, chat_id: str, fence: Callable[[], bool], call: Callable[[], T], per_chat: bool = True,
                api: str = "reply") -> T:
         for attempt in range(1, SEND_TRIES + 1):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import html
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -126,9 +126,11 @@ def with_record(entry_json: str, record: dict[str, Any] | None) -> str:
 
 def converse(rt: Runtime, rk: str, sid: str, system: list[dict[str, Any]], messages: list[dict[str, Any]],
              tools: list[dict[str, Any]], notes_to: tuple[str, str] | None = None,
-             materials: Materials | None = None, previous: dict[str, Any] | None = None) -> Talk:
+             materials: Materials | None = None, previous: dict[str, Any] | None = None,
+             on_text: Callable[[str], None] | None = None) -> Talk:
     """Ask, run the tools the model calls (at most MAX_ROUNDS), and ask again; every request within budget.
-    `previous`: the session's last recall record, when the caller has read it already (last_record)."""
+    `previous`: the session's last recall record, when the caller has read it already (last_record).
+    `on_text`: each request is streamed and this sees its text so far (a streaming card, jobs/turn/stream.py)."""
     b = rotation.budget_of(rt)
     reader = Reader(rt, rk, sid, b, previous)
     reader.notes_to = notes_to
@@ -139,7 +141,7 @@ def converse(rt: Runtime, rk: str, sid: str, system: list[dict[str, Any]], messa
     steps: list[Step] = []
     for n in range(MAX_ROUNDS + 1):
         room = b.input_room(b.request_cost(system, messages, tools))
-        step = rt.llm.step(system, messages, tools, final=n == MAX_ROUNDS or room < MIN_ROOM)
+        step = rt.llm.step(system, messages, tools, final=n == MAX_ROUNDS or room < MIN_ROOM, on_text=on_text)
         reader.sent(messages)
         steps.append(step)
         if not step.tool_uses or n == MAX_ROUNDS or room < MIN_ROOM:

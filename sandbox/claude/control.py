@@ -22,6 +22,10 @@ def register_control(app: Flask, standin: Any) -> None:
         standin.set_delay(float(control_body().get("seconds", 0)))
         return {"ok": True}
 
+    def stream() -> dict[str, Any]:
+        standin.set_stream(float(control_body().get("seconds", 0)))
+        return {"ok": True}
+
     def fail() -> dict[str, Any]:
         spec = control_body()
         if "kind" in spec:
@@ -77,6 +81,7 @@ def register_control(app: Flask, standin: Any) -> None:
 
     routes: list[tuple[str, str, Callable[[], Any]]] = [
         ("/_sandbox/delay", "POST", delay),
+        ("/_sandbox/stream", "POST", stream),
         ("/_sandbox/fail", "POST", fail),
         ("/_sandbox/reset", "POST", reset),
         ("/_sandbox/requests", "GET", lambda: standin.requests_since(since())),

@@ -52,6 +52,7 @@ class ClaudeStandin(LoopbackServer):
         self._poison = PoisonBook()
         self._calls = CallLog()
         self._delay = 0.0
+        self._stream_seconds = 0.0  # a streamed answer's text is spread over this long (see set_stream)
         self._responder: Responder | None = None
         self._hooks: list[RequestHook] = []
         self._count_requests: list[dict[str, Any]] = []
@@ -73,6 +74,7 @@ class ClaudeStandin(LoopbackServer):
         self._calls.clear()
         with self._lock:
             self._delay = 0.0
+            self._stream_seconds = 0.0
             self._responder = None
             self._hooks.clear()
             self._count_requests.clear()
@@ -91,6 +93,12 @@ class ClaudeStandin(LoopbackServer):
     def set_delay(self, seconds: float) -> None:
         with self._lock:
             self._delay = float(seconds)
+
+    def set_stream(self, seconds: float) -> None:
+        """Streamed answers emit their text deltas evenly over `seconds` (after `set_delay`, the time to the
+        first token), like a model writing a long answer; non-streamed calls are unaffected."""
+        with self._lock:
+            self._stream_seconds = float(seconds)
 
     def fail(
         self, status: int, error_type: str, times: int = 1, headers: dict[str, str] | None = None,
@@ -219,7 +227,9 @@ class ClaudeStandin(LoopbackServer):
             err = wire.error_body(exc.error_type, exc.message, request_id)
             return self._finish(entry, json_response(err, exc.status, {"request-id": request_id}))
         if body.get("stream"):
-            frames = self._stamped(entry, wire.sse_frames(message))
+            with self._lock:
+                spread = self._stream_seconds
+            frames = self._stamped(entry, self._paced(entry, list(wire.sse_frames(message)), spread))
             return Response(frames, mimetype="text/event-stream",
                             headers={"request-id": request_id, "Cache-Control": "no-cache"})
         return self._finish(entry, json_response(message, 200, {"request-id": request_id}))
@@ -269,6 +279,21 @@ class ClaudeStandin(LoopbackServer):
             yield from frames
         finally:
             self._calls.finish(entry, 200)
+
+    def _paced(self, entry: dict[str, Any], frames: list[str], spread: float) -> Iterator[str]:
+        """The frames, text deltas `spread` seconds apart in total; the first text delta's send time is kept
+        on the call (`first_text_at`, epoch seconds) so tests measure first token → first visible text."""
+        texts = sum(1 for f in frames if '"text_delta"' in f)
+        gap = spread / max(texts - 1, 1) if texts > 1 else 0.0
+        seen = 0
+        for frame in frames:
+            if '"text_delta"' in frame:
+                if seen:
+                    self.sleep(gap)
+                else:
+                    self._calls.mark(entry, first_text_at=time.time())
+                seen += 1
+            yield frame
 
     def _answer(self, body: dict[str, Any]) -> dict[str, Any]:
         with self._lock:

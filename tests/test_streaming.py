@@ -1,0 +1,275 @@
+"""Issue 16 acceptance 3: streaming answers (REPLY_STREAMING=card) through the real service.
+
+A CardKit card appears when the model's first text arrives, grows while it writes, and ends as the complete
+rendered answer: one card per turn, across a worker killed mid-stream too. Without the scope or with CardKit
+failing, the turn falls back to the rendered reply."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from bot.feishu.render import card_markdown
+from memory.keys import Keys
+from tests.harness import (
+    Proc,
+    WebServer,
+    deliver,
+    message_id,
+    model_requests_with,
+    reply_text,
+    route_key,
+    session_log,
+    settings_from,
+    stop_all,
+    unique,
+    wait_for,
+    wait_route_idle,
+)
+
+FIRST_VISIBLE_S = 2.0  # first token → first text in the chat
+UPDATE_GAP_S = 2.0  # the card shows new text at least this often while the model writes
+
+
+@dataclass
+class Rig:
+    web: WebServer
+    env: dict[str, str]
+    workdir: Path
+    procs: list[Proc] = field(default_factory=list)
+
+    @property
+    def keys(self) -> Keys:
+        return Keys(self.env["BOT_PROFILE"])
+
+    def start(self) -> None:
+        for module in ("jobs.worker", "jobs.sweeper"):
+            self.procs.append(Proc(["-m", module], self.env, str(self.workdir),
+                                   self.workdir / f"{self.env['BOT_PROFILE']}-{module}.log"))
+
+    def kill_workers(self) -> None:
+        """SIGKILL every RQ worker and work-horse; the supervisor starts fresh ones."""
+        for pid in self.procs[0].children():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                continue
+
+
+@pytest.fixture(scope="module")
+def _rig(env: dict[str, str], workdir: Path) -> Iterator[Rig]:
+    own = {**env, "BOT_PROFILE": unique("stream"), "REPLY_STREAMING": "card", "WORKER_CONCURRENCY": "32",
+           "STREAM_UPDATE_SECONDS": "1", "REPLY_CHUNK_CHARS": "1200"}
+    rig = Rig(WebServer(settings_from(own)), own, workdir)
+    rig.start()
+    yield rig
+    rig.web.stop()
+    stop_all(rig.procs)
+
+
+@pytest.fixture()
+def rig(_rig: Rig) -> Iterator[Rig]:
+    yield _rig
+    if not all(p.alive() for p in _rig.procs):
+        stop_all(_rig.procs)
+        _rig.procs.clear()
+        _rig.start()
+
+
+def long_answer(tag: str, paragraphs: int = 8) -> str:
+    """Markdown the model 'writes': a heading, a list and prose, ~90 characters a paragraph."""
+    body = [f"## 结论（{tag}）", "", "- 第一点：导出任务在队列里排队", "- 第二点：重试之后恢复", ""]
+    body += [f"第 {i} 段：这里是较长的分析内容，用来观察卡片随着模型输出逐步增长，直到最后显示完整答案。" for i in range(paragraphs)]
+    return "\n".join(body)
+
+
+def answer_with(claude, marker: str, text: str) -> None:
+    previous = claude._responder  # chained: other tests' responders keep answering their own markers
+
+    def respond(body: dict[str, Any]) -> Any:
+        if marker in json.dumps(body["messages"], ensure_ascii=False):
+            return text
+        return previous(body) if previous else "收到。"
+
+    claude.set_responder(respond)
+
+
+def card_messages(feishu, user_message: str) -> list[dict[str, Any]]:
+    return [m for m in feishu.replies_to(user_message) if m["msg_type"] == "interactive"]
+
+
+def entity_of(feishu, card_message: dict[str, Any]) -> dict[str, Any]:
+    found = [c for c in feishu.cards() if c["message_id"] == card_message["message_id"]]
+    assert len(found) == 1, found
+    return found[0]
+
+
+def content_ops(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [h for h in history if h["op"] in ("card_create", "card_content", "card_update")]
+
+
+def test_a_long_answer_grows_in_one_card_and_ends_as_the_complete_answer(rig: Rig, feishu, claude, r) -> None:
+    text = long_answer("流式")
+    answer_with(claude, "流式测试", text)
+    claude.set_delay(0.3)
+    claude.set_stream(8.0)
+    chat = unique("oc_p2p")
+    msg = deliver(rig.web, feishu, chat_id=chat, chat_type="p2p", text="流式测试：导出为什么失败")
+    rk = route_key("p2p", chat, profile=rig.env["BOT_PROFILE"])
+    wait_route_idle(r, rig.keys, rk, timeout=60)
+    cards = card_messages(feishu, message_id(msg))
+    assert len(feishu.replies_to(message_id(msg))) == 1 and len(cards) == 1
+    entity = entity_of(feishu, cards[0])
+    assert not entity["streaming"]
+    assert entity["text"] == card_markdown(text)
+    (call,) = [c for c in model_requests_with(claude, "流式测试")]
+    history = content_ops(feishu.card_history(entity["card_id"]))
+    first_visible = history[0]["at"] - call["first_text_at"]
+    assert first_visible <= FIRST_VISIBLE_S, first_visible
+    writing = [h["at"] for h in history if h["at"] <= call["end"]]
+    gaps = [b - a for a, b in zip(writing, writing[1:], strict=False)]
+    assert len(writing) >= 5 and max(gaps) <= UPDATE_GAP_S, gaps
+    grew = [h["length"] for h in history]
+    assert grew == sorted(grew), "the card's text only grows while the model writes"
+    assert history[-1]["op"] == "card_update" and not history[-1]["streaming"]
+    answer = [e for e in session_log(r, rig.keys, rk) if e["role"] == "assistant"][0]
+    assert answer["text"] == text and answer["message_ids"] == [cards[0]["message_id"]]
+
+
+def test_a_worker_killed_mid_stream_leaves_one_card_the_rerun_finishes(rig: Rig, feishu, claude, r) -> None:
+    text = long_answer("被杀")
+    answer_with(claude, "中途被杀", text)
+    claude.set_delay(0.2)
+    claude.set_stream(6.0)
+    chat = unique("oc_p2p")
+    msg = deliver(rig.web, feishu, chat_id=chat, chat_type="p2p", text="中途被杀：请详细分析")
+    rk = route_key("p2p", chat, profile=rig.env["BOT_PROFILE"])
+    shown = feishu.wait_for(lambda: card_messages(feishu, message_id(msg)), timeout=30)
+    card_id = feishu.card_of(shown[0]["message_id"])
+    wait_for(lambda: len(content_ops(feishu.card_history(card_id))) >= 3, timeout=20, what="the card to grow")
+    rig.kill_workers()
+    claude.set_stream(1.0)
+    wait_for(lambda: not feishu.cards()[0]["streaming"] if feishu.cards() else False, timeout=60,
+             what="the rerun to finish the card")
+    wait_route_idle(r, rig.keys, rk, timeout=60)
+    assert len(model_requests_with(claude, "中途被杀")) == 2  # the killed stream and the rerun's
+    replies = feishu.replies_to(message_id(msg))
+    assert [m["message_id"] for m in replies] == [shown[0]["message_id"]], replies  # one message: the card
+    assert [c["card_id"] for c in feishu.cards()] == [card_id]  # one card entity, created once
+    assert feishu.cards()[0]["text"] == card_markdown(text)
+    sequences = [h["sequence"] for h in feishu.card_history(card_id) if h["op"] != "send"]
+    assert sequences == sorted(set(sequences)), "sequence numbers keep increasing across the two runs"
+
+
+def test_a_long_answer_ends_in_the_card_and_the_rest_follows_as_replies(rig: Rig, feishu, claude, r) -> None:
+    text = long_answer("超长", paragraphs=60)  # ~2,800 characters; REPLY_CHUNK_CHARS=1200 in this rig
+    answer_with(claude, "超长回答", text)
+    claude.set_stream(2.0)
+    chat = unique("oc_p2p")
+    msg = deliver(rig.web, feishu, chat_id=chat, chat_type="p2p", text="超长回答：全部列出")
+    rk = route_key("p2p", chat, profile=rig.env["BOT_PROFILE"])
+    wait_route_idle(r, rig.keys, rk, timeout=60)
+    replies = feishu.replies_to(message_id(msg))
+    assert replies[0]["msg_type"] == "interactive" and len(replies) >= 3, [m["msg_type"] for m in replies]
+    (entity,) = feishu.cards()
+    assert entity["message_id"] == replies[0]["message_id"] and not entity["streaming"]
+    shown = entity["text"] + "".join(reply_text(m) for m in replies[1:])
+    for i in range(60):
+        assert shown.count(f"第 {i} 段：") == 1, i  # every paragraph once: nothing lost, nothing twice
+    log = [e for e in session_log(r, rig.keys, rk) if e["role"] == "assistant"][0]
+    assert log["message_ids"] == [m["message_id"] for m in replies]
+
+
+def test_without_the_cardkit_scope_the_answer_is_a_plain_reply(rig: Rig, feishu, claude, r) -> None:
+    feishu.deny_scopes(["cardkit:card:write"])
+    claude.set_stream(1.0)
+    chat = unique("oc_p2p")
+    msg = deliver(rig.web, feishu, chat_id=chat, chat_type="p2p", text="没有卡片权限时")
+    rk = route_key("p2p", chat, profile=rig.env["BOT_PROFILE"])
+    feishu.wait_for(lambda: feishu.replies_to(message_id(msg)), timeout=30)
+    wait_route_idle(r, rig.keys, rk, timeout=30)
+    (reply,) = feishu.replies_to(message_id(msg))
+    assert reply["msg_type"] == "text" and "没有卡片权限时" in reply_text(reply)
+    assert feishu.cards() == []
+    ready = requests.get(f"{rig.web.url}/readyz", timeout=5).json()
+    assert "streaming" in json.dumps(ready.get("capabilities_off") or ready, ensure_ascii=False)
+    # The next turn does not try again while the capability is off (one ERROR, not one per message).
+    before = len([q for q in feishu.requests if q["op"] == "card_create"])
+    msg2 = deliver(rig.web, feishu, chat_id=chat, chat_type="p2p", text="第二条消息")
+    feishu.wait_for(lambda: feishu.replies_to(message_id(msg2)), timeout=30)
+    assert len([q for q in feishu.requests if q["op"] == "card_create"]) == before
+    r.delete(rig.keys.capability_off("streaming"))  # the rig's next tests stream again
+
+
+def test_cardkit_refusing_the_card_falls_back_to_the_rendered_reply(rig: Rig, feishu, claude, r) -> None:
+    feishu.inject("card_create", code=200220, http_status=400, times=1)
+    claude.set_stream(1.0)
+    chat = unique("oc_p2p")
+    msg = deliver(rig.web, feishu, chat_id=chat, chat_type="p2p", text="卡片创建失败时")
+    rk = route_key("p2p", chat, profile=rig.env["BOT_PROFILE"])
+    feishu.wait_for(lambda: feishu.replies_to(message_id(msg)), timeout=30)
+    wait_route_idle(r, rig.keys, rk, timeout=30)
+    (reply,) = feishu.replies_to(message_id(msg))
+    assert reply["msg_type"] == "text" and "卡片创建失败时" in reply_text(reply)
+
+
+def test_a_card_that_cannot_be_finished_is_followed_by_the_complete_answer(rig: Rig, feishu, claude, r) -> None:
+    """Streaming closed on Feishu's side (10 minutes, or closed): the answer is posted as a plain reply under its
+    own uuid, so Feishu's uuid window cannot swallow it into the card message."""
+    text = long_answer("收尾失败", paragraphs=3)
+    answer_with(claude, "收尾失败", text)
+    claude.set_stream(1.5)
+    feishu.inject("card_update", code=200740, http_status=400, times=1)
+    chat = unique("oc_p2p")
+    msg = deliver(rig.web, feishu, chat_id=chat, chat_type="p2p", text="收尾失败：看看")
+    rk = route_key("p2p", chat, profile=rig.env["BOT_PROFILE"])
+    wait_route_idle(r, rig.keys, rk, timeout=40)
+    replies = feishu.replies_to(message_id(msg))
+    assert [m["msg_type"] for m in replies][0] == "interactive" and len(replies) == 2, replies
+    assert "第 2 段" in reply_text(replies[1])
+
+
+def test_streamed_text_cannot_ping_anyone(rig: Rig, feishu, claude, r) -> None:
+    text = '注意 <at user_id="all">所有人</at> 以及 <at id=all></at>，这是模型写出的标签。' + "后续内容。" * 30
+    answer_with(claude, "标签注入", text)
+    claude.set_stream(2.0)
+    chat = unique("oc_p2p")
+    msg = deliver(rig.web, feishu, chat_id=chat, chat_type="p2p", text="标签注入测试")
+    wait_route_idle(r, rig.keys, route_key("p2p", chat, profile=rig.env["BOT_PROFILE"]), timeout=40)
+    (entity,) = feishu.cards()
+    texts = [h.get("text", "") for h in feishu.card_history(entity["card_id"])]
+    assert len(texts) >= 2 and not any("<at" in t for t in texts), texts
+    assert len(feishu.replies_to(message_id(msg))) == 1
+
+
+def test_thirty_routes_streaming_at_once_stay_within_feishu_limits(rig: Rig, feishu, claude, r) -> None:
+    n = 30
+    answer_with(claude, "并发流式", long_answer("并发", paragraphs=6))
+    claude.set_delay(0.5)
+    claude.set_stream(6.0)
+    chats = [unique("oc_p2p") for _ in range(n)]
+    msgs = [deliver(rig.web, feishu, chat_id=c, chat_type="p2p", text=f"并发流式 {i}") for i, c in enumerate(chats)]
+    for c in chats:
+        wait_route_idle(r, rig.keys, route_key("p2p", c, profile=rig.env["BOT_PROFILE"]), timeout=120)
+    cards = feishu.cards()
+    assert len(cards) == n and all(not c["streaming"] for c in cards)
+    for m in msgs:
+        assert len(feishu.replies_to(message_id(m))) == 1
+    limited = [q for q in feishu.requests if str(q.get("status")) == "429" or q.get("code") == 99991400]
+    assert limited == [], limited[:3]
+    assert max(feishu.peak_sends(1.0).values()) <= 5
+    starts = sorted(h["at"] for c in cards for h in feishu.card_history(c["card_id"]) if h["op"] == "card_create")
+    assert starts[-1] - starts[0] < 6.0, "the 30 answers streamed at the same time"
+    for c in cards:
+        ops = [h["at"] for h in feishu.card_history(c["card_id"]) if h["op"] != "send"]
+        assert all(sum(1 for t in ops if s <= t < s + 1.0) <= 10 for s in ops), "10 operations/s per card"
