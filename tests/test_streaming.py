@@ -139,6 +139,8 @@ def test_a_long_answer_grows_in_one_card_and_ends_as_the_complete_answer(rig: Ri
     writing = [h["at"] for h in history if h["at"] <= call["end"]]
     gaps = [b - a for a, b in zip(writing, writing[1:], strict=False)]
     assert len(writing) >= 5 and max(gaps) <= UPDATE_GAP_S, gaps
+    # ...and no more often than STREAM_UPDATE_SECONDS (1 s here): the model sent ~40 deltas in those 8 s.
+    assert len(writing) <= (call["end"] - call["first_text_at"]) / 1.0 + 3, len(writing)
     grew = [h["length"] for h in history]
     assert grew == sorted(grew), "the card's text only grows while the model writes"
     assert history[-1]["op"] == "card_update" and not history[-1]["streaming"]
