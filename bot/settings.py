@@ -189,6 +189,22 @@ class Settings(BaseSettings):
         return value
 
     @model_validator(mode="after")
+    def _redis_target(self) -> Settings:
+        """Sentinel settings come as a pair and replace REDIS_URL (README: Redis high availability)."""
+        from memory.sentinel import SentinelConfigError, is_sentinel_url, parse_url, target_of
+
+        try:
+            if self.redis_sentinels or self.redis_sentinel_master:
+                if self.redis_url:
+                    raise SentinelConfigError("set either REDIS_URL or REDIS_SENTINELS/REDIS_SENTINEL_MASTER")
+                target_of(self.redis_sentinels, self.redis_sentinel_master)
+            elif self.redis_url and is_sentinel_url(self.redis_url):
+                parse_url(self.redis_url)
+        except SentinelConfigError as exc:
+            raise ValueError(str(exc)) from None
+        return self
+
+    @model_validator(mode="after")
     def _sandbox_defaults(self) -> Settings:
         if self.sandbox:
             self._fill_sandbox_defaults()

@@ -97,8 +97,11 @@ class Inbox:
         """The current batch (registered with the watchdog); None when the lease is no longer ours."""
         k = self.k
         info = json.dumps({"exec_id": exec_id, "job_id": job_id, "started": round(time.time(), 3)})
-        res = self._s["TAKE"]([k.inbox(rk), k.proc(rk), k.lease(rk), k.running, k.runinfo],
-                              [exec_id, self.lease_ms, rk, time.time() + budget_s, info, MAX_BATCH])
+        # A replica gets the batch's bounds before any reply goes out: after a failover the rerun takes
+        # the same batch again, so its replies carry the same uuids and Feishu posts them once.
+        res = self._push.replicas.script(self._s["TAKE"], [k.inbox(rk), k.proc(rk), k.lease(rk), k.running,
+                                                           k.runinfo],
+                                         [exec_id, self.lease_ms, rk, time.time() + budget_s, info, MAX_BATCH])
         return None if res == -1 else list(res)
 
     def commit(self, rk: str, exec_id: str, c: Commit) -> int:

@@ -3,7 +3,10 @@
 Under load a web process has several threads waiting on Redis at once; sending their EVALSHAs in one
 pipeline saves most of the per-call socket and wake-up cost on both sides. Leader/follower, no extra
 thread: the first caller sends everything queued so far, then hands the lead to the next waiter. Each
-call still gets its own result or error; nothing is acknowledged before Redis has answered it.
+call still gets its own result or error; nothing is acknowledged before Redis has answered it, and, when
+replicas are connected, before one of them has the group's writes: a `WAIT 1` closes the same pipeline
+(memory/store.py ReplicaWait), so a whole group pays one round trip for it. A group the replica did not
+confirm in time fails with NotReplicated (the webhook answers 503; Feishu's redelivery is deduped).
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from typing import Any
 
 import redis
 from redis.exceptions import NoScriptError
+
+from memory.store import NotReplicated, ReplicaWait
 
 MAX_BATCH = 64
 
@@ -32,8 +37,9 @@ class _Call:
 
 
 class GroupCommit:
-    def __init__(self, r: redis.Redis, script: str) -> None:
+    def __init__(self, r: redis.Redis, script: str, replicas: ReplicaWait | None = None) -> None:
         self.r, self.script = r, script
+        self.replicas = replicas or ReplicaWait(r)
         self.sha = hashlib.sha1(script.encode("utf-8")).hexdigest()
         self._lock = threading.Lock()
         self._pending: list[_Call] = []
@@ -93,4 +99,12 @@ class GroupCommit:
         pipe = self.r.pipeline(transaction=False)
         for call in batch:
             pipe.evalsha(call.sha, len(call.keys), *call.keys, *call.args)
-        return list(pipe.execute(raise_on_error=False))
+        waited = self.replicas.add(pipe)
+        results = list(pipe.execute(raise_on_error=False))
+        if not waited:
+            return results
+        acked, results = results[-1], results[:-1]
+        if not self.replicas.confirmed(acked) and not any(isinstance(r, NoScriptError) for r in results):
+            shortfall = NotReplicated(f"no replica confirmed the writes within {self.replicas.timeout_ms} ms")
+            return [r if isinstance(r, Exception) else shortfall for r in results]
+        return results

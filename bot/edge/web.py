@@ -13,6 +13,8 @@ from werkzeug.exceptions import HTTPException
 from bot import metrics
 from bot.edge import ingress as ing
 from bot.feishu import capabilities
+from memory import sentinel
+from memory.store import sentinel_url
 
 bp = Blueprint("feishu", __name__)
 
@@ -55,9 +57,23 @@ def readyz() -> tuple[Response, int]:
     table_bad = bool(table) and (table.get("schema") != "ok" or table.get("subscription", "ok") != "ok")
     preflight = json.loads(preflight) if preflight else None
     lacking = bool(preflight and preflight.get("missing"))
-    status = "degraded" if paused or unsafe or table_bad or off or lacking else "ready"
+    ha = _redis_ha(i)
+    ha_bad = bool(ha and ha.get("problems"))
+    status = "degraded" if paused or unsafe or table_bad or off or lacking or ha_bad else "ready"
     return jsonify(status=status, redis=True, paused=paused, redis_checks=checks, dead_letters=dead,
-                   bitable=table or None, capabilities_off=off, preflight=preflight), 200
+                   bitable=table or None, capabilities_off=off, preflight=preflight, redis_ha=ha), 200
+
+
+def _redis_ha(i: ing.Ingress) -> dict[str, object] | None:
+    """Sentinel mode: the master now, the sentinels that answer, replicas, the failovers processes saw."""
+    url = sentinel_url(i.settings)
+    if url is None:
+        return None
+    try:
+        return sentinel.report(url, i.state)
+    except Exception as exc:  # Redis answered the checks above; a report that fails is a reason, not a 503
+        current_app.logger.warning("sentinel report failed: %r", exc)
+        return {"mode": "sentinel", "problems": [f"sentinel report failed ({exc.__class__.__name__})"]}
 
 
 @bp.get("/metrics")
