@@ -8,6 +8,10 @@ _CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
 _LATIN = re.compile(r"[A-Za-z]")
 
 TEXTS = {
+    "stream_abandoned": {
+        "zh": "（这条回答没有写完。）",
+        "en": "(This answer was not finished.)",
+    },
     "dead_letter": {
         "zh": "抱歉，这条消息我多次处理都失败了，已经记录下来，管理员会跟进。",
         "en": "Sorry, I failed to handle this message several times. It has been logged for an admin to follow up.",

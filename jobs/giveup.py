@@ -26,6 +26,7 @@ from jobs.runtime import Runtime
 from jobs.turn import progress
 from jobs.turn.outbox import LeaseLost
 from jobs.turn.session import Superseded
+from jobs.turn.stream import Stream
 from routing.keys import ITEM
 
 log = logging.getLogger("jobs.drain")
@@ -95,6 +96,7 @@ class GiveUp:
         split = len(raw) > 1 and not self._answer_stored(batch_id)
         if self.kind != ITEM:  # the working reaction goes; a buried message gets the failure one
             progress.gave_up(self.rt, self.rk, batch_id, parse(raw).readable, self.fence, buried=not split)
+            self._close_card(raw, batch_id)
         if split:
             return self._split(raw, batch_id)
         self._bury(raw, batch_id, reason)
@@ -136,6 +138,16 @@ class GiveUp:
 
     def _on_bury(self, message: Inbound, batch_id: str, reason: str) -> None:
         self._notify(message, batch_id)
+
+    def _close_card(self, raw: list[str], batch_id: str) -> None:
+        """A streaming card the batch's runs left half written says it will not be finished."""
+        readable = parse(raw).readable
+        if not readable:
+            return
+        last = readable[-1]
+        card = Stream(self.rt, self.rk, batch_id, last.message_id, chat_id=last.chat_id,
+                      in_thread=self.kind == "topic", fence=self.fence, people={})
+        card.abandon(say("stream_abandoned", last.text))
 
     def _notify(self, message: Inbound, batch_id: str) -> None:
         try:

@@ -275,3 +275,37 @@ def test_thirty_routes_streaming_at_once_stay_within_feishu_limits(rig: Rig, fei
     for c in cards:
         ops = [h["at"] for h in feishu.card_history(c["card_id"]) if h["op"] != "send"]
         assert all(sum(1 for t in ops if s <= t < s + 1.0) <= 10 for s in ops), "10 operations/s per card"
+
+
+def test_a_user_reset_mid_stream_closes_the_half_written_card(rig: Rig, feishu, claude, r) -> None:
+    answer_with(claude, "重置打断", long_answer("重置", paragraphs=10))
+    claude.set_stream(8.0)
+    chat = unique("oc_p2p")
+    msg = deliver(rig.web, feishu, chat_id=chat, chat_type="p2p", text="重置打断：慢慢说")
+    rk = route_key("p2p", chat, profile=rig.env["BOT_PROFILE"])
+    shown = feishu.wait_for(lambda: card_messages(feishu, message_id(msg)), timeout=30)
+    card_id = feishu.card_of(shown[0]["message_id"])
+    deliver(rig.web, feishu, chat_id=chat, chat_type="p2p", text="/reset")
+    wait_for(lambda: not feishu.cards()[0]["streaming"], timeout=30, what="the card to be closed")
+    wait_route_idle(r, rig.keys, rk, timeout=30)
+    assert feishu.cards()[0]["text"] == "（这条回答没有写完。）"
+    assert [c["card_id"] for c in feishu.cards()] == [card_id]
+    assert not any("重置" in e["text"] for e in session_log(r, rig.keys, rk) if e["role"] == "assistant")
+
+
+def test_a_streamed_batch_that_is_given_up_closes_its_card(rig: Rig, feishu, claude, r) -> None:
+    """The answer streamed, but the card cannot be finished (CardKit keeps failing): retried, then dead-lettered;
+    the card says it was not finished and the sender gets the usual notice."""
+    answer_with(claude, "无法收尾", long_answer("无法收尾", paragraphs=3))
+    claude.set_stream(1.0)
+    feishu.inject("card_update", code=300120, http_status=400, times=3)  # DEAD_LETTER_AFTER=3 in the suite
+    chat = unique("oc_p2p")
+    msg = deliver(rig.web, feishu, chat_id=chat, chat_type="p2p", text="无法收尾：试试")
+    rk = route_key("p2p", chat, profile=rig.env["BOT_PROFILE"])
+    wait_for(lambda: len(feishu.replies_to(message_id(msg))) >= 2, timeout=60, what="the dead-letter notice")
+    wait_route_idle(r, rig.keys, rk, timeout=30)
+    (entity,) = feishu.cards()
+    assert not entity["streaming"] and entity["text"] == "（这条回答没有写完。）"
+    replies = feishu.replies_to(message_id(msg))
+    assert len(replies) == 2 and "多次处理都失败" in reply_text(replies[1])
+    assert len(model_requests_with(claude, "无法收尾")) == 1  # the answer was kept; only the card failed

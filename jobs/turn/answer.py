@@ -20,6 +20,7 @@ from jobs.runtime import Runtime
 from jobs.turn import evidence, progress, recall, rotation
 from jobs.turn.batch_content import batch_content
 from jobs.turn.outbox import BATCH_CACHE_TTL_S, LeaseLost
+from jobs.turn.session import Superseded
 from jobs.turn.stream import Stream
 from memory import budget as bud
 from memory import notes, related, withdrawn
@@ -187,8 +188,12 @@ def run_turn(rt: Runtime, route_key: str, kind: str, batch: Sequence[Inbound], b
     people = _people(rt, batch)
     card = Stream(rt, route_key, batch_id, last.message_id, chat_id=last.chat_id, in_thread=kind == "topic",
                   fence=fence, people=people)
-    completion = _answer_for(rt, route_key, kind, batch_id, request_text, fence, session_id, content.images, batch,
-                             owner, on_text=card.feed if card.on else None)
+    try:
+        completion = _answer_for(rt, route_key, kind, batch_id, request_text, fence, session_id, content.images,
+                                 batch, owner, on_text=card.feed if card.on else None)
+    except Superseded:  # a user reset overtook the turn: its answer never comes; the lease is still this run's
+        card.abandon(say("stream_abandoned", last.text), fence=lambda: True)
+        raise
     answer = completion.text or say("empty_answer", batch[-1].text)
     # The log keeps `answer` (the Markdown source); only the posted messages are rendered.
     reply_ids = card.finish(answer) or rt.outbox.reply(

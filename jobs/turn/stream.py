@@ -175,6 +175,24 @@ class Stream:
         self._keep(DONE, "1")
         self.done = True
 
+    def abandon(self, note: str, fence: Callable[[], bool] | None = None) -> None:
+        """Close a card whose answer will never come (the batch was given up, or a user reset overtook the turn):
+        it shows `note` instead of a half answer that looks alive ("[生成中...]"). Best effort."""
+        if not self.card_id or self.done or self.plain:
+            return
+        card_id, card = str(self.card_id), streaming_card(note, element_id=ELEMENT, streaming=False)
+        seq = self._sequence()
+        try:
+            self.rt.outbox.paced(self.chat_id, fence or self.fence, lambda: self.kit.update(
+                card_id, card, sequence=seq, uuid=self._uuid(seq)), per_chat=False, api="card_update")
+            self._keep(DONE, "1")
+            self.done = True
+        except LeaseLost:
+            raise
+        except Exception as exc:
+            log.warning("unfinished card not closed", extra={"route_key": self.rk, "batch": self.batch_id,
+                                                             "error": f"{exc.__class__.__name__}: {exc}"})
+
     # -- ledger ------------------------------------------------------------------------------------------
 
     def _sequence(self) -> int:
