@@ -24,6 +24,8 @@ from memory import sentinel
 from memory.keys import Keys
 from memory.sentinel import SentinelConfigError, Target, parse_address, parse_url
 from memory.store import ReplicaWait, resolve_url, rq_client, state_client
+from sandbox.claude.standin import ClaudeStandin
+from sandbox.feishu.emulator import FeishuEmulator
 from sandbox.feishu.events import message_event
 from sandbox.redis_ha import SentinelRig
 from tests.harness import (
@@ -104,7 +106,7 @@ class Load:
     awaited before the next one. So each message must get exactly one reply of its own."""
 
     web: WebServer
-    feishu: object
+    feishu: FeishuEmulator
     chats: list[str]
     stop: threading.Event = field(default_factory=threading.Event)
     sent: dict[str, str] = field(default_factory=dict)  # message_id → chat
@@ -120,7 +122,7 @@ class Load:
             envelope = message_event(token=VERIFICATION_TOKEN, app_id=APP_ID, chat_id=chat,
                                      text=f"ha {chat} #{i}")
             m = envelope["event"]["message"]
-            self.feishu.add_message(m["message_id"], chat, sender_open_id="ou_user", msg_type="text",  # type: ignore[attr-defined]
+            self.feishu.add_message(m["message_id"], chat, sender_open_id="ou_user", msg_type="text",
                                     content=m["content"], chat_mode="p2p")
             with self.lock:
                 self.sent[m["message_id"]] = chat
@@ -135,8 +137,8 @@ class Load:
                     self.refused += 1
                     self.redelivered.add(m["message_id"])
                 time.sleep(0.2)
-            deadline = time.monotonic() + 60
-            while not self.feishu.replies_to(m["message_id"]):  # type: ignore[attr-defined]
+            deadline = time.monotonic() + 30
+            while not self.feishu.replies_to(m["message_id"]):
                 if time.monotonic() > deadline:
                     with self.lock:
                         self.stuck.append(m["message_id"])
@@ -156,10 +158,11 @@ def ha() -> Iterator[SentinelRig]:
         yield rig
 
 
-def test_failover_mid_load_loses_nothing_and_answers_once(ha: SentinelRig, feishu: object, claude: object,
+def test_failover_mid_load_loses_nothing_and_answers_once(ha: SentinelRig, feishu: FeishuEmulator,
+                                                          claude: ClaudeStandin,
                                                           workdir: Path) -> None:
     profile = unique("ha")
-    env = service_env("", feishu.url, claude.url, BOT_PROFILE=profile, WORKER_CONCURRENCY="4",  # type: ignore[attr-defined]
+    env = service_env("", feishu.url, claude.url, BOT_PROFILE=profile, WORKER_CONCURRENCY="4",
                       RUN_LEASE_SECONDS="3")
     del env["REDIS_URL"]
     env.update(ha.env())
@@ -198,9 +201,9 @@ def test_failover_mid_load_loses_nothing_and_answers_once(ha: SentinelRig, feish
             t.join(timeout=90)
 
         assert not load.stuck, f"unanswered (lost): {load.stuck}"
-        counts = {mid: len(feishu.replies_to(mid)) for mid in load.sent}  # type: ignore[attr-defined]
+        counts = {mid: len(feishu.replies_to(mid)) for mid in load.sent}
         assert all(n == 1 for n in counts.values()), {m: n for m, n in counts.items() if n != 1}
-        bot = sum(len(feishu.bot_messages(c)) for c in load.chats)  # type: ignore[attr-defined]
+        bot = sum(len(feishu.bot_messages(c)) for c in load.chats)
         assert bot == len(load.sent), (bot, len(load.sent))
         assert load.refused > refused_before, "the stalled replica should have cost some acknowledgements"
 
