@@ -113,7 +113,7 @@ class Inbox:
         gen = "" if c.gen is None else c.gen
         head: list[str | int | float] = [exec_id, self.lease_ms, c.n, c.batch_id, time.time(), gen,
                                          k.session_log_prefix(rk), LOG_CAP, *c.tokens, self.route_retention_s]
-        args = [*head, len(c.entries), *c.entries, *dead]
+        args = [*head, len(c.entries), *c.entries, *dead, new_token()]  # the token makes a resent COMMIT a no-op
         return int(self._s["COMMIT"](keys, args))
 
     def finish(self, rk: str, exec_id: str) -> int:

@@ -101,15 +101,21 @@ return batch
 # KEYS: proc, lease, route, fails, answer, sent, dead, dead_order, metrics, sessions
 # ARGV: exec_id, ttl_ms, n, batch_id, now, gen ('' = write no session entries), log_prefix, log_cap,
 #       tokens_in, tokens_out, tokens_cache_read, route_retention_s, n_entries, entries..., then (dead_id, record)
-#       pairs
+#       pairs; the last ARGV is the commit's token
 # Consumes the first n events of the batch and, in the same step, records each in the session log or
 # the dead letters, and drops the batch's caches: a retried batch is never recorded twice, and
 # per-route state stays bounded: the route's state, its session records and its current log expire
 # route_retention_s after its last commit (0 = kept), so a route nobody talks to any more leaves nothing.
 # Entries go to the route's current session only while the route is still at the run's generation: a
 # turn that a user reset overtook consumes its batch and writes nothing (returns 2).
+# Idempotent: redis-py resends a command whose connection dropped before the answer (a failover, a restart);
+# a COMMIT that ran already finds its token in the route's state and returns what it returned then, instead of
+# trimming the next segment's events.
 COMMIT = """
 if redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
+local token = ARGV[#ARGV]
+local done = redis.call('HGET', KEYS[3], 'commit')
+if done and string.sub(done, 1, #token + 1) == token .. ':' then return tonumber(string.sub(done, #token + 2)) end
 redis.call('LTRIM', KEYS[1], tonumber(ARGV[3]), -1)
 local ne = tonumber(ARGV[13])
 local result = 1
@@ -127,7 +133,7 @@ if ne > 0 then
     result = 2
   end
 end
-for i = 14 + ne, #ARGV, 2 do
+for i = 14 + ne, #ARGV - 1, 2 do
   redis.call('HSET', KEYS[7], ARGV[i], ARGV[i + 1])
   redis.call('ZADD', KEYS[8], ARGV[5], ARGV[i])
   redis.call('HINCRBY', KEYS[9], 'dead_lettered', 1)
@@ -137,6 +143,7 @@ if redis.call('HGET', KEYS[4], 'cur') == ARGV[4] then redis.call('HDEL', KEYS[4]
 if redis.call('LLEN', KEYS[1]) == 0 then redis.call('DEL', KEYS[4]) end
 redis.call('DEL', KEYS[5], KEYS[6])
 redis.call('PEXPIRE', KEYS[2], ARGV[2])
+redis.call('HSET', KEYS[3], 'commit', token .. ':' .. result)
 local keep = tonumber(ARGV[12])
 if keep > 0 then
   local sid = redis.call('HGET', KEYS[3], 'sid')

@@ -195,6 +195,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("E5", "updates are not paced by STREAM_UPDATE_SECONDS", "jobs/turn/stream.py", (
         ("        if self.message_id and now < self.next_at:", "        if False:"),),
         ("tests/test_streaming.py::test_a_long_answer_grows_in_one_card_and_ends_as_the_complete_answer",)),
+    Mutant("E6", "a resent COMMIT trims again", "jobs/scripts.py", (
+        ("if done and string.sub(done, 1, #token + 1) == token .. ':' then", "if false then"),),
+        ("tests/test_protocol.py::test_a_resent_commit_consumes_its_events_once",)),
 )
 
 

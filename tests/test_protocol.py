@@ -169,3 +169,31 @@ Protocol.TestCase.settings = settings(max_examples=150, stateful_step_count=40, 
 def test_protocol_never_strands_an_event(redis_url: str, monkeypatch) -> None:
     monkeypatch.setenv("PROTOCOL_REDIS_URL", redis_url)
     Protocol.TestCase("runTest").runTest()
+
+
+def test_a_resent_commit_consumes_its_events_once(redis_url: str) -> None:
+    """redis-py resends a command whose connection dropped before the answer (Redis failover or restart): the
+    second COMMIT of the same call must not trim the next segment's events."""
+    r = redis.Redis.from_url(redis_url, decode_responses=True)
+    keys = Keys(unique("resend"))
+    inbox = Inbox(r, keys, lease_ms=60_000, keep=0)
+    rk = "feishu:x:p2p:oc_resend"
+    for i in range(3):
+        inbox.push(rk, json.dumps({"i": i}), message_id=f"om_{i}", content_key=f"c{i}", queue="runs")
+    kick = inbox.pop_kick()
+    assert kick and inbox.acquire(rk, kick.token, "exec")
+    assert len(inbox.take(rk, "exec", budget_s=60) or []) == 3
+    script = inbox._s["COMMIT"]
+    calls: list[tuple[list[str], list[object]]] = []
+
+    def recording(keys=None, args=None, client=None):  # what redis-py would send again after a dropped reply
+        calls.append((list(keys or []), list(args or [])))
+        return original(keys=keys, args=args, client=client)
+
+    original, inbox._s["COMMIT"] = script, recording
+    assert inbox.commit(rk, "exec", Commit(n=1, batch_id="b1")) == 1
+    (sent_keys, sent_args), = calls
+    assert original(keys=sent_keys, args=sent_args) == 1  # the resend answers as the first call did
+    assert [json.loads(e)["i"] for e in r.lrange(keys.proc(rk), 0, -1)] == [1, 2]
+    assert inbox.commit(rk, "exec", Commit(n=1, batch_id="b2")) == 1  # a new commit consumes the next one
+    assert [json.loads(e)["i"] for e in r.lrange(keys.proc(rk), 0, -1)] == [2]
