@@ -6,22 +6,24 @@ failing, the turn falls back to the rendered reply."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
-import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 import requests
 
 from bot.feishu.render import card_markdown
 from memory.keys import Keys
+from sandbox.feishu.events import mention
 from tests.harness import (
+    BOT_OPEN_ID,
     Proc,
     WebServer,
     deliver,
@@ -72,6 +74,8 @@ def _rig(env: dict[str, str], workdir: Path) -> Iterator[Rig]:
            "STREAM_UPDATE_SECONDS": "1", "REPLY_CHUNK_CHARS": "1200"}
     rig = Rig(WebServer(settings_from(own)), own, workdir)
     rig.start()
+    state = redis.Redis.from_url(own["REDIS_URL"], decode_responses=True)
+    wait_for(lambda: state.get(rig.keys.bot_open_id), timeout=60, what="the rig's sweeper to learn the bot's id")
     yield rig
     rig.web.stop()
     stop_all(rig.procs)
@@ -89,7 +93,8 @@ def rig(_rig: Rig) -> Iterator[Rig]:
 def long_answer(tag: str, paragraphs: int = 8) -> str:
     """Markdown the model 'writes': a heading, a list and prose, ~90 characters a paragraph."""
     body = [f"## 结论（{tag}）", "", "- 第一点：导出任务在队列里排队", "- 第二点：重试之后恢复", ""]
-    body += [f"第 {i} 段：这里是较长的分析内容，用来观察卡片随着模型输出逐步增长，直到最后显示完整答案。" for i in range(paragraphs)]
+    line = "这里是较长的分析内容，用来观察卡片随着模型输出逐步增长，直到最后显示完整答案。"
+    body += [f"第 {i} 段：{line}" for i in range(paragraphs)]
     return "\n".join(body)
 
 
@@ -137,14 +142,14 @@ def test_a_long_answer_grows_in_one_card_and_ends_as_the_complete_answer(rig: Ri
     first_visible = history[0]["at"] - call["first_text_at"]
     assert first_visible <= FIRST_VISIBLE_S, first_visible
     writing = [h["at"] for h in history if h["at"] <= call["end"]]
-    gaps = [b - a for a, b in zip(writing, writing[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(writing)]
     assert len(writing) >= 5 and max(gaps) <= UPDATE_GAP_S, gaps
     # ...and no more often than STREAM_UPDATE_SECONDS (1 s here): the model sent ~40 deltas in those 8 s.
     assert len(writing) <= (call["end"] - call["first_text_at"]) / 1.0 + 3, len(writing)
     grew = [h["length"] for h in history]
     assert grew == sorted(grew), "the card's text only grows while the model writes"
     assert history[-1]["op"] == "card_update" and not history[-1]["streaming"]
-    answer = [e for e in session_log(r, rig.keys, rk) if e["role"] == "assistant"][0]
+    answer = next(e for e in session_log(r, rig.keys, rk) if e["role"] == "assistant")
     assert answer["text"] == text and answer["message_ids"] == [cards[0]["message_id"]]
 
 
@@ -188,7 +193,7 @@ def test_a_long_answer_ends_in_the_card_and_the_rest_follows_as_replies(rig: Rig
     shown = entity["text"] + "".join(reply_text(m) for m in replies[1:])
     for i in range(60):
         assert shown.count(f"第 {i} 段：") == 1, i  # every paragraph once: nothing lost, nothing twice
-    log = [e for e in session_log(r, rig.keys, rk) if e["role"] == "assistant"][0]
+    log = next(e for e in session_log(r, rig.keys, rk) if e["role"] == "assistant")
     assert log["message_ids"] == [m["message_id"] for m in replies]
 
 
@@ -237,7 +242,7 @@ def test_a_card_that_cannot_be_finished_is_followed_by_the_complete_answer(rig: 
     rk = route_key("p2p", chat, profile=rig.env["BOT_PROFILE"])
     wait_route_idle(r, rig.keys, rk, timeout=40)
     replies = feishu.replies_to(message_id(msg))
-    assert [m["msg_type"] for m in replies][0] == "interactive" and len(replies) == 2, replies
+    assert next(m["msg_type"] for m in replies) == "interactive" and len(replies) == 2, replies
     assert "第 2 段" in reply_text(replies[1])
 
 
@@ -309,3 +314,22 @@ def test_a_streamed_batch_that_is_given_up_closes_its_card(rig: Rig, feishu, cla
     replies = feishu.replies_to(message_id(msg))
     assert len(replies) == 2 and "多次处理都失败" in reply_text(replies[1])
     assert len(model_requests_with(claude, "无法收尾")) == 1  # the answer was kept; only the card failed
+
+
+def test_a_topic_answer_streams_inside_the_topic_and_mentions_only_the_asker(rig: Rig, feishu, claude, r) -> None:
+    asker = unique("ou_asker")
+    text = f"@{asker} 已确认：问题在导出队列。顺便 @ou_stranger 不在对话里。" + "补充说明。" * 20
+    answer_with(claude, "话题流式", text)
+    claude.set_stream(2.0)
+    topic, thread, root = unique("oc_topic"), unique("omt"), unique("om_root")
+    feishu.add_message(root, topic, text="根消息", thread_id=thread)
+    asked = deliver(rig.web, feishu, chat_id=topic, chat_type="group", thread_id=thread, root_id=root,
+                    parent_id=root, sender_open_id=asker, text="@_user_1 话题流式：导出失败",
+                    mentions=[mention(BOT_OPEN_ID, "助手")])
+    rk = f"feishu:{rig.env['BOT_PROFILE']}:topic:{topic}:{thread}"
+    wait_route_idle(r, rig.keys, rk, timeout=40)
+    (reply,) = feishu.replies_to(message_id(asked))
+    assert reply["msg_type"] == "interactive" and reply.get("thread_id") == thread
+    (entity,) = feishu.cards()
+    assert f"<at id={asker}></at>" in entity["text"] and "<at id=ou_stranger" not in entity["text"]
+    assert "@ou_stranger" in entity["text"]
