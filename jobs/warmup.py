@@ -1,9 +1,11 @@
-"""Warm-up before forking: run the SDKs' and our own parsing code once, with no network, in the RQ worker.
+"""Warm-up before forking: run the SDKs' and our own parsing code once, with no network, in the supervisor.
 
 Much of a first call's cost is per process: the anthropic SDK builds its response-model machinery on
-first use, lark-oapi its JSON codecs, pydantic its lazy validators. A work-horse forked from a worker
+first use, lark-oapi its JSON codecs, pydantic its lazy validators. A work-horse forked from a process
 that has done this once starts warm, which halves the CPU a turn costs (measured: ~94 → ~44 ms per
-horse). Nothing here opens a connection, so no socket can be shared across a fork.
+horse). The worker supervisor (jobs/worker.py) does it once before forking its RQ workers, so the
+memory it touches is shared by every worker and horse instead of copied into each. Nothing here opens
+a connection or starts a thread, so no socket or lock can be shared across a fork.
 """
 
 from __future__ import annotations
@@ -75,10 +77,18 @@ def _ours() -> None:
     assemble([], format_batch([inbound]), 24000)
 
 
+_prepared = False
+
+
 def prepare() -> Runtime:
-    """Build the SDK clients and warm their code paths now, in the worker, without any network call;
-    every horse forked afterwards saves the cost (see `warm`)."""
+    """Build the SDK clients and warm their code paths now, without any network call; every process
+    forked afterwards saves the cost (see `warm`). Once per process tree: a forked child of a process that
+    prepared returns at once."""
+    global _prepared
     rt = runtime.current()
+    if _prepared:
+        return rt
+    _prepared = True
     _ = rt.llm, rt.feishu, rt.outbox, rt.policy
     warm(rt)
     return rt

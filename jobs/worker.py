@@ -1,42 +1,78 @@
-"""Worker entry point: WORKER_CONCURRENCY RQ workers on every routing queue, supervised.
+"""Worker entry point: an elastic pool of RQ workers on every routing queue, supervised.
 
 Each worker is `rq worker <queue> -S json --maintenance-interval 60`: one queue per worker, so RQ uses its
 reliable BLMOVE dequeue, and no RQ scheduler, since retries wait in our own delayed set (jobs/queues.py).
-Workers are forked from this supervisor after the heavy imports, so their code pages are shared. Runs are
-I/O-bound (a model call takes seconds), so the default of 8 concurrent runs per queue suits 2 cores; one
-run per route is enforced by the lease, not by the worker count. A worker that dies is started again.
-The first SIGTERM is a graceful stop: each worker lets its busy work-horse hand its route to a fresh run
-at once (jobs/shutdown.py), then exits."""
+
+Pool size (jobs/pool.py): WORKER_MIN workers are always kept (a worker that dies is started again);
+when runs wait — jobs queued in RQ, or kick records the sweeper holds back because every worker is taken —
+the supervisor starts extra workers at once, up to WORKER_MAX per host. An extra worker exits by itself
+after WORKER_IDLE_SECONDS without a job and is not replaced; under light steady load, where RQ hands jobs
+to the idle workers in turn so none is ever idle that long, the supervisor asks the surplus to retire
+after their current job. WORKER_CONCURRENCY=N instead keeps a fixed N workers per queue, as before.
+
+Workers are forked from this supervisor after the heavy imports, a no-network warm-up of the SDKs
+(jobs/warmup.py) and `gc.freeze()`, so their pages and their work-horses' stay shared (copy-on-write):
+a run in flight costs little more than the objects it creates. The first SIGTERM is a graceful stop:
+each worker lets its busy work-horse hand its route to a fresh run at once (jobs/shutdown.py), then exits.
+"""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
+import logging
+import math
 import multiprocessing
 import os
 import signal
 import socket
 import sys
 import time
+from dataclasses import dataclass
 from multiprocessing.process import BaseProcess
 from types import FrameType
+from typing import Any
 
-from rq import Worker
+import redis
+from rq import Queue, Worker
 from rq.serializers import JSONSerializer
 from rq.worker import WorkerStatus
 
 from bot import logs
 from bot.settings import Settings, load_settings
-from jobs import drain, runtime, warmup  # noqa: F401  (preload: every horse inherits the imported modules)
+from jobs import drain, pool, runtime, warmup  # noqa: F401  (preload: every horse inherits the imported modules)
+from jobs.inbox import Kick
 from jobs.queues import rq_queue_name
+from memory.keys import Keys
 from memory.store import resolve_url, rq_client
 from routing.policy import policy_from
 
+log = logging.getLogger("jobs.worker")
 RESPAWN_MIN_S, RESPAWN_MAX_S = 1.0, 30.0
+TICK_S = 0.2  # how often the supervisor looks at the queues (one pipelined Redis round trip)
+STATUS_TTL_S = 30
+RETIRE_SIGNAL = signal.SIGUSR2
+FIRST_JOB_GRACE_S = 10  # a fresh extra worker waits at least this long for its first job (see RouteWorker)
+
+
+def gc_freeze_enabled() -> bool:
+    """`WORKER_GC_FREEZE=0` turns the freeze off (for bench/elastic.py's comparison; not a user setting)."""
+    return os.environ.get("WORKER_GC_FREEZE", "1") != "0"
 
 
 class RouteWorker(Worker):
-    """RQ's forking worker whose warm shutdown also tells the busy horse, so its run hands the route over."""
+    """RQ's forking worker whose warm shutdown also tells the busy horse, so its run hands the route over.
+
+    RETIRE_SIGNAL (from the supervisor, shrinking the pool) is gentler: the worker finishes its current
+    job, if any, and exits before taking the next one; it never interrupts a dequeue, so no job is lost.
+
+    With `max_idle_time` (an extra worker), the wait for the first job is at least FIRST_JOB_GRACE_S: the
+    worker was started for a run that waits, and under a burst the sweeper may take a moment to hand it
+    over; exiting before would leave that run to wait a whole turn for a busy horse."""
+
+    retiring = False
+    dequeued = False
 
     def request_stop(self, signum: int, frame: FrameType | None) -> None:
         if self.horse_pid and self.get_state() == WorkerStatus.BUSY:
@@ -44,58 +80,138 @@ class RouteWorker(Worker):
                 os.kill(self.horse_pid, signal.SIGTERM)
         super().request_stop(signum, frame)
 
+    def request_retire(self, _signum: int, _frame: FrameType | None) -> None:
+        self.retiring = True
 
-def run_one(settings: Settings, queue_name: str, url: str, name: str) -> None:
+    def _install_signal_handlers(self) -> None:
+        super()._install_signal_handlers()
+        signal.signal(RETIRE_SIGNAL, self.request_retire)
+
+    def dequeue_job_and_maintain_ttl(self, timeout: int | None, max_idle_time: int | None = None) -> Any:
+        if self.retiring:
+            return None  # work() ends its loop as after max_idle_time
+        if max_idle_time is not None and not self.dequeued:
+            max_idle_time = max(max_idle_time, FIRST_JOB_GRACE_S)
+        result = super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
+        self.dequeued = self.dequeued or result is not None
+        return result
+
+
+def run_one(settings: Settings, queue_name: str, url: str, name: str, idle_seconds: float | None = None) -> None:
+    """One RQ worker (a forked child of the supervisor). `idle_seconds`: exit after that long without a job."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # RQ installs its own handlers in work()
+    signal.signal(RETIRE_SIGNAL, signal.SIG_IGN)  # until work() installs RouteWorker's
     logs.setup(settings.log_level)
     runtime.configure(settings)
-    warmup.prepare()
+    warmup.prepare()  # a no-op when the supervisor did it before forking
     worker = RouteWorker([rq_queue_name(settings.bot_profile, queue_name)], connection=rq_client(url),
                          serializer=JSONSerializer, maintenance_interval=60, name=name)
-    worker.work(with_scheduler=False, logging_level=settings.log_level)
+    if gc_freeze_enabled():
+        gc.freeze()  # every work-horse forked from here leaves the worker's objects' pages alone
+    idle = max(1, math.ceil(idle_seconds)) if idle_seconds else None
+    worker.work(with_scheduler=False, logging_level=settings.log_level, max_idle_time=idle)
+
+
+@dataclass
+class Extra:
+    queue: str
+    proc: BaseProcess
+    retiring: bool = False
+
+
+@dataclass(frozen=True)
+class Seen:
+    """One look at the queues: per queue, waiting runs and busy workers; name → RQ state."""
+
+    waiting: dict[str, int]
+    busy: dict[str, int]
+    states: dict[str, str]
 
 
 class Supervisor:
-    """Keeps `concurrency` workers alive on each queue; forwards stop signals to them."""
+    """Keeps the pool's core workers alive on each queue, grows it while runs wait, forwards stop signals."""
 
-    def __init__(self, settings: Settings, url: str, queues: list[str], concurrency: int, base: str) -> None:
-        self.settings, self.url, self.base = settings, url, base
-        self.slots = [(q, i) for q in queues for i in range(concurrency)]
+    def __init__(self, settings: Settings, url: str, queues: list[str], size: pool.PoolSize, base: str) -> None:
+        self.settings, self.url, self.base, self.size, self.queues = settings, url, base, size, queues
+        per_queue: dict[str, int] = {}
+        self.slots = []
+        for q in pool.core_slots(queues, size):
+            self.slots.append((q, per_queue.get(q, 0)))
+            per_queue[q] = per_queue.get(q, 0) + 1
         self.procs: dict[tuple[str, int], BaseProcess] = {}
         self.started: dict[tuple[str, int], float] = {}
         self.backoff: dict[tuple[str, int], float] = {}
         self.due: dict[tuple[str, int], float] = {}
+        self.extras: dict[str, Extra] = {}
+        self.grow_after, self.grow_backoff = 0.0, 0.0
+        self.window_start, self.low_surplus = time.monotonic(), dict.fromkeys(queues, math.inf)
+        self.redis_failing = False
         self.stopping = False
         self.ctx = multiprocessing.get_context("fork")
+        self.freeze = gc_freeze_enabled()
+        self.keys = Keys(settings.bot_profile)
+        self.rq = rq_client(url)
+        self.status_key = f"{self.keys.prefix}:pool:{base}"
+
+    # -- processes ---------------------------------------------------------------------------------------
+
+    def _fork(self, queue: str, name: str, idle_seconds: float | None) -> BaseProcess:
+        proc = self.ctx.Process(target=run_one, args=(self.settings, queue, self.url, name, idle_seconds), name=name)
+        if self.freeze:
+            gc.freeze()  # O(1): whatever the supervisor allocated since the last fork joins the shared pages
+        proc.start()
+        return proc
 
     def start(self, slot: tuple[str, int]) -> None:
         queue, i = slot
         name = f"{self.base}-{queue}-{i}-{os.urandom(2).hex()}"
-        proc = self.ctx.Process(target=run_one, args=(self.settings, queue, self.url, name), name=name)
-        proc.start()
-        self.procs[slot], self.started[slot] = proc, time.monotonic()
+        self.procs[slot], self.started[slot] = self._fork(queue, name, None), time.monotonic()
+
+    def start_extra(self, queue: str) -> None:
+        name = f"{self.base}-{queue}-x-{os.urandom(3).hex()}"
+        self.extras[name] = Extra(queue, self._fork(queue, name, self.size.idle_seconds))
+
+    def alive(self) -> dict[str, int]:
+        out = dict.fromkeys(self.queues, 0)
+        for (queue, _), proc in self.procs.items():
+            out[queue] += proc.is_alive()
+        for extra in self.extras.values():
+            out[extra.queue] += 1
+        return out
+
+    def pool_size(self) -> int:
+        return sum(self.alive().values())
 
     def stop(self, signum: int, _frame: FrameType | None) -> None:
         self.stopping = True
-        for proc in self.procs.values():
+        for proc in self._all_procs():
             if proc.pid and proc.is_alive():
                 os.kill(proc.pid, signum)
+
+    def _all_procs(self) -> list[BaseProcess]:
+        return [*self.procs.values(), *(e.proc for e in self.extras.values())]
 
     def serve(self) -> int:
         signal.signal(signal.SIGTERM, self.stop)
         signal.signal(signal.SIGINT, self.stop)
         for slot in self.slots:
             self.start(slot)
+        mode = "fixed" if self.size.fixed else f"{self.size.min}..{self.size.max}"
+        log.info(f"worker pool started: {len(self.slots)} workers ({mode}) on {', '.join(self.queues)}",
+                 extra={"reason": "start"})
         while not self.stopping:
-            time.sleep(0.5)
-            self._tend(time.monotonic())
-        for proc in self.procs.values():
+            time.sleep(TICK_S)
+            now = time.monotonic()
+            self._tend(now)
+            if self.size.elastic and not self.stopping:
+                self._elastic(now)
+        for proc in self._all_procs():
             proc.join()
         return 0
 
     def _tend(self, now: float) -> None:
-        """Schedule a restart for each newly dead worker and start those that are due; slots never wait on
-        each other, so after a mass kill every worker is back within one backoff."""
+        """Schedule a restart for each newly dead core worker and start those that are due; slots never wait
+        on each other, so after a mass kill every worker is back within one backoff."""
         for slot, proc in list(self.procs.items()):
             if slot not in self.due and not proc.is_alive():
                 self.due[slot] = now + self._backoff(slot, proc, now)
@@ -112,19 +228,145 @@ class Supervisor:
               flush=True)
         return wait
 
+    # -- elasticity --------------------------------------------------------------------------------------
+
+    def _elastic(self, now: float) -> None:
+        self._reap_extras(now)
+        try:
+            seen = self._look()
+        except redis.RedisError as exc:
+            if not self.redis_failing:
+                log.warning("worker pool cannot read the queues", extra={"error": f"{exc.__class__.__name__}: {exc}"})
+            self.redis_failing = True
+            return
+        self.redis_failing = False
+        alive = self.alive()
+        if now >= self.grow_after:
+            self._grow(alive, seen)
+        self._shrink(now, alive, seen)
+
+    def _reap_extras(self, now: float) -> None:
+        gone = [(name, e) for name, e in self.extras.items() if not e.proc.is_alive()]
+        if not gone:
+            return
+        crashed = 0
+        for name, extra in gone:
+            del self.extras[name]
+            extra.proc.join(0)
+            crashed += extra.proc.exitcode != 0
+        if crashed:  # extras that die at start (Redis down, a bad deploy) must not become a fork loop
+            self.grow_backoff = min(max(self.grow_backoff * 2, RESPAWN_MIN_S), RESPAWN_MAX_S)
+            self.grow_after = now + self.grow_backoff
+        else:
+            self.grow_backoff = 0.0
+        log.info(f"worker pool shrank to {self.pool_size()} ({len(gone)} extra workers exited"
+                 f"{f', {crashed} with an error' if crashed else ''})", extra={"reason": "shrink"})
+
+    def _look(self) -> Seen:
+        """Waiting runs per queue and the RQ state of each live worker, in one pipelined round trip; also
+        publishes the last tick's figures (pool size, busy, waiting) for operators, with a TTL."""
+        names = [n for n in (p.name for p in self._all_procs()) if n]
+        pipe = self.rq.pipeline(transaction=False)
+        for q in self.queues:
+            pipe.llen(Queue.redis_queue_namespace_prefix + rq_queue_name(self.settings.bot_profile, q))
+        several = len(self.queues) > 1
+        if several:
+            pipe.lrange(self.keys.kicks, 0, self.size.max - 1)
+        else:
+            pipe.llen(self.keys.kicks)
+        for name in names:
+            pipe.hget(Worker.redis_worker_namespace_prefix + name, "state")
+        pipe.hset(self.status_key, mapping=self._status())  # type: ignore[arg-type]
+        pipe.expire(self.status_key, STATUS_TTL_S)
+        replies = pipe.execute()
+        queued = dict(zip(self.queues, replies[:len(self.queues)], strict=True))
+        kicks = replies[len(self.queues)]
+        waiting = {q: int(n) for q, n in queued.items()}
+        if several:
+            for raw in kicks:
+                with contextlib.suppress(ValueError, KeyError, TypeError):
+                    queue = Kick.loads(raw.decode() if isinstance(raw, bytes) else raw).queue
+                    if queue in waiting:
+                        waiting[queue] += 1
+        else:
+            waiting[self.queues[0]] += int(kicks)
+        states = {}
+        for name, raw in zip(names, replies[len(self.queues) + 1:len(self.queues) + 1 + len(names)], strict=True):
+            states[name] = raw.decode() if isinstance(raw, bytes) else str(raw or "")
+        busy = dict.fromkeys(self.queues, 0)
+        for (queue, _), proc in self.procs.items():
+            busy[queue] += proc.name in states and states[proc.name] == WorkerStatus.BUSY
+        for name, extra in self.extras.items():
+            busy[extra.queue] += states.get(name) == WorkerStatus.BUSY
+        self.last = Seen(waiting, busy, states)
+        return self.last
+
+    def _status(self) -> dict[str, str | int | float]:
+        last = getattr(self, "last", None)
+        return {"size": self.pool_size(), "min": self.size.min, "max": self.size.max,
+                "busy": sum(last.busy.values()) if last else 0, "waiting": sum(last.waiting.values()) if last else 0,
+                "pid": os.getpid(), "at": round(time.time(), 3)}
+
+    def _grow(self, alive: dict[str, int], seen: Seen) -> None:
+        plan = pool.to_start(alive=alive, busy=seen.busy, waiting=seen.waiting, maximum=self.size.max)
+        if not plan:
+            return
+        for queue, n in plan.items():
+            for _ in range(n):
+                self.start_extra(queue)
+        self.window_start, self.low_surplus = time.monotonic(), dict.fromkeys(self.queues, math.inf)  # see _shrink
+        log.info(f"worker pool grew to {self.pool_size()} (+{sum(plan.values())}; {sum(seen.waiting.values())} runs "
+                 f"waiting, {sum(seen.busy.values())} busy)", extra={"reason": "grow"})
+
+    def _shrink(self, now: float, alive: dict[str, int], seen: Seen) -> None:
+        """Retire the extras a queue never needed over the last WORKER_IDLE_SECONDS (counted again from each
+        growth): RQ gives jobs to idle workers in turn, so under light steady load no single worker is ever
+        idle that long by itself."""
+        for q in self.queues:
+            surplus = alive[q] - seen.busy[q] - seen.waiting[q]
+            self.low_surplus[q] = min(self.low_surplus[q], surplus)
+        if now - self.window_start < self.size.idle_seconds:
+            return
+        for q in self.queues:
+            candidates = [e for e in self.extras.items() if e[1].queue == q and not e[1].retiring]
+            retiring = sum(1 for e in self.extras.values() if e.queue == q and e.retiring)
+            spare = int(min(self.low_surplus[q], alive[q] - self._core_on(q))) - retiring
+            idle_first = sorted(candidates, key=lambda e: seen.states.get(e[0]) == WorkerStatus.BUSY)
+            for _name, extra in idle_first[:max(0, spare)]:
+                if extra.proc.pid:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(extra.proc.pid, RETIRE_SIGNAL)
+                extra.retiring = True
+        self.window_start, self.low_surplus = now, dict.fromkeys(self.queues, math.inf)
+
+    def _core_on(self, queue: str) -> int:
+        return sum(1 for q, _ in self.slots if q == queue)
+
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--queue", action="append", help="queue to serve (default: every routing queue)")
     parser.add_argument("--name", default=None, help="worker name prefix")
-    parser.add_argument("--concurrency", type=int, default=None, help="workers per queue (WORKER_CONCURRENCY)")
+    parser.add_argument("--concurrency", type=int, default=None,
+                        help="a fixed pool of N workers per queue (WORKER_CONCURRENCY)")
     args = parser.parse_args(argv)
     settings = load_settings()
     url = resolve_url(settings)
     queues = args.queue or policy_from(settings).queue_names
     base = args.name or f"{socket.gethostname()}-{os.getpid()}"
-    concurrency = args.concurrency or settings.worker_concurrency or 8  # elastic pool: jobs/pool.py (issue 16)
-    sys.exit(Supervisor(settings, url, queues, concurrency, base).serve())
+    try:
+        size = pool.size_pool(queues=len(queues), concurrency=args.concurrency or settings.worker_concurrency,
+                              minimum=settings.worker_min, maximum=settings.worker_max,
+                              idle_seconds=settings.worker_idle_seconds, mem_bytes=pool.mem_total_bytes())
+    except pool.PoolConfigError as exc:
+        sys.exit(f"jobs.worker: {exc}")
+    logs.setup(settings.log_level)
+    runtime.configure(settings)
+    warmup.prepare()  # once, here: every worker and work-horse forked below starts warm
+    if gc_freeze_enabled():
+        gc.collect()
+        gc.freeze()
+    sys.exit(Supervisor(settings, url, queues, size, base).serve())
 
 
 if __name__ == "__main__":
