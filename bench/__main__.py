@@ -10,7 +10,8 @@ import importlib
 import sys
 import time
 
-ORDER = ("ingest", "pipeline", "state", "retention", "runs", "context", "items", "documents", "longconn", "render")
+ORDER = ("ingest", "pipeline", "state", "retention", "runs", "context", "items", "documents", "longconn", "render",
+         "streaming")
 
 
 def main(argv: list[str]) -> int:

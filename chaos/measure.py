@@ -11,10 +11,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bot.feishu.render import plain_of
 from chaos.load import Event, Sender
 from chaos.report import Counts, Result, percentile
 from chaos.stack import Stack
 from jobs.inbox import KICK_TTL_MS
+from sandbox.feishu.cardkit import card_text
 
 NOTICE_MARKS = ("抱歉", "Sorry")
 KICK_LEASE_S = KICK_TTL_MS / 1000  # how long a kick lease outlives a lost kick record or job
@@ -56,9 +58,17 @@ def wait_idle(stack: Stack, routes: Iterable[str], timeout: float = 60.0, polls:
 
 
 def reply_text(message: dict[str, Any]) -> str:
+    """What a bot message shows as text. A card (a CardKit entity's message shows the entity's current JSON) shows
+    its markdown / plain_text; one still streaming shows a partial answer and counts as showing nothing, so only a
+    finished card, or the plain reply a turn falls back on, carries an event's token."""
     try:
-        return str(json.loads(message["body"]["content"]).get("text", ""))
-    except (ValueError, KeyError, AttributeError):
+        content = json.loads(message["body"]["content"])
+        if message.get("msg_type") == "interactive" and isinstance(content.get("body"), dict):
+            return "" if (content.get("config") or {}).get("streaming_mode") is True else card_text(content)
+        if message.get("msg_type") == "post":
+            return plain_of("post", content)
+        return str(content.get("text", ""))
+    except (ValueError, KeyError, AttributeError, TypeError):
         return ""
 
 
