@@ -198,6 +198,13 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("E6", "a resent COMMIT trims again", "jobs/scripts.py", (
         ("if done and string.sub(done, 1, #token + 1) == token .. ':' then", "if false then"),),
         ("tests/test_protocol.py::test_a_resent_commit_consumes_its_events_once",)),
+    Mutant("E7", "open streams do not share the CardKit minute quota", "jobs/turn/stream.py", (
+        ("        return max(self.interval, open_streams * 60.0 / (QUOTA_SHARE * self.rt.settings.feishu_api_qpm))",
+         "        return self.interval"),),
+        ("tests/test_streaming.py::test_the_open_streams_share_the_minute_quota_instead_of_freezing",)),
+    Mutant("E8", "one refused update stops the card's updates", "jobs/turn/stream.py", (
+        ("            if not self.message_id:\n                self._stop(exc)\n", "            self._stop(exc)\n"),),
+        ("tests/test_streaming.py::test_one_failed_update_does_not_stop_the_card",)),
 )
 
 

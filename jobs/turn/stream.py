@@ -35,6 +35,9 @@ SEQ = "stream:seq"
 DONE = "stream:done"
 FELL_BACK = "stream:plain"  # the card could not be finished: the answer went out as plain replies
 SEQUENCE_SKIP = 1000  # a sequence conflict (a counter lost with Redis) jumps ahead once
+ACTIVE_S = 5.0  # a stream that showed no text for this long no longer counts as open
+NO_ROOM_RETRY_S = 0.5
+QUOTA_SHARE = 0.95  # of the app's CardKit minute quota the open streams spread between them
 _loud: set[str] = set()  # CardKit failures already logged at ERROR by this process
 
 
@@ -71,16 +74,34 @@ class Stream:
         shown = self._visible(text)
         if shown == self.shown:
             return
+        wait = self._interval()
         try:
             if not self.message_id:
                 self._open(shown)
-            else:
-                self._push(shown)
+            elif not self._push(shown):
+                wait = NO_ROOM_RETRY_S  # the app's windows were full just now: look again soon, not a whole interval
         except LeaseLost:
             raise
+        except Retryable as exc:  # a rate limit or a blip on one update: the next one carries the text
+            wait = max(wait, exc.retry_after or 1.0) if self.message_id else wait
+            if not self.message_id:
+                self._stop(exc)
         except AdapterError as exc:
             self._stop(exc)
-        self.next_at = now + self.interval
+        self.next_at = now + wait
+
+    def _interval(self) -> float:
+        """STREAM_UPDATE_SECONDS, or longer while so many answers stream at once that the app's CardKit minute
+        quota (FEISHU_API_QPM) would run out: the open streams share it evenly instead of spending it in the first
+        part of the minute and then freezing until it frees up."""
+        key, now = self.rt.keys.pace("streams:open"), time.time()
+        pipe = self.rt.state.pipeline(transaction=False)
+        pipe.zadd(key, {self.ledger: now})
+        pipe.zremrangebyscore(key, "-inf", now - ACTIVE_S)
+        pipe.zcard(key)
+        pipe.expire(key, int(ACTIVE_S * 4))
+        open_streams = int(pipe.execute()[2])
+        return max(self.interval, open_streams * 60.0 / (QUOTA_SHARE * self.rt.settings.feishu_api_qpm))
 
     def _visible(self, text: str) -> str:
         """What the card shows while streaming: the first part of a long answer, tags defused, mentions only for
@@ -109,13 +130,14 @@ class Stream:
         self._keep(MESSAGE, message_id)
         self.message_id = message_id
 
-    def _push(self, shown: str) -> None:
+    def _push(self, shown: str) -> bool:
         card_id = str(self.card_id)
         seq = self._sequence()
         pushed = self.rt.outbox.try_paced(self.chat_id, self.fence, lambda: self.kit.stream_text(
             card_id, ELEMENT, shown, sequence=seq, uuid=self._uuid(seq)), api="card_content")
         if pushed:
             self.shown = shown
+        return pushed
 
     def _stop(self, exc: AdapterError) -> None:
         """Stop streaming for this turn; the answer still goes out when the turn ends (see finish)."""
@@ -152,6 +174,7 @@ class Stream:
             self._keep(FELL_BACK, "1")
             self.plain = True
             return None
+        self.rt.state.zrem(self.rt.keys.pace("streams:open"), self.ledger)
         ids = [str(self.message_id)]
         if rest.strip():
             ids += self.rt.outbox.reply(self.rk, self.batch_id, self.target, rest, chat_id=self.chat_id,

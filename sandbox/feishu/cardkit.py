@@ -7,8 +7,8 @@ elements (300305), `update_multi` false refused (300302), a card ≤ 30 KB (2008
 characters, `sequence` an int32 ≥ 1 strictly increasing per card across every op (300317), text only into
 markdown / plain_text elements (300310) and only with streaming on (300309; 200850 once it closed by itself
 10 minutes after it was last turned on), entities live 14 days (200750), unknown ids 200740, at most 10
-operations a second per card, and the API tier of 50/s and 1000/min per app — which, as documented, does not
-count calls on a card in streaming mode.
+operations a second per card, and the API tier of 50/s and 1000/min per app, counted for every call (the
+content page lists that tier; no exemption for cards in streaming mode is stated there).
 
 Emulator choices where the docs say nothing: the per-card limit answers like every Open API frequency limit
 (HTTP 429, 99991400, x-ogw-ratelimit-* headers); a repeated `uuid` with the same request succeeds without
@@ -237,8 +237,9 @@ class CardKitStore:
             raise FeishuError(200750)
         self._expire(entity)
         self._per_card(entity)
-        if not entity.streaming:  # documented: in streaming mode the API's QPS limit does not apply
-            self._app_tier(op)
+        # card-element/content's own page lists 1000/min and 50/s; an exemption for cards in streaming mode is
+        # not stated on the API pages we could check, so the emulator counts every call (the stricter reading)
+        self._app_tier(op)
         if uuid is not None:
             seen = entity.uuids.get(uuid)
             if seen == _fingerprint(op, body):
