@@ -11,7 +11,7 @@ import sys
 import time
 
 ORDER = ("ingest", "pipeline", "state", "retention", "runs", "context", "items", "documents", "longconn", "render",
-         "streaming")
+         "recovery", "streaming")
 
 
 def main(argv: list[str]) -> int:

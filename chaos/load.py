@@ -58,6 +58,7 @@ class Post:
     status: int  # HTTP status; 0 = no response
     kind: str  # first | redelivery | dup-same | dup-new-event | dup-new-message
     error: str = ""
+    host: int = 0  # index into the sender's urls (the "load balancer" in front of several hosts)
 
 
 @dataclass
@@ -89,9 +90,15 @@ class Event:
 
 
 class Sender:
+    """Posts to `stack.url`, or, given several `urls` (hosts behind a load balancer), to each in turn: a delivery
+    that failed is redelivered to the next host, as Feishu redelivers a non-2xx or timed-out event and the
+    balancer sends it elsewhere."""
+
     def __init__(self, stack: Stack, *, threads: int = 16, dup_rate: float = 0.0, seed: int = 0,
-                 schedule: tuple[float, ...] = REDELIVERY) -> None:
+                 schedule: tuple[float, ...] = REDELIVERY, urls: list[str] | None = None) -> None:
         self.stack, self.schedule, self.dup_rate = stack, schedule, dup_rate
+        self.urls = list(urls or [stack.url])
+        self._turn = 0  # round-robin position of first deliveries
         self.tag = os.urandom(2).hex()
         self.rng = random.Random(seed)
         self.events: list[Event] = []
@@ -227,7 +234,7 @@ class Sender:
 
     def _deliver(self, ev: Event, kind: str) -> None:
         envelope = self._variant(ev, kind)
-        post = self._post(envelope, kind)
+        post = self._post(envelope, kind, self._host_for(ev, kind))
         with self._lock:
             ev.posts.append(post)
             if post.status == 200 and ev.accepted_at is None and not kind.startswith("dup"):
@@ -260,17 +267,27 @@ class Sender:
             self._register(env)
         return env
 
-    def _post(self, envelope: dict[str, Any], kind: str) -> Post:
+    def _host_for(self, ev: Event, kind: str) -> int:
+        """Round robin for new deliveries; after a failure the next host (the failed one is likely down)."""
+        if len(self.urls) == 1:
+            return 0
+        with self._lock:
+            if kind == "redelivery" and ev.posts:
+                return (ev.posts[-1].host + 1) % len(self.urls)
+            self._turn += 1
+            return self._turn % len(self.urls)
+
+    def _post(self, envelope: dict[str, Any], kind: str, host: int = 0) -> Post:
         body, headers = signed_request(envelope, encrypt_key=self.stack.secrets.encrypt_key)
         session = self._session()
         at, t0 = time.time(), time.perf_counter()
         try:
-            resp = session.post(f"{self.stack.url}/feishu/events", data=body, headers=headers, timeout=POST_TIMEOUT_S)
-            return Post(at, (time.perf_counter() - t0) * 1000, resp.status_code, kind)
+            resp = session.post(f"{self.urls[host]}/feishu/events", data=body, headers=headers, timeout=POST_TIMEOUT_S)
+            return Post(at, (time.perf_counter() - t0) * 1000, resp.status_code, kind, host=host)
         except requests.RequestException as exc:
             session.close()  # a broken keep-alive connection is not reused
             self._local.session = None
-            return Post(at, (time.perf_counter() - t0) * 1000, 0, kind, _classify(exc))
+            return Post(at, (time.perf_counter() - t0) * 1000, 0, kind, _classify(exc), host)
 
     def _session(self) -> requests.Session:
         session = getattr(self._local, "session", None)

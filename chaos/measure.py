@@ -3,8 +3,14 @@ happened to every event (answered, lost, duplicated, out of order, dead-lettered
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
+import os
 import re
+import shlex
+import shutil
+import subprocess
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -14,7 +20,7 @@ from typing import Any
 from bot.feishu.render import plain_of
 from chaos.load import Event, Sender
 from chaos.report import Counts, Result, percentile
-from chaos.stack import Stack
+from chaos.stack import BIN, Stack
 from jobs.inbox import KICK_TTL_MS
 from sandbox.feishu.cardkit import card_text
 
@@ -280,8 +286,72 @@ class Run:
         self.sender.close()
         self.result.events = [{"token": e.token, "route": e.route, "message_ids": e.message_ids,
                                "status": e.final_status, "redeliveries": e.redeliveries,
-                               "posts": [[round(p.at, 3), round(p.ms, 1), p.status, p.kind, p.error] for p in e.posts]}
+                               "posts": [[round(p.at, 3), round(p.ms, 1), p.status, p.kind, p.error, p.host]
+                                         for p in e.posts]}
                               for e in self.sender.events]
         self.result.extra["phases"] = self.phases
         if self.phases:
             self.result.notes.append("time: " + ", ".join(self.phases))
+
+
+@dataclass(frozen=True)
+class Acquire:
+    at: float  # Redis' clock (the MONITOR timestamp), seconds since the epoch
+    route: str
+    kick_token: str
+    exec_id: str
+
+
+class Acquires:
+    """Every ACQUIRE a run made (a run taking its route's lease with its kick token), as Redis executed it: read
+    through MONITOR by `redis-cli` and filtered by the script's SHA1 in `grep`, so the chaos process parses only
+    those lines. A kick token that started runs under more than one execution id was dispatched twice (two
+    sweepers, or a sweeper and a chaining horse, took the same kick record), whatever the script answered."""
+
+    def __init__(self, stack: Stack) -> None:
+        from jobs import scripts
+
+        self.sha = hashlib.sha1(scripts.ACQUIRE.encode()).hexdigest()  # what redis-py's EVALSHA names
+        self.path = stack.dir / f"acquires-{os.urandom(3).hex()}.txt"
+        cli = BIN / "redis-cli" if (BIN / "redis-cli").exists() else Path(shutil.which("redis-cli") or "redis-cli")
+        sock = stack.redis_url.removeprefix("unix://").split("?")[0]
+        self._cli = subprocess.Popen([str(cli), "-s", sock, "monitor"], stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL)
+        assert self._cli.stdout is not None
+        with open(self.path, "wb") as out:  # grep keeps its own descriptor
+            self._grep = subprocess.Popen(["grep", "--line-buffered", "-F", self.sha], stdin=self._cli.stdout,
+                                          stdout=out)
+        self._cli.stdout.close()  # grep owns the pipe now
+        time.sleep(0.2)  # MONITOR is on before the scenario's first run
+
+    def stop(self) -> list[Acquire]:
+        """End the monitor; every ACQUIRE seen, once per (kick token, execution id), in Redis' order."""
+        for proc in (self._cli, self._grep):
+            if proc.poll() is None:
+                proc.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(5)
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(5)
+        seen: dict[tuple[str, str], Acquire] = {}
+        for line in self.path.read_text(errors="replace").splitlines():
+            stamp, _, rest = line.partition(" [")
+            _, _, command = rest.partition("] ")
+            try:
+                words = shlex.split(command)
+            except ValueError:
+                continue
+            # EVALSHA sha 2 lease dirty | kick_token exec_id ttl_ms route_key now
+            if len(words) >= 9 and words[0].upper() == "EVALSHA" and words[1] == self.sha:
+                found = Acquire(float(stamp), words[8], words[5], words[6])
+                seen.setdefault((found.kick_token, found.exec_id), found)
+        return sorted(seen.values(), key=lambda a: a.at)
+
+    @staticmethod
+    def twice(acquires: list[Acquire]) -> dict[str, list[Acquire]]:
+        """Kick tokens that started more than one run."""
+        by_token: dict[str, list[Acquire]] = {}
+        for a in acquires:
+            by_token.setdefault(a.kick_token, []).append(a)
+        return {token: runs for token, runs in by_token.items() if len(runs) > 1}

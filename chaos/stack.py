@@ -83,6 +83,109 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+class Host:
+    """One machine's processes: gunicorn web, the worker supervisor and the sweeper, each in a session of its own,
+    on their own port and VAR_DIR, sharing the stack's Redis and emulators. Host 1 is the stack's own `services`
+    (what every scenario drives); `Stack.add_host` starts more, their logs named `h<n>-<service>.log`."""
+
+    def __init__(self, stack: Stack, num: int, services: dict[str, Service], port: int) -> None:
+        self.stack, self.num, self.services, self.port = stack, num, services, port
+        self.url = f"http://127.0.0.1:{port}"
+        self.sweeper_log_from = 0  # where the current sweeper's log starts (its "started" line is after it)
+        self.killed_at: float | None = None  # time.time() of the last `kill`
+
+    def commands(self, var: Path) -> dict[str, list[str]]:
+        py = str(BIN / "python")
+        suffix = "" if self.num == 1 else f"-h{self.num}"
+        return {
+            "web": [str(BIN / "gunicorn"), "app:app", "-c", str(ROOT / "gunicorn.conf.py"),
+                    "--bind", f"127.0.0.1:{self.port}"],
+            "worker": [py, "-m", "jobs.worker", "--name", f"{self.stack.profile}{suffix}-w"],
+            "sweeper": [py, "-m", "jobs.sweeper"],
+        }
+
+    def rq_workers(self) -> list[int]:
+        """The supervisor's children: one RQ worker process per slot."""
+        sup = self.services.get("worker")
+        return children(sup.pid) if sup and sup.running() else []
+
+    def horses(self) -> list[tuple[int, int]]:
+        """(horse, its RQ worker) for every busy slot. A horse leads its own process group (RQ calls setpgrp),
+        which tells it from the scheduler process an RQ worker may also have forked."""
+        table = proc_table()
+        out = []
+        for parent in self.rq_workers():
+            out += [(pid, parent) for pid in children(parent, table) if table[pid].pgid == pid]
+        return out
+
+    def orphans(self) -> list[int]:
+        """Processes of the worker session no longer under the supervisor (horses whose RQ worker died)."""
+        sup = self.services["worker"]
+        table = proc_table()
+        tree = {sup.pid}
+        frontier = [sup.pid]
+        while frontier:
+            frontier = [p.pid for p in table.values() if p.ppid in frontier]
+            tree.update(frontier)
+        return [pid for pid in sup.members() if pid not in tree]
+
+    def worker_processes(self) -> list[int]:
+        """Every process of the worker service but the supervisor: RQ workers, busy horses, orphans."""
+        sup = self.services["worker"]
+        return [pid for pid in sup.members() if pid != sup.pid] if sup.proc is not None else []
+
+    def members(self) -> list[int]:
+        return sorted(pid for s in self.services.values() for pid in s.members())
+
+    def kill(self) -> float:
+        """SIGKILL the whole host at once (web master and workers, supervisor, RQ workers, horses, sweeper): every
+        session leader is stopped first, so nothing respawns while the rest is collected. Returns the kill time."""
+        for service in self.services.values():
+            if service.running():
+                signal_pids([service.pid], signal.SIGSTOP)
+        self.killed_at = time.time()
+        for _ in range(3):
+            if not signal_pids(self.members(), signal.SIGKILL):
+                break
+            time.sleep(0.05)
+        for service in self.services.values():
+            service.kill()  # reaps the leader; nothing is left to signal
+        return self.killed_at
+
+    def registered_workers(self) -> list[int]:
+        """Live RQ worker processes of this host's supervisor that have registered with Redis."""
+        from rq import Worker
+
+        live = set(self.rq_workers())
+        conn = redis.Redis.from_url(self.stack.redis_url)
+        try:
+            return [w.pid for w in Worker.all(connection=conn) if w.pid in live]
+        finally:
+            conn.close()
+
+    def problems(self) -> list[str]:
+        """What keeps this host from serving (dead processes, missing workers, web not ready, sweeper starting)."""
+        tag = "" if self.num == 1 else f"host {self.num}: "
+        found = [f"{tag}{name} exited" for name, s in self.services.items() if not s.running()]
+        web = self.services.get("web")
+        if web and web.running() and http_status(self.url, "/readyz") != 200:
+            found.append(f"{tag}web not ready")
+        workers = len(self.registered_workers()) if "worker" in self.services else self.stack.concurrency
+        if workers < self.stack.concurrency:
+            found.append(f"{tag}{workers}/{self.stack.concurrency} RQ workers")
+        sweeper = self.services.get("sweeper")
+        if sweeper and "sweeper started" not in Stack._log_from(sweeper, self.sweeper_log_from):
+            found.append(f"{tag}sweeper starting")
+        return found
+
+
+def http_status(url: str, path: str, **kw: Any) -> int | None:
+    try:
+        return requests.get(f"{url}{path}", timeout=2, **kw).status_code
+    except requests.RequestException:
+        return None
+
+
 class Stack:
     def __init__(self, *, workers: int = 8, env: dict[str, str] | None = None, netguard: bool = True,
                  keep: bool = False) -> None:
@@ -103,8 +206,8 @@ class Stack:
         self._extra_env = dict(env or {})
         self.env: dict[str, str] = {}
         self.services: dict[str, Service] = {}
+        self.hosts = [Host(self, 1, self.services, self.port)]  # more with `add_host` (two-host scenarios)
         self._r: redis.Redis | None = None
-        self._sweeper_log_from = 0  # where the current sweeper's log starts (its "started" line is after it)
 
     # -- lifecycle -----------------------------------------------------------------------------------------
 
@@ -123,22 +226,36 @@ class Stack:
         self.env = service_env(self.redis_url, self.feishu.url, self.claude.url, self.secrets, self.profile,
                                self.var, netguard=self.netguard,
                                WORKER_CONCURRENCY=str(self.concurrency), **self._extra_env)
-        py = str(BIN / "python")
-        commands = {
-            "web": [str(BIN / "gunicorn"), "app:app", "-c", str(ROOT / "gunicorn.conf.py"),
-                    "--bind", f"127.0.0.1:{self.port}"],
-            "worker": [py, "-m", "jobs.worker", "--name", f"{self.profile}-w"],
-            "sweeper": [py, "-m", "jobs.sweeper"],
-        }
-        for name, argv in commands.items():
+        for name, argv in self.hosts[0].commands(self.var).items():
             self.services[name] = Service(name, argv, self.env, self.dir, self.logs)
             self.services[name].start()
         self.wait_ready(timeout)
         return self
 
+    def add_host(self, timeout: float = 300.0, **env: str) -> Host:
+        """Start another host (web, worker supervisor, sweeper) on the same Redis and emulators, with its own port,
+        VAR_DIR and log names, from the deployment's current environment plus `env`; wait until it serves."""
+        num = len(self.hosts) + 1
+        host = Host(self, num, {}, free_port())
+        self.hosts.append(host)
+        var = self.dir / f"var{num}"
+        var.mkdir()
+        host_env = {**self.env, "VAR_DIR": str(var), **env}
+        for name, argv in host.commands(var).items():
+            host.services[name] = Service(f"h{num}-{name}", argv, host_env, self.dir, self.logs)
+            host.services[name].start()
+        deadline = time.monotonic() + timeout
+        while problems := host.problems():
+            if time.monotonic() > deadline:
+                tails = "\n".join(f"== {s.name}\n{s.tail()}" for s in host.services.values())
+                raise RuntimeError(f"host {num} not ready after {timeout:.0f}s: {problems}\n{tails}")
+            time.sleep(0.2)
+        return host
+
     def close(self) -> None:
-        for service in self.services.values():
-            service.kill()
+        for host in reversed(self.hosts):
+            for service in host.services.values():
+                service.kill()
         self.stop_redis(kill=True)
         for server in (self.feishu, self.claude):
             with contextlib.suppress(Exception):
@@ -169,17 +286,12 @@ class Stack:
             time.sleep(0.2)
 
     def problems(self) -> list[str]:
-        """What keeps the stack from serving: dead processes, missing workers, Redis or web not answering."""
-        found = [f"{name} exited" for name, s in self.services.items() if not s.running()]
+        """What keeps the stack from serving: dead processes, missing workers, Redis or web not answering (on host 1
+        and on every added host; a host killed on purpose is one, since a later scenario expects host 1)."""
+        found: list[str] = []
         try:
-            if "web" in self.services and self.services["web"].running() and self.http_status("/readyz") != 200:
-                found.append("web not ready")
-            workers = len(self.registered_workers()) if "worker" in self.services else self.concurrency
-            if workers < self.concurrency:
-                found.append(f"{workers}/{self.concurrency} RQ workers")
-            sweeper = self.services.get("sweeper")
-            if sweeper and "sweeper started" not in self._log_from(sweeper, self._sweeper_log_from):
-                found.append("sweeper starting")
+            for host in self.hosts:
+                found += host.problems()
             if self.r.get(self.keys.bot_open_id) != BOT_OPEN_ID:
                 found.append("bot identity not cached")
         except redis.RedisError as exc:
@@ -193,14 +305,15 @@ class Stack:
             return f.read().decode("utf-8", "replace")
 
     def reconfigure(self, services: tuple[str, ...] = ("worker", "sweeper"), timeout: float = 300.0,
-                    **env: str) -> float:
-        """Restart `services` with `env` added to the deployment's environment and wait until the stack serves
-        again; returns the seconds it took. Between scenarios the stack is idle, so a SIGKILL loses nothing.
-        Later starts of any service (a scenario's web reboot) use the new environment too."""
+                    unset: tuple[str, ...] = (), **env: str) -> float:
+        """Restart `services` (of host 1) with `env` added to the deployment's environment and the variables in
+        `unset` removed (so the service's own defaults apply), and wait until the stack serves again; returns the
+        seconds it took. Between scenarios the stack is idle, so a SIGKILL loses nothing. Later starts of any
+        service (a scenario's web reboot, an added host) use the new environment too."""
         started = time.monotonic()
-        self.env = {**self.env, **env}
+        self.env = {**{k: v for k, v in self.env.items() if k not in unset}, **env}
         if "sweeper" in services:
-            self._sweeper_log_from = self.services["sweeper"].log_path.stat().st_size
+            self.hosts[0].sweeper_log_from = self.services["sweeper"].log_path.stat().st_size
         for name in services:
             self.services[name].kill()
         for name, service in self.services.items():
@@ -211,48 +324,25 @@ class Stack:
         return time.monotonic() - started
 
     def http_status(self, path: str, **kw: Any) -> int | None:
-        try:
-            return requests.get(f"{self.url}{path}", timeout=2, **kw).status_code
-        except requests.RequestException:
-            return None
+        return http_status(self.url, path, **kw)
 
     def registered_workers(self) -> list[int]:
-        """Live RQ worker processes of the supervisor that have registered with Redis."""
-        from rq import Worker
+        """Live RQ worker processes of host 1's supervisor that have registered with Redis."""
+        return self.hosts[0].registered_workers()
 
-        live = set(self.rq_workers())
-        conn = redis.Redis.from_url(self.redis_url)
-        try:
-            return [w.pid for w in Worker.all(connection=conn) if w.pid in live]
-        finally:
-            conn.close()
-
-    # -- the worker tree -----------------------------------------------------------------------------------
+    # -- the worker tree (host 1) --------------------------------------------------------------------------
 
     def rq_workers(self) -> list[int]:
         """The supervisor's children: one RQ worker process per slot."""
-        sup = self.services.get("worker")
-        return children(sup.pid) if sup and sup.running() else []
+        return self.hosts[0].rq_workers()
 
     def horses(self) -> list[tuple[int, int]]:
-        """(horse, its RQ worker) for every busy slot. A horse leads its own process group (RQ calls setpgrp),
-        which tells it from the scheduler process an RQ worker may also have forked."""
-        table = proc_table()
-        out = []
-        for parent in self.rq_workers():
-            out += [(pid, parent) for pid in children(parent, table) if table[pid].pgid == pid]
-        return out
+        """(horse, its RQ worker) for every busy slot."""
+        return self.hosts[0].horses()
 
     def orphans(self) -> list[int]:
         """Processes of the worker session no longer under the supervisor (horses whose RQ worker died)."""
-        sup = self.services["worker"]
-        table = proc_table()
-        tree = {sup.pid}
-        frontier = [sup.pid]
-        while frontier:
-            frontier = [p.pid for p in table.values() if p.ppid in frontier]
-            tree.update(frontier)
-        return [pid for pid in sup.members() if pid not in tree]
+        return self.hosts[0].orphans()
 
     def kill(self, pids: list[int]) -> list[int]:
         return signal_pids(pids, signal.SIGKILL)

@@ -6,6 +6,6 @@ from chaos.scenarios.base import REGISTRY, Scenario
 
 
 def load_all() -> dict[int, Scenario]:
-    from chaos.scenarios import crashes, edges, faults, items, outages, scopes, soak, streaming  # noqa: F401  (they register)
+    from chaos.scenarios import crashes, edges, faults, hosts, items, outages, scopes, soak, streaming  # noqa: F401  (they register)
 
     return dict(sorted(REGISTRY.items()))
