@@ -184,10 +184,12 @@ class Inbox:
         """Queue a kick record when the route has work and nothing will run it (see KICK)."""
         return self.kick_many([(rk, queue)], self.listed_kicks()) == 1
 
-    def kick_many(self, routes: Sequence[tuple[str, str]], listed: Mapping[str, set[str]] | None = None) -> int:
+    def kick_many(self, routes: Sequence[tuple[str, str]], listed: Mapping[str, set[str]] | None = None, *,
+                  front: bool = False) -> int:
         """`kick` for many (route, queue) pairs in one pipelined round trip; returns how many were kicked.
 
-        `listed`: route → tokens of its kick records now waiting in our kick list."""
+        `listed`: route → tokens of its kick records now waiting in our kick list. `front`: the records go to the
+        head of the list (a route whose run died has waited longest: it does not queue behind a backlog)."""
         k, listed = self.k, listed or {}
         pipe = self.r.pipeline(transaction=False)
         for rk, queue in routes:
@@ -196,7 +198,7 @@ class Inbox:
             tokens = "," + ",".join(sorted(listed.get(rk, ()))) + ","
             self._s["KICK"]([k.inbox(rk), k.proc(rk), k.lease(rk), k.dirty, k.kicks],
                             [token, KICK_TTL_MS, rk, record, time.time(), tokens, rq_job_key_prefix(rk),
-                             Job.redis_job_namespace_prefix, Queue.redis_queue_namespace_prefix],
+                             Job.redis_job_namespace_prefix, Queue.redis_queue_namespace_prefix, int(front)],
                             client=pipe)
         return sum(1 for res in pipe.execute() if res == 1)
 

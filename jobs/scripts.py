@@ -201,7 +201,7 @@ return 1
 
 # KEYS: inbox, proc, lease, dirty, kicks
 # ARGV: kick_token, ttl_ms, route_key, kick_record, now, listed_tokens (",t1,t2,"), job_key_prefix,
-#       RQ's job key namespace, RQ's queue key namespace
+#       RQ's job key namespace, RQ's queue key namespace, front ("1": the record goes to the head of the list)
 # The sweep's repair. A route without work leaves `dirty`. A route with work gets a kick when nothing
 # will run it: no lease, or a kick or backoff lease whose record is neither waiting (in our kick list or
 # among the delayed retries) nor an RQ job still waiting or starting — lost in a crash, or with Redis'
@@ -239,7 +239,7 @@ elseif not work then
 end
 redis.call('SET', KEYS[3], 'k:' .. ARGV[1], 'PX', ARGV[2])
 redis.call('ZADD', KEYS[4], 'NX', ARGV[5], ARGV[3])
-redis.call('RPUSH', KEYS[5], ARGV[4])
+if ARGV[10] == '1' then redis.call('LPUSH', KEYS[5], ARGV[4]) else redis.call('RPUSH', KEYS[5], ARGV[4]) end
 return 1
 """
 

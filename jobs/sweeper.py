@@ -101,7 +101,7 @@ def recover(rt: Runtime) -> int:
     lapsed = [rk for rk, held in zip(routes, pipe.execute(), strict=True) if not held]
     if not lapsed:
         return 0
-    kicked = rt.inbox.kick_many([(rk, rt.queue_of(rk)) for rk in lapsed], rt.inbox.listed_kicks())
+    kicked = rt.inbox.kick_many([(rk, rt.queue_of(rk)) for rk in lapsed], rt.inbox.listed_kicks(), front=True)
     if kicked:
         log.warning("routes of dead runs taken over", extra={"reason": f"{kicked} routes"})
     return kicked

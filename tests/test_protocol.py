@@ -197,3 +197,18 @@ def test_a_resent_commit_consumes_its_events_once(redis_url: str) -> None:
     assert [json.loads(e)["i"] for e in r.lrange(keys.proc(rk), 0, -1)] == [1, 2]
     assert inbox.commit(rk, "exec", Commit(n=1, batch_id="b2")) == 1  # a new commit consumes the next one
     assert [json.loads(e)["i"] for e in r.lrange(keys.proc(rk), 0, -1)] == [2]
+
+
+def test_a_route_whose_run_died_is_kicked_ahead_of_the_backlog(redis_url: str) -> None:
+    """The recovery pass puts its kick at the head of the list: that route has waited longest (issue 16)."""
+    r = redis.Redis.from_url(redis_url, decode_responses=True)
+    keys = Keys(unique("front"))
+    inbox = Inbox(r, keys, lease_ms=60_000, keep=0)
+    for i in range(3):
+        inbox.push(f"feishu:x:p2p:oc_wait{i}", "{}", message_id=f"om_w{i}", content_key=f"w{i}", queue="runs")
+    dead = "feishu:x:p2p:oc_dead"
+    inbox.push(dead, "{}", message_id="om_d", content_key="d", queue="runs")
+    r.lrem(keys.kicks, 0, next(k for k in r.lrange(keys.kicks, 0, -1) if dead in k))
+    r.delete(keys.lease(dead))  # its run took the kick and died; the lease lapsed
+    assert inbox.kick_many([(dead, "runs")], inbox.listed_kicks(), front=True) == 1
+    assert next(k.route_key for k in (inbox.pop_kick() for _ in range(4)) if k) == dead
