@@ -6,6 +6,17 @@ from chaos.scenarios.base import REGISTRY, Scenario
 
 
 def load_all() -> dict[int, Scenario]:
-    from chaos.scenarios import crashes, edges, faults, hosts, items, outages, scopes, soak, streaming  # noqa: F401  (they register)
+    from chaos.scenarios import (  # noqa: F401  (they register)
+        crashes,
+        edges,
+        faults,
+        hosts,
+        items,
+        outages,
+        scopes,
+        sentinel,
+        soak,
+        streaming,
+    )
 
     return dict(sorted(REGISTRY.items()))
