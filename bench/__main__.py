@@ -10,8 +10,8 @@ import importlib
 import sys
 import time
 
-ORDER = ("ingest", "pipeline", "state", "retention", "runs", "context", "items", "documents", "longconn", "render",
-         "recovery", "streaming")
+ORDER = ("ingest", "pipeline", "state", "retention", "runs", "elastic", "context", "items", "documents", "longconn",
+         "render", "recovery", "streaming")
 
 
 def main(argv: list[str]) -> int:
