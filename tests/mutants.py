@@ -205,6 +205,12 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("E8", "one refused update stops the card's updates", "jobs/turn/stream.py", (
         ("            if not self.message_id:\n                self._stop(exc)\n", "            self._stop(exc)\n"),),
         ("tests/test_streaming.py::test_one_failed_update_does_not_stop_the_card",)),
+    Mutant("E9", "the elastic pool never grows", "jobs/pool.py", (
+        ("    room = max(0, maximum - sum(alive.values()))", "    room = 0"),),
+        ("tests/test_elastic.py::test_a_burst_of_routes_runs_at_once_and_the_pool_shrinks_back",)),
+    Mutant("E10", "pushes are acknowledged before a replica has them", "memory/groupcommit.py", (
+        ("        waited = self.replicas.add(pipe)", "        waited = False"),),
+        ("tests/test_sentinel.py::test_failover_mid_load_loses_nothing_and_answers_once",)),
 )
 
 
