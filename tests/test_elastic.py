@@ -112,6 +112,17 @@ def ask(rig: Rig, feishu, chats: list[str]) -> float:
     return time.monotonic() - started
 
 
+def most_at_once(calls: list[dict]) -> int:
+    """The most model calls in flight at the same moment."""
+    edges = sorted([(c["start"], 1) for c in calls] + [(c["end"] or float("inf"), -1) for c in calls],
+                   key=lambda e: (e[0], e[1]))
+    peak = now = 0
+    for _, step in edges:
+        now += step
+        peak = max(peak, now)
+    return peak
+
+
 def test_a_burst_of_routes_runs_at_once_and_the_pool_shrinks_back(rig: Rig, feishu, claude, r) -> None:
     sup, name = rig.supervisor(WORKER_MIN="1", WORKER_MAX=str(ROUTES), WORKER_IDLE_SECONDS="2")
     wait_for(lambda: sup.alive() and rig.registered() == 1, 60, what="the pool's one core worker")
@@ -119,9 +130,14 @@ def test_a_burst_of_routes_runs_at_once_and_the_pool_shrinks_back(rig: Rig, feis
     one_turn = ask(rig, feishu, [unique("oc_el1")])
     assert rig.registered() == 1  # one run: the core worker took it, nothing grew
 
+    cursor = len(claude.timeline_since(0))
     burst = ask(rig, feishu, [unique("oc_el") for _ in range(ROUTES)])
     pool_log = [ln for ln in sup.log_path.read_text().splitlines() if "worker pool" in ln]
-    assert burst <= 1.3 * one_turn + MARGIN_S, (burst, one_turn, pool_log)  # a fixed pool of 1 would take 24 turns
+    # The structural proof, robust to a loaded machine: every route's model call was in flight at one moment
+    # (a pool that did not grow runs them one after another). The time bound is loose for the same reason; the
+    # 1.3 × target is measured by `python -m bench elastic` on a quiet machine.
+    assert most_at_once(claude.timeline_since(cursor)) == ROUTES, pool_log
+    assert burst <= 2 * one_turn + 3 * MARGIN_S, (burst, one_turn, pool_log)  # a fixed pool of 1: 24 turns
     status = r.hgetall(f"{rig.keys.prefix}:pool:{name}")
     assert int(status["max"]) == ROUTES and int(status["min"]) == 1
 
