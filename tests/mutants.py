@@ -201,7 +201,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("E7", "open streams do not share the CardKit minute quota", "jobs/turn/stream.py", (
         ("        return max(self.interval, open_streams * 60.0 / (QUOTA_SHARE * self.rt.settings.feishu_api_qpm))",
          "        return self.interval"),),
-        ("tests/test_streaming.py::test_the_open_streams_share_the_minute_quota_instead_of_freezing",)),
+        ("tests/test_streaming_limits.py::test_the_open_streams_share_the_minute_quota_instead_of_freezing",)),
     Mutant("E8", "one refused update stops the card's updates", "jobs/turn/stream.py", (
         ("            if not self.message_id:\n                self._stop(exc)\n", "            self._stop(exc)\n"),),
         ("tests/test_streaming.py::test_one_failed_update_does_not_stop_the_card",)),

@@ -8,122 +8,48 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
-import signal
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pytest
-import redis
 import requests
 
 from bot.feishu.render import card_markdown
-from memory.keys import Keys
 from sandbox.feishu.events import mention
 from tests.harness import (
     BOT_OPEN_ID,
-    Proc,
-    WebServer,
     deliver,
     message_id,
     model_requests_with,
     reply_text,
     route_key,
     session_log,
-    settings_from,
-    stop_all,
     unique,
     wait_for,
     wait_route_idle,
 )
+from tests.own_stack import OwnStack
+from tests.streamed import answer_with, card_messages, content_ops, entity_of, long_answer
 
 FIRST_VISIBLE_S = 2.0  # first token → first text in the chat
 UPDATE_GAP_S = 2.0  # the card shows new text at least this often while the model writes
 
 
-@dataclass
-class Rig:
-    web: WebServer
-    env: dict[str, str]
-    workdir: Path
-    procs: list[Proc] = field(default_factory=list)
-
-    @property
-    def keys(self) -> Keys:
-        return Keys(self.env["BOT_PROFILE"])
-
-    def start(self) -> None:
-        for module in ("jobs.worker", "jobs.sweeper"):
-            self.procs.append(Proc(["-m", module], self.env, str(self.workdir),
-                                   self.workdir / f"{self.env['BOT_PROFILE']}-{module}.log"))
-
-    def kill_workers(self) -> None:
-        """SIGKILL every RQ worker and work-horse; the supervisor starts fresh ones."""
-        for pid in self.procs[0].children():
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                continue
-
-
 @pytest.fixture(scope="module")
-def _rig(env: dict[str, str], workdir: Path) -> Iterator[Rig]:
-    own = {**env, "BOT_PROFILE": unique("stream"), "REPLY_STREAMING": "card", "WORKER_CONCURRENCY": "32",
-           "STREAM_UPDATE_SECONDS": "1", "REPLY_CHUNK_CHARS": "1200"}
-    rig = Rig(WebServer(settings_from(own)), own, workdir)
-    rig.start()
-    state = redis.Redis.from_url(own["REDIS_URL"], decode_responses=True)
-    wait_for(lambda: state.get(rig.keys.bot_open_id), timeout=60, what="the rig's sweeper to learn the bot's id")
-    yield rig
-    rig.web.stop()
-    stop_all(rig.procs)
+def _rig(env: dict[str, str], workdir: Path) -> Iterator[OwnStack]:
+    stack = OwnStack.start(env, workdir, "stream", REPLY_STREAMING="card", WORKER_CONCURRENCY="8",
+                           STREAM_UPDATE_SECONDS="1", REPLY_CHUNK_CHARS="1200")
+    yield stack
+    stack.stop()
 
 
 @pytest.fixture()
-def rig(_rig: Rig) -> Iterator[Rig]:
+def rig(_rig: OwnStack) -> Iterator[OwnStack]:
     yield _rig
-    if not all(p.alive() for p in _rig.procs):
-        stop_all(_rig.procs)
-        _rig.procs.clear()
-        _rig.start()
+    _rig.healthy()
 
 
-def long_answer(tag: str, paragraphs: int = 8) -> str:
-    """Markdown the model 'writes': a heading, a list and prose, ~90 characters a paragraph."""
-    body = [f"## 结论（{tag}）", "", "- 第一点：导出任务在队列里排队", "- 第二点：重试之后恢复", ""]
-    line = "这里是较长的分析内容，用来观察卡片随着模型输出逐步增长，直到最后显示完整答案。"
-    body += [f"第 {i} 段：{line}" for i in range(paragraphs)]
-    return "\n".join(body)
-
-
-def answer_with(claude, marker: str, text: str) -> None:
-    previous = claude._responder  # chained: other tests' responders keep answering their own markers
-
-    def respond(body: dict[str, Any]) -> Any:
-        if marker in json.dumps(body["messages"], ensure_ascii=False):
-            return text
-        return previous(body) if previous else "收到。"
-
-    claude.set_responder(respond)
-
-
-def card_messages(feishu, user_message: str) -> list[dict[str, Any]]:
-    return [m for m in feishu.replies_to(user_message) if m["msg_type"] == "interactive"]
-
-
-def entity_of(feishu, card_message: dict[str, Any]) -> dict[str, Any]:
-    found = [c for c in feishu.cards() if c["message_id"] == card_message["message_id"]]
-    assert len(found) == 1, found
-    return found[0]
-
-
-def content_ops(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [h for h in history if h["op"] in ("card_create", "card_content", "card_update")]
-
-
-def test_a_long_answer_grows_in_one_card_and_ends_as_the_complete_answer(rig: Rig, feishu, claude, r) -> None:
+def test_a_long_answer_grows_in_one_card_and_ends_as_the_complete_answer(rig: OwnStack, feishu, claude, r) -> None:
     text = long_answer("流式")
     answer_with(claude, "流式测试", text)
     claude.set_delay(0.3)
@@ -153,7 +79,7 @@ def test_a_long_answer_grows_in_one_card_and_ends_as_the_complete_answer(rig: Ri
     assert answer["text"] == text and answer["message_ids"] == [cards[0]["message_id"]]
 
 
-def test_a_worker_killed_mid_stream_leaves_one_card_the_rerun_finishes(rig: Rig, feishu, claude, r) -> None:
+def test_a_worker_killed_mid_stream_leaves_one_card_the_rerun_finishes(rig: OwnStack, feishu, claude, r) -> None:
     text = long_answer("被杀")
     answer_with(claude, "中途被杀", text)
     claude.set_delay(0.2)
@@ -178,7 +104,7 @@ def test_a_worker_killed_mid_stream_leaves_one_card_the_rerun_finishes(rig: Rig,
     assert sequences == sorted(set(sequences)), "sequence numbers keep increasing across the two runs"
 
 
-def test_a_long_answer_ends_in_the_card_and_the_rest_follows_as_replies(rig: Rig, feishu, claude, r) -> None:
+def test_a_long_answer_ends_in_the_card_and_the_rest_follows_as_replies(rig: OwnStack, feishu, claude, r) -> None:
     text = long_answer("超长", paragraphs=60)  # ~2,800 characters; REPLY_CHUNK_CHARS=1200 in this rig
     answer_with(claude, "超长回答", text)
     claude.set_stream(2.0)
@@ -197,7 +123,7 @@ def test_a_long_answer_ends_in_the_card_and_the_rest_follows_as_replies(rig: Rig
     assert log["message_ids"] == [m["message_id"] for m in replies]
 
 
-def test_without_the_cardkit_scope_the_answer_is_a_plain_reply(rig: Rig, feishu, claude, r) -> None:
+def test_without_the_cardkit_scope_the_answer_is_a_plain_reply(rig: OwnStack, feishu, claude, r) -> None:
     feishu.deny_scopes(["cardkit:card:write"])
     claude.set_stream(1.0)
     chat = unique("oc_p2p")
@@ -218,7 +144,7 @@ def test_without_the_cardkit_scope_the_answer_is_a_plain_reply(rig: Rig, feishu,
     r.delete(rig.keys.capability_off("streaming"))  # the rig's next tests stream again
 
 
-def test_cardkit_refusing_the_card_falls_back_to_the_rendered_reply(rig: Rig, feishu, claude, r) -> None:
+def test_cardkit_refusing_the_card_falls_back_to_the_rendered_reply(rig: OwnStack, feishu, claude, r) -> None:
     feishu.inject("card_create", code=200220, http_status=400, times=1)
     claude.set_stream(1.0)
     chat = unique("oc_p2p")
@@ -230,7 +156,7 @@ def test_cardkit_refusing_the_card_falls_back_to_the_rendered_reply(rig: Rig, fe
     assert reply["msg_type"] == "text" and "卡片创建失败时" in reply_text(reply)
 
 
-def test_a_card_that_cannot_be_finished_is_followed_by_the_complete_answer(rig: Rig, feishu, claude, r) -> None:
+def test_a_card_that_cannot_be_finished_is_followed_by_the_complete_answer(rig: OwnStack, feishu, claude, r) -> None:
     """Streaming closed on Feishu's side (10 minutes, or closed): the answer is posted as a plain reply under its
     own uuid, so Feishu's uuid window cannot swallow it into the card message."""
     text = long_answer("收尾失败", paragraphs=3)
@@ -246,7 +172,7 @@ def test_a_card_that_cannot_be_finished_is_followed_by_the_complete_answer(rig: 
     assert "第 2 段" in reply_text(replies[1])
 
 
-def test_streamed_text_cannot_ping_anyone(rig: Rig, feishu, claude, r) -> None:
+def test_streamed_text_cannot_ping_anyone(rig: OwnStack, feishu, claude, r) -> None:
     text = '注意 <at user_id="all">所有人</at> 以及 <at id=all></at>，这是模型写出的标签。' + "后续内容。" * 30
     answer_with(claude, "标签注入", text)
     claude.set_stream(2.0)
@@ -259,65 +185,7 @@ def test_streamed_text_cannot_ping_anyone(rig: Rig, feishu, claude, r) -> None:
     assert len(feishu.replies_to(message_id(msg))) == 1
 
 
-def test_thirty_routes_streaming_at_once_stay_within_feishu_limits(rig: Rig, feishu, claude, r) -> None:
-    n = 30
-    statuses: list[tuple[str, int]] = []
-    for op in ("card_create", "card_content", "card_update", "reply"):
-        feishu.on(op, lambda record, op=op: statuses.append((op, int(record["status"]))), when="after")
-    answer_with(claude, "并发流式", long_answer("并发", paragraphs=6))
-    claude.set_delay(0.5)
-    claude.set_stream(6.0)
-    chats = [unique("oc_p2p") for _ in range(n)]
-    msgs = [deliver(rig.web, feishu, chat_id=c, chat_type="p2p", text=f"并发流式 {i}") for i, c in enumerate(chats)]
-    for c in chats:
-        wait_route_idle(r, rig.keys, route_key("p2p", c, profile=rig.env["BOT_PROFILE"]), timeout=120)
-    cards = feishu.cards()
-    assert len(cards) == n and all(not c["streaming"] for c in cards)
-    for m in msgs:
-        assert len(feishu.replies_to(message_id(m))) == 1
-    assert len(statuses) >= 4 * n and all(status == 200 for _, status in statuses), \
-        [s for s in statuses if s[1] != 200][:5]  # no 429: every call within the app's and the card's limits
-    assert max(feishu.peak_sends(1.0).values()) <= 5
-    starts = sorted(h["at"] for c in cards for h in feishu.card_history(c["card_id"]) if h["op"] == "card_create")
-    assert starts[-1] - starts[0] < 6.0, "the 30 answers streamed at the same time"
-    for c in cards:
-        ops = [h["at"] for h in feishu.card_history(c["card_id"]) if h["op"] != "send"]
-        assert all(sum(1 for t in ops if s <= t < s + 1.0) <= 10 for s in ops), "10 operations/s per card"
-
-
-def test_the_open_streams_share_the_minute_quota_instead_of_freezing(env, workdir: Path, feishu, claude, r) -> None:
-    """FEISHU_API_QPM=1000 shared by 30 cards wanting an update a second runs out in ~33 s, and the cards would
-    freeze for the rest of the minute; the open streams slow down together instead (each ~1.9 s). Scaled down:
-    a quota of 60 a minute and 6 answers of 24 s: every card updates about every 6.3 s, never freezes, no 429."""
-    own = {**env, "BOT_PROFILE": unique("quota"), "REPLY_STREAMING": "card", "WORKER_CONCURRENCY": "6",
-           "FEISHU_API_QPM": "60"}
-    rig = Rig(WebServer(settings_from(own)), own, workdir)
-    rig.start()
-    try:
-        wait_for(lambda: r.get(rig.keys.bot_open_id), timeout=60, what="the rig's sweeper to learn the bot's id")
-        feishu.set_api_qpm(60)
-        refused: list[int] = []
-        feishu.on("card_content", lambda record: refused.append(1) if record["status"] != 200 else None)
-        answer_with(claude, "配额共享", long_answer("配额", paragraphs=12))
-        claude.set_stream(24.0)
-        chats = [unique("oc_p2p") for _ in range(6)]
-        for i, c in enumerate(chats):
-            deliver(rig.web, feishu, chat_id=c, chat_type="p2p", text=f"配额共享 {i}")
-        for c in chats:
-            wait_route_idle(r, rig.keys, route_key("p2p", c, profile=own["BOT_PROFILE"]), timeout=90)
-        cards = feishu.cards()
-        assert len(cards) == 6 and refused == []
-        for card in cards:
-            shown = [h["at"] for h in feishu.card_history(card["card_id"]) if h["op"] in ("send", "card_content",
-                                                                                          "card_update")]
-            gaps = [b - a for a, b in itertools.pairwise(shown)]
-            assert len(shown) >= 4 and max(gaps) <= 10.0, gaps  # one frozen card would wait ~14 s
-    finally:
-        rig.web.stop()
-        stop_all(rig.procs)
-
-
-def test_one_failed_update_does_not_stop_the_card(rig: Rig, feishu, claude, r) -> None:
+def test_one_failed_update_does_not_stop_the_card(rig: OwnStack, feishu, claude, r) -> None:
     answer_with(claude, "一次失败", long_answer("一次失败", paragraphs=8))
     claude.set_stream(6.0)
     feishu.inject("card_content", code=99991400, http_status=429, times=1,
@@ -332,7 +200,7 @@ def test_one_failed_update_does_not_stop_the_card(rig: Rig, feishu, claude, r) -
     assert len(feishu.replies_to(message_id(msg))) == 1
 
 
-def test_a_user_reset_mid_stream_closes_the_half_written_card(rig: Rig, feishu, claude, r) -> None:
+def test_a_user_reset_mid_stream_closes_the_half_written_card(rig: OwnStack, feishu, claude, r) -> None:
     answer_with(claude, "重置打断", long_answer("重置", paragraphs=10))
     claude.set_stream(8.0)
     chat = unique("oc_p2p")
@@ -348,7 +216,7 @@ def test_a_user_reset_mid_stream_closes_the_half_written_card(rig: Rig, feishu, 
     assert not any("重置" in e["text"] for e in session_log(r, rig.keys, rk) if e["role"] == "assistant")
 
 
-def test_a_streamed_batch_that_is_given_up_closes_its_card(rig: Rig, feishu, claude, r) -> None:
+def test_a_streamed_batch_that_is_given_up_closes_its_card(rig: OwnStack, feishu, claude, r) -> None:
     """The answer streamed, but the card cannot be finished (CardKit keeps failing): retried, then dead-lettered;
     the card says it was not finished and the sender gets the usual notice."""
     answer_with(claude, "无法收尾", long_answer("无法收尾", paragraphs=3))
@@ -366,7 +234,7 @@ def test_a_streamed_batch_that_is_given_up_closes_its_card(rig: Rig, feishu, cla
     assert len(model_requests_with(claude, "无法收尾")) == 1  # the answer was kept; only the card failed
 
 
-def test_a_topic_answer_streams_inside_the_topic_and_mentions_only_the_asker(rig: Rig, feishu, claude, r) -> None:
+def test_a_topic_answer_streams_inside_the_topic_and_mentions_only_the_asker(rig: OwnStack, feishu, claude, r) -> None:
     asker = unique("ou_asker")
     text = f"@{asker} 已确认：问题在导出队列。顺便 @ou_stranger 不在对话里。" + "补充说明。" * 20
     answer_with(claude, "话题流式", text)
