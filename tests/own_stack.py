@@ -23,7 +23,7 @@ class OwnStack:
 
     @classmethod
     def start(cls, env: dict[str, str], workdir: Path, prefix: str, **overrides: str) -> OwnStack:
-        own = {**env, "BOT_PROFILE": unique(prefix), **overrides}
+        own = {k: v for k, v in {**env, "BOT_PROFILE": unique(prefix), **overrides}.items() if v != ""}  # "" = unset
         stack = cls(WebServer(settings_from(own)), own, workdir)
         stack.start_processes()
         state = redis.Redis.from_url(own["REDIS_URL"], decode_responses=True)
