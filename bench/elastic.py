@@ -65,18 +65,22 @@ def make_stack(mode: str, most_routes: int, model_s: float, freeze: bool) -> Sta
            "WORKER_GC_FREEZE": "1" if freeze else "0"}
     if mode == "fixed":
         return Stack(workers=FIXED, env=env)
-    env.update(WORKER_MIN=str(ELASTIC_MIN), WORKER_MAX=str(max(most_routes, ELASTIC_MIN)), WORKER_IDLE_SECONDS="5")
+    # WORKER_IDLE_SECONDS stays at its default (30 s): the shrink back to WORKER_MIN is measured as users get it
+    env.update(WORKER_MIN=str(ELASTIC_MIN), WORKER_MAX=str(max(most_routes, ELASTIC_MIN)))
     return Stack(workers=ELASTIC_MIN, env=env)
 
 
-def settle(stack: Stack, timeout: float = 120.0) -> None:
-    """Wait until the pool is back at its core size and no horse runs (each burst starts cold)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+def settle(stack: Stack, timeout: float = 120.0) -> float | None:
+    """Wait until the pool is back at its core size and no horse runs (each burst starts cold); the seconds it
+    took, None if it did not within `timeout`."""
+    started = time.monotonic()
+    while time.monotonic() < started + timeout:
         if len(stack.rq_workers()) <= stack.concurrency and not stack.horses():
+            took = time.monotonic() - started
             time.sleep(1.0)
-            return
+            return round(took, 1)
         time.sleep(0.5)
+    return None
 
 
 def run_mode(mode: str, routes: list[int], model_s: float, freeze: bool = True) -> dict[str, Any]:
@@ -103,6 +107,7 @@ def run_mode(mode: str, routes: list[int], model_s: float, freeze: bool = True) 
                        idle_tree_pss_mb=round(idle_kb / 1024, 1), in_flight=box.get("in_flight", 0),
                        busy_tree_pss_mb=round(box.get("busy_pss_kb", 0) / 1024, 1),
                        pss_per_run_mb=round(per_run, 1) if per_run is not None else None)
+            row["shrink_s"] = settle(stack) if mode == "elastic" else None  # last answer → back at WORKER_MIN
             rows.append(row)
             print(json.dumps(row), flush=True)
         return {"mode": mode, "gc_freeze": freeze, "baseline_s": baseline, "rows": rows}
@@ -110,12 +115,13 @@ def run_mode(mode: str, routes: list[int], model_s: float, freeze: bool = True) 
 
 def table(results: list[dict[str, Any]]) -> str:
     lines = ["| pool | gc.freeze | routes | one turn (s) | last answer (s) | last ÷ one turn | runs in flight | "
-             "PSS per in-flight run (MB) |", "|---|---|---|---|---|---|---|---|"]
+             "PSS per in-flight run (MB) | back to WORKER_MIN (s) |", "|---|---|---|---|---|---|---|---|---|"]
     for res in results:
         pool = f"fixed {FIXED}" if res["mode"] == "fixed" else "elastic"
         for row in res["rows"]:
             lines.append(f"| {pool} | {'on' if row['gc_freeze'] else 'off'} | {row['routes']} | {row['baseline_s']} "
-                         f"| {row['last_s']} | {row['ratio']} | {row['in_flight']} | {row['pss_per_run_mb']} |")
+                         f"| {row['last_s']} | {row['ratio']} | {row['in_flight']} | {row['pss_per_run_mb']} "
+                         f"| {row.get('shrink_s') if row.get('shrink_s') is not None else '–'} |")
     return "\n".join(lines)
 
 
