@@ -23,6 +23,7 @@ from typing import Any
 
 from pydantic import BaseModel
 from rq import get_current_job
+from rq.queue import Queue
 
 from bot import metrics
 from bot.edge.envelope import Inbound
@@ -85,9 +86,12 @@ def chain(rt: Runtime, job_id: str, origin: str) -> list[str]:
     """
     outcomes: list[str] = []
     deadline = time.monotonic() + CHAIN_SECONDS
+    waiting_jobs = Queue.redis_queue_namespace_prefix + origin
     while len(outcomes) < MAX_ROUTES_PER_JOB - 1 and time.monotonic() < deadline and not shutdown.requested():
         if rt.state.exists(rt.keys.paused):
             break
+        if origin and rt.rq.llen(waiting_jobs):  # jobs wait in RQ (a recovered route, or more jobs than live
+            break  # workers after a host died): serve them in turn instead of chaining past them
         kick = rt.inbox.pop_kick()
         if kick is None:
             break

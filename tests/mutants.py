@@ -211,6 +211,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("E10", "pushes are acknowledged before a replica has them", "memory/groupcommit.py", (
         ("        waited = self.replicas.add(pipe)", "        waited = False"),),
         ("tests/test_sentinel.py::test_failover_mid_load_loses_nothing_and_answers_once",)),
+    Mutant("E11", "a chaining horse passes jobs waiting in its RQ queue", "jobs/drain.py", (
+        ("        if origin and rt.rq.llen(waiting_jobs):", "        if False:"),),
+        ("tests/test_dispatch.py::test_a_horse_stops_chaining_while_jobs_wait_in_its_rq_queue",)),
 )
 
 

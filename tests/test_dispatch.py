@@ -41,6 +41,16 @@ def test_a_chaining_horse_hands_another_queues_kick_to_rq(rt: Runtime) -> None:
     assert queued(rt, "vip") == 1 and not rt.state.exists(rt.keys.lease(other.route_key))
 
 
+def test_a_horse_stops_chaining_while_jobs_wait_in_its_rq_queue(rt: Runtime) -> None:
+    """Jobs in RQ (a recovered route's, or more jobs than live workers after a host died and its workers still
+    count) are served in turn: a horse chaining routes from our kick list would otherwise pass them for minutes."""
+    listed = Kick(route_key=f"feishu:{rt.settings.bot_profile}:p2p:oc_listed", token="t1", queue="runs")
+    rt.state.rpush(rt.keys.kicks, listed.dumps())
+    rt.start_run(f"feishu:{rt.settings.bot_profile}:p2p:oc_queued", "t2", "runs")
+    assert chain(rt, "job", origin=rq_queue_name(rt.settings.bot_profile, "runs")) == []
+    assert [Kick.loads(x) for x in rt.state.lrange(rt.keys.kicks, 0, -1)] == [listed]
+
+
 def test_one_sweep_visits_every_dirty_route(rt: Runtime) -> None:
     """Defect 12: the sweep used to read only the 1,000 oldest dirty routes."""
     routes = [f"feishu:{rt.settings.bot_profile}:p2p:oc_{i}" for i in range(1_500)]
