@@ -37,7 +37,7 @@ FELL_BACK = "stream:plain"  # the card could not be finished: the answer went ou
 SEQUENCE_SKIP = 1000  # a sequence conflict (a counter lost with Redis) jumps ahead once
 ACTIVE_S = 5.0  # a stream that showed no text for this long no longer counts as open
 NO_ROOM_RETRY_S = 0.5
-QUOTA_SHARE = 0.95  # of the app's CardKit minute quota the open streams spread between them
+QUOTA_SHARE = 0.98  # of the app's CardKit minute quota the open streams spread between them
 _loud: set[str] = set()  # CardKit failures already logged at ERROR by this process
 
 
@@ -88,7 +88,9 @@ class Stream:
                 self._stop(exc)
         except AdapterError as exc:
             self._stop(exc)
-        self.next_at = now + wait
+        # Keep the cadence: a push that came late (it waits for the model's next delta) does not push the next
+        # one later too, so the average interval is the one chosen; after a long silence, count from now.
+        self.next_at = (self.next_at if now - self.next_at < wait else now) + wait
 
     def _interval(self) -> float:
         """STREAM_UPDATE_SECONDS, or longer while so many answers stream at once that the app's CardKit minute
