@@ -40,8 +40,9 @@ def test_thirty_routes_streaming_at_once_stay_within_feishu_limits(rig: OwnStack
     assert len(statuses) >= 4 * n and all(status == 200 for _, status in statuses), \
         [s for s in statuses if s[1] != 200][:5]  # no 429: every call within the app's and the card's limits
     assert max(feishu.peak_sends(1.0).values()) <= 5
-    starts = sorted(h["at"] for c in cards for h in feishu.card_history(c["card_id"]) if h["op"] == "card_create")
-    assert starts[-1] - starts[0] < 6.0, "the 30 answers streamed at the same time"
+    spans = [(h[0]["at"], h[-1]["at"]) for h in (feishu.card_history(c["card_id"]) for c in cards)]
+    together = max(sum(1 for a, b in spans if a <= t <= b) for t, _ in spans)
+    assert together >= n // 2, together  # the limits were met with the answers streaming side by side
     for c in cards:
         ops = [h["at"] for h in feishu.card_history(c["card_id"]) if h["op"] != "send"]
         assert all(sum(1 for t in ops if s <= t < s + 1.0) <= 10 for s in ops), "10 operations/s per card"
