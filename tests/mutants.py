@@ -214,6 +214,10 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("E11", "a chaining horse passes jobs waiting in its RQ queue", "jobs/drain.py", (
         ("        if origin and rt.rq.llen(waiting_jobs):", "        if False:"),),
         ("tests/test_dispatch.py::test_a_horse_stops_chaining_while_jobs_wait_in_its_rq_queue",)),
+    Mutant("E12", "a card made but never posted is not posted at the end", "jobs/turn/stream.py", (
+        ("            if not self.message_id:  # created, but its run died (or failed) before posting it\n"
+         "                self._post()\n", ""),),
+        ("tests/test_streaming.py::test_a_card_made_but_not_posted_is_posted_when_the_answer_is_done",)),
 )
 
 

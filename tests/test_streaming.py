@@ -251,3 +251,19 @@ def test_a_topic_answer_streams_inside_the_topic_and_mentions_only_the_asker(rig
     (entity,) = feishu.cards()
     assert f"<at id={asker}></at>" in entity["text"] and "<at id=ou_stranger" not in entity["text"]
     assert "@ou_stranger" in entity["text"]
+
+
+def test_a_card_made_but_not_posted_is_posted_when_the_answer_is_done(rig: OwnStack, feishu, claude, r) -> None:
+    """The card entity exists but posting it failed (a run dying between the two writes looks the same to the
+    ledger): the turn finishes that card and posts it then — one card, one message, never a second entity."""
+    text = long_answer("未发出", paragraphs=4)
+    answer_with(claude, "卡片未发出", text)
+    claude.set_stream(3.0)
+    feishu.inject("reply", code=230002, http_status=400, times=1)  # the first reply: the card's message
+    chat = unique("oc_p2p")
+    msg = deliver(rig.web, feishu, chat_id=chat, chat_type="p2p", text="卡片未发出：请回答")
+    wait_route_idle(r, rig.keys, route_key("p2p", chat, profile=rig.profile), timeout=40)
+    (entity,) = feishu.cards()
+    (reply,) = feishu.replies_to(message_id(msg))
+    assert reply["message_id"] == entity["message_id"] and not entity["streaming"]
+    assert entity["text"] == card_markdown(text)
