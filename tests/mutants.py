@@ -129,7 +129,7 @@ MUTANTS: tuple[Mutant, ...] = (
                ('client_token_for(f"item-record:{item.item_id}")', "client_token_for(str(time.time()))")),
         ("tests/test_items_attack.py::test_a_record_create_whose_answer_was_lost_makes_one_record",)),
     Mutant("C4", "a pacing slot is scored at its grant, not at Feishu's answer", "jobs/turn/outbox.py", (
-        ("                self._done([key], [token, window + IN_FLIGHT_MS])", "                pass"),
+        ("            self._done([key], [token, window + IN_FLIGHT_MS])", "            pass"),
         ("redis.call('ZADD', KEYS[1], now + tonumber(ARGV[4]), ARGV[3])", "redis.call('ZADD', KEYS[1], now, ARGV[3])")),
         ("tests/test_pacing.py::test_a_slow_and_jittery_feishu_still_sees_at_most_five_a_second_in_a_chat",)),
     Mutant("C5", "a kept rejected event keeps its top-level token", "bot/edge/ingress.py", (

@@ -156,8 +156,7 @@ class Outbox:
             call()
             return True
         finally:
-            for key, token, window in held:
-                self._done([key], [token, window + IN_FLIGHT_MS])
+            self._release(held)
 
     def _paced(self, chat_id: str, fence: Callable[[], bool], call: Callable[[], T], per_chat: bool = True,
                api: str = "reply") -> T:
@@ -184,8 +183,12 @@ class Outbox:
                 raise LeaseLost(chat_id)
             return call()
         finally:
-            for key, token, window in held:
-                self._done([key], [token, window + IN_FLIGHT_MS])
+            self._release(held)
+
+    def _release(self, held: list[tuple[str, str, int]]) -> None:
+        """The calls returned: each slot counts from now (a window after Feishu's answer, not our grant)."""
+        for key, token, window in held:
+            self._done([key], [token, window + IN_FLIGHT_MS])
 
     def _take_slots(self, scopes: list[Scope]) -> list[tuple[str, str, int]]:
         """A slot in each scope, in order, waiting for each; returns them to be released."""
