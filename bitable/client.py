@@ -44,7 +44,10 @@ SEARCH_PAGE = 500  # the documented maximum
 FIELDS_PAGE = 100
 SCHEMA_TTL_S = 600  # a renamed column is noticed within this long (and at once by the hourly table check)
 BATCH_GET_MAX = 100  # the documented maximum of ids per batch_get
+MAX_CONDITIONS = 50  # the documented maximum of conditions in one search filter
 USER_ID_TYPE = "open_id"
+
+Match = tuple[str, str, Sequence[str]]  # one more search condition: (field name, operator, values)
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,8 @@ class Record:
     record_id: str
     fields: Mapping[str, Any] = field(hash=False)
     record_url: str = ""
+    created_time: int | None = None  # ms; only when the read asked for automatic fields
+    last_modified_time: int | None = None  # ms; only when the read asked for automatic fields
 
     def text(self, name: str) -> str:
         return cell_text(self.fields.get(name))
@@ -72,7 +77,18 @@ class Record:
         fields = item.get("fields")
         url = item.get("record_url") or item.get("shared_url") or ""
         return cls(str(item.get("record_id") or item.get("id") or ""), dict(fields) if isinstance(fields, dict) else {},
-                   str(url))
+                   str(url), _ms(item.get("created_time")), _ms(item.get("last_modified_time")))
+
+
+def _ms(value: Any) -> int | None:
+    """A millisecond timestamp as the wire carries it (a number, or digits), else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return int(value)
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value.strip())
+    return None
 
 
 def client_token_for(seed: str) -> str:
@@ -148,18 +164,25 @@ class Bitable:
             self._schema = schema
         return schema
 
-    def search(self, field_name: str, value: str | Sequence[str] | None, operator: str = "is") -> list[Record]:
-        """Every record whose `field_name` matches (`is`, `contains`, `isEmpty` with None, ...), all pages."""
+    def search(self, field_name: str, value: str | Sequence[str] | None, operator: str = "is", *,
+               also: Sequence[Match] = (), automatic_fields: bool = False,
+               page_size: int = SEARCH_PAGE) -> list[Record]:
+        """Every record whose `field_name` matches (`is`, `contains`, `isEmpty` with None, ...) and every condition
+        in `also` (all joined with "and"), all pages. `automatic_fields` adds created and last-modified times."""
         values = [] if value is None else [value] if isinstance(value, str) else list(value)
-        condition = Condition.builder().field_name(field_name).operator(operator).value(values).build()
+        matches: list[Match] = [(field_name, operator, values), *also]
+        if len(matches) > MAX_CONDITIONS:
+            raise ValueError(f"a Bitable search takes at most {MAX_CONDITIONS} conditions, not {len(matches)}")
+        conditions = [Condition.builder().field_name(name).operator(op).value(list(vals)).build()
+                      for name, op, vals in matches]
         body = (SearchAppTableRecordRequestBody.builder()
-                .filter(FilterInfo.builder().conjunction("and").conditions([condition]).build())
-                .automatic_fields(False).build())
+                .filter(FilterInfo.builder().conjunction("and").conditions(conditions).build())
+                .automatic_fields(automatic_fields).build())
         records: list[Record] = []
         token = ""
         while True:
             builder = (SearchAppTableRecordRequest.builder().app_token(self.app_token).table_id(self.table_id)
-                       .user_id_type(USER_ID_TYPE).page_size(SEARCH_PAGE).request_body(body))
+                       .user_id_type(USER_ID_TYPE).page_size(page_size).request_body(body))
             if token:
                 builder = builder.page_token(token)
             data = self._call("search", self.client.bitable.v1.app_table_record.search, builder.build())

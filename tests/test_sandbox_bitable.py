@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -36,6 +37,7 @@ from lark_oapi.api.im.v1 import (
 from lark_oapi.core.cache import LocalCache
 from lark_oapi.core.token.manager import TokenManager
 
+from bitable.client import Record
 from sandbox.feishu.bitable import DEFAULT_FIELDS
 from sandbox.feishu.emulator import FeishuEmulator
 from sandbox.feishu.events import (
@@ -44,6 +46,7 @@ from sandbox.feishu.events import (
     message_recalled_event,
     message_updated_event,
 )
+from sandbox.feishu.rules import FeishuError
 
 SECRET = "bitable-test-secret"
 APP, TABLE = "bascnItems", "tblItems"
@@ -434,3 +437,103 @@ def test_event_builders_parse_into_the_sdk_models(emulator: FeishuEmulator) -> N
     body = parse(edited, P2ImMessageReceiveV1).event.message  # the same body shape as receive_v1
     assert (body.message_id, body.create_time, body.update_time) == ("om_2", "1700000000000", "1700000060000")
     assert json.loads(body.content) == {"text": "改过的"}
+
+
+# -- record search: automatic fields, is / isNot, and / or, pages, the filter guide's rules -------------
+
+
+def search_raw(client: lark.Client, body: dict[str, Any], page_size: int | None = None,
+               page_token: str | None = None) -> Any:
+    """A search whose body is given as the wire JSON (the SDK model drops what is None)."""
+    req = SearchAppTableRecordRequest.builder().app_token(APP).table_id(TABLE).user_id_type("open_id")
+    if page_size is not None:
+        req = req.page_size(page_size)
+    if page_token:
+        req = req.page_token(page_token)
+    return client.bitable.v1.app_table_record.search(req.request_body(SearchAppTableRecordRequestBody(body)).build())
+
+
+def wire_items(resp: Any) -> list[dict[str, Any]]:
+    assert resp.code == 0, resp.msg
+    return list(json.loads(resp.raw.content)["data"]["items"])
+
+
+def test_search_returns_automatic_fields_kept_on_create_and_update(client: lark.Client) -> None:
+    before = int(time.time() * 1000)
+    record_id = create(client, ITEM).data.record.record_id
+    (made,) = wire_items(search_raw(client, {"automatic_fields": True}))
+    assert before <= made["created_time"] == made["last_modified_time"] <= int(time.time() * 1000)
+    assert made["created_by"]["id"] == made["last_modified_by"]["id"]
+    assert update(client, record_id, {"状态": "处理中"}).code == 0
+    (changed,) = wire_items(search_raw(client, {"automatic_fields": True}))
+    assert changed["created_time"] == made["created_time"] < changed["last_modified_time"]
+    assert Record.from_wire(changed).last_modified_time == changed["last_modified_time"]
+    (plain,) = wire_items(search_raw(client, {}))
+    assert not {"created_time", "last_modified_time", "created_by", "last_modified_by"} & set(plain)
+    assert Record.from_wire(plain).last_modified_time is None
+
+
+def test_is_and_is_not_on_single_select_and_group_chat_with_and_or(client: lark.Client) -> None:
+    rows = {"open": ("oc_a", "待处理"), "done": ("oc_a", "已完成"), "closed": ("oc_a", "已关闭"),
+            "blank": ("oc_a", None), "other": ("oc_b", "待处理")}
+    ids = {}
+    for key, (chat, status) in rows.items():
+        fields = {"标题": key, "来源群": [{"id": chat}], **({"状态": status} if status else {})}
+        ids[key] = create(client, fields).data.record.record_id
+    open_in_a = {"conjunction": "and", "conditions": [
+        {"field_name": "来源群", "operator": "is", "value": ["oc_a"]},
+        {"field_name": "状态", "operator": "isNot", "value": ["已完成"]},
+        {"field_name": "状态", "operator": "isNot", "value": ["已关闭"]},
+        {"field_name": "状态", "operator": "isNot", "value": ["Done"]}]}  # an option the table lacks matches nothing
+    found = wire_items(search_raw(client, {"filter": open_in_a}))
+    assert {i["record_id"] for i in found} == {ids["open"], ids["blank"]}  # isNot keeps empty cells
+    either = {"conjunction": "or", "conditions": [{"field_name": "状态", "operator": "is", "value": ["已完成"]},
+                                                  {"field_name": "来源群", "operator": "is", "value": ["oc_b"]}]}
+    assert {i["record_id"] for i in wire_items(search_raw(client, {"filter": either}))} == {ids["done"], ids["other"]}
+    nested = {"conjunction": "and", "children": [
+        {"conjunction": "or", "conditions": [{"field_name": "状态", "operator": "is", "value": ["已完成"]},
+                                             {"field_name": "状态", "operator": "is", "value": ["已关闭"]}]},
+        {"conjunction": "and", "conditions": [{"field_name": "来源群", "operator": "isNot", "value": ["oc_b"]}]}]}
+    assert {i["record_id"] for i in wire_items(search_raw(client, {"filter": nested}))} == {ids["done"], ids["closed"]}
+
+
+def test_search_pages_follow_the_page_token_to_the_end(client: lark.Client) -> None:
+    made = [create(client, {"标题": f"第{i}条", "来源群": [{"id": "oc_a"}]}).data.record.record_id for i in range(5)]
+    flt = {"conjunction": "and", "conditions": [{"field_name": "来源群", "operator": "is", "value": ["oc_a"]}]}
+    seen, token, pages = [], None, 0
+    while True:
+        resp = search_raw(client, {"filter": flt, "automatic_fields": True}, page_size=2, page_token=token)
+        data = json.loads(resp.raw.content)["data"]
+        seen += [i["record_id"] for i in data["items"]]
+        assert all("last_modified_time" in i for i in data["items"]) and data["total"] == 5
+        pages += 1
+        if not data["has_more"]:
+            break
+        token = data["page_token"]
+    assert (seen, pages) == (made, 3)
+    assert search_raw(client, {}, page_token="not-a-token").code == 1254002
+
+
+def test_search_filters_follow_the_record_filter_guide(emulator: FeishuEmulator, client: lark.Client) -> None:
+    def cond(op: str = "is", value: Any = ("x",)) -> dict[str, Any]:
+        return {"field_name": "标题", "operator": op, **({} if value is None else {"value": list(value)})}
+
+    def code(flt: dict[str, Any]) -> tuple[int, int]:
+        resp = search_raw(client, {"filter": flt})
+        return resp.raw.status_code, resp.code
+
+    assert code({"conjunction": "and", "conditions": [cond()] * 50}) == (200, 0)
+    assert code({"conditions": [cond()]}) == (200, 1254018)  # the conjunction is required
+    assert code({"conjunction": "xor", "conditions": [cond()]}) == (200, 1254018)
+    assert code({"conjunction": "and", "conditions": [cond()] * 51}) == (400, 99992402)
+    assert code({"conjunction": "and", "conditions": [cond("contains", "abcdefghijk")]}) == (400, 99992402)
+    assert code({"conjunction": "and", "conditions": [cond("contains", "abcdefghij")]}) == (200, 0)
+    assert code({"conjunction": "and", "conditions": [cond("is", ("a", "b"))]}) == (200, 1254018)
+    assert code({"conjunction": "and", "conditions": [cond("isNot", ("a", "b"))]}) == (200, 1254018)
+    assert code({"conjunction": "and", "conditions": [cond("isEmpty", None)]}) == (200, 1254018)  # value: [] needed
+    assert code({"conjunction": "and", "conditions": [cond("isEmpty", ())]}) == (200, 0)
+    assert code({"conjunction": "and", "conditions": [cond("like")]}) == (200, 1254018)
+    deep = {"conjunction": "and", "children": [{"conjunction": "or", "children": [
+        {"conjunction": "and", "conditions": [cond()]}]}]}
+    with pytest.raises(FeishuError, match="1254018"):  # children nest one level (the SDK cannot even send this)
+        emulator.bitable.search(APP, TABLE, {}, {"filter": deep})

@@ -34,6 +34,7 @@ from sandbox.feishu.bitable_cells import (
 )
 
 WRITE_TIME_SECONDS = 0.05
+MAX_CONDITIONS, MAX_VALUES = 50, 10  # per search filter, per condition (the record filter guide)
 
 DEFAULT_FIELDS: tuple[tuple[str, int], ...] = (
     ("标题", TEXT), ("描述", TEXT), ("提出人", USER), ("负责人", USER), ("状态", SINGLE), ("来源群", GROUP),
@@ -183,17 +184,36 @@ class BitableStore:
                      for r in found]
         return _page(items, offset, size)
 
-    def _check_filter(self, table: Table, flt: Any) -> None:
+    def _check_filter(self, table: Table, flt: Any, depth: int = 0) -> None:
+        """The filter rules of the record filter guide: a conjunction is required, children nest one level,
+        at most 50 conditions of at most 10 values, each with a `value` list (`[]` when empty), and
+        `is`/`isNot` take one value (a date field takes ["ExactDate", ms] and the like)."""
         if not flt:
             return
-        if not isinstance(flt, dict) or flt.get("conjunction", "and") not in ("and", "or"):
+        if not isinstance(flt, dict) or flt.get("conjunction") not in ("and", "or"):
             raise bitable_error(1254018, "InvalidFilter: conjunction must be and|or")
-        for cond in flt.get("conditions") or []:
-            table.by_name(cond.get("field_name") if isinstance(cond, dict) else None)
-            if cond.get("operator") not in OPERATORS or not isinstance(cond.get("value") or [], list):
-                raise bitable_error(1254018, f"InvalidFilter: operator {cond.get('operator')!r}")
+        if depth > 1:
+            raise bitable_error(1254018, "InvalidFilter: children nest one level only")
+        conditions = flt.get("conditions") or []
+        if len(conditions) > MAX_CONDITIONS:
+            raise bitable_error(99992402, f"field validation failed: conditions hold at most {MAX_CONDITIONS}")
+        for cond in conditions:
+            self._check_condition(table, cond)
         for child in flt.get("children") or []:
-            self._check_filter(table, child)
+            self._check_filter(table, child, depth + 1)
+
+    @staticmethod
+    def _check_condition(table: Table, cond: Any) -> None:
+        spec = table.by_name(cond.get("field_name") if isinstance(cond, dict) else None)
+        operator, values = cond.get("operator"), cond.get("value")
+        if operator not in OPERATORS:
+            raise bitable_error(1254018, f"InvalidFilter: operator {operator!r}")
+        if not isinstance(values, list):
+            raise bitable_error(1254018, "InvalidFilter: value is missing (an empty one is [])")
+        if len(values) > MAX_VALUES:
+            raise bitable_error(99992402, f"field validation failed: value holds at most {MAX_VALUES}")
+        if operator in ("is", "isNot") and spec["type"] != DATE and len(values) > 1:
+            raise bitable_error(1254018, f"InvalidFilter: {operator} takes one value")
 
     def _passes(self, table: Table, record: dict[str, Any], flt: Any) -> bool:
         if not flt:
