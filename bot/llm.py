@@ -79,10 +79,13 @@ class Claude:
         self.model = settings.anthropic_model
         self.max_tokens = settings.max_output_tokens
 
-    def complete(self, system: list[dict[str, Any]], messages: list[dict[str, Any]]) -> Completion:
+    def complete(self, system: list[dict[str, Any]], messages: list[dict[str, Any]], *, model: str | None = None,
+                 max_tokens: int | None = None) -> Completion:
+        """One request without tools; `model` / `max_tokens` override the defaults (a small model's short call)."""
         try:
             msg = self.client.messages.create(
-                model=self.model, max_tokens=self.max_tokens, system=system, messages=messages  # type: ignore[arg-type]
+                model=model or self.model, max_tokens=max_tokens or self.max_tokens, system=system,  # type: ignore[arg-type]
+                messages=messages,  # type: ignore[arg-type]
             )
         except anthropic.AnthropicError as exc:
             raise _mapped(exc) from exc

@@ -35,6 +35,14 @@ COUNTERS = {
     "pauses": ("pauses_total", "Times work paused for an operator (credentials, permissions)", ("component",)),
     "replays": ("dead_letter_replays_total", "Dead letters replayed", ()),
     "rotations": ("session_rotations_total", "Sessions rotated (S1 → S2) because they no longer fit", ("reason",)),
+    "timers_set": ("timers_set_total", "Timers set (follow-ups by the model; digests and triage by the service)",
+                   ("kind",)),
+    "timers_fired": ("timers_fired_total", "Due timers pushed into their routes' inboxes", ("kind",)),
+    "timers_cancelled": ("timers_cancelled_total", "Pending timers cancelled, by how", ("by",)),
+    "followups": ("followups_total", "Follow-ups that fired, by outcome (posted / skipped)", ("outcome",)),
+    "digests": ("digests_total", "Digest runs, by outcome (posted / empty / skipped)", ("outcome",)),
+    "triage": ("triage_decisions_total", "Quiet triage decisions by kind (quiet / note / propose / capped)",
+               ("decision",)),
 }
 OLDEST_SAMPLE = 20
 
@@ -68,7 +76,8 @@ class RedisCollector:
         pipe.hgetall(k.health)
         pipe.smembers("rq:queues")
         pipe.zrange(k.dirty, 0, OLDEST_SAMPLE - 1)
-        counters, dirty, dead, running, delayed, kicks, paused, health, queues, oldest = pipe.execute()
+        pipe.zcard(k.timers_due)
+        counters, dirty, dead, running, delayed, kicks, paused, health, queues, oldest, timers = pipe.execute()
         yield from _counters(counters)
         for name, help_, value in (
             ("routes_with_pending_work", "Routes with pending work or a run", dirty),
@@ -76,6 +85,7 @@ class RedisCollector:
             ("runs_in_flight", "Runs working on a batch now", running),
             ("delayed_retries", "Retries waiting out their backoff", delayed),
             ("kicks_waiting", "Kick records not yet turned into RQ jobs", kicks),
+            ("timers_pending", "Timers waiting to fall due (follow-ups, digests, triage)", timers),
         ):
             yield GaugeMetricFamily(name, help_, value=float(value))
         yield self._queue_depth(queues)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from typing import Annotated, Literal
+from zoneinfo import ZoneInfo
 
 from pydantic import (
     BaseModel,
@@ -141,13 +142,29 @@ class Settings(BaseSettings):
     reply_chunk_chars: int = Field(3500, ge=100, le=30000)
     reply_streaming: Literal["card", "off"] = "card"  # answers grow in a CardKit streaming card
     stream_update_seconds: float = Field(1.0, ge=0.2, le=2.0)  # how often a streaming card shows new text
+    # Always on (README: "Follow-ups, digests and quiet triage"): wake-ups nobody typed
+    bot_timezone: str = "Asia/Shanghai"  # times people say ("后天上午十点") and schedules
+    item_closed_statuses: CsvList = ("已关闭", "已完成", "已解决", "关闭", "完成", "Closed", "Done")
+    digest_chats: CsvList = ()  # chats (oc_…) that get a digest of their open items
+    digest_cron: str = "30 9 * * 1-5"  # when, in BOT_TIMEZONE
+    triage_chats: CsvList = ()  # chats whose unaddressed topic messages may wake a quiet triage run
+    triage_model: str | None = None  # the small model of triage runs (default: ANTHROPIC_MODEL)
+    triage_quiet_seconds: float = Field(600.0, gt=0)  # one triage call per topic per quiet period
+    triage_post_period_seconds: float = Field(86400.0, gt=0)  # at most one unasked message per topic per period
+    triage_budget_tokens: int = Field(2000, ge=300)  # input tokens of one triage request
+    timer_check_seconds: float = Field(0.5, gt=0, le=5)  # how often the sweeper looks for due timers
+    followups_per_route: int = Field(20, ge=1)  # pending follow-ups one route may hold
+    # The service clock's offset (`python -m sandbox clock +2d`) is honoured in sandbox mode; tests and staging
+    # rigs against emulators may turn it on. Never in production: it moves every timer.
+    clock_adjustable: bool = False
     sandbox_feishu_port: int = Field(9901, ge=1, le=65535)
     sandbox_model_port: int = Field(9902, ge=1, le=65535)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
     @field_validator(
         "routing_allow_chats", "routing_deny_chats", "routing_allow_users", "routing_deny_users",
-        "run_retry_delays", "item_admins", "redis_sentinels", mode="before",
+        "run_retry_delays", "item_admins", "redis_sentinels", "item_closed_statuses", "digest_chats", "triage_chats",
+        mode="before",
     )
     @classmethod
     def _split_csv(cls, value: object) -> object:
@@ -170,6 +187,33 @@ class Settings(BaseSettings):
         if not value.strip():
             raise ValueError("a Bitable field name cannot be empty")
         return value  # exact: Bitable matches field names character for character
+
+    @field_validator("bot_timezone")
+    @classmethod
+    def _known_timezone(cls, value: str) -> str:
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"unknown timezone {value!r}; use an IANA name such as Asia/Shanghai") from None
+        return value
+
+    @field_validator("digest_cron")
+    @classmethod
+    def _cron(cls, value: str) -> str:
+        from jobs.timers.cron import Cron
+
+        Cron.parse(value)  # a ValueError names the bad field
+        return value
+
+    @field_validator("digest_chats", "triage_chats")
+    @classmethod
+    def _chat_ids(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        bad = [v for v in value if not v.startswith("oc_")]
+        if bad:
+            raise ValueError(f"chat ids start with oc_: {', '.join(bad)}")
+        return value
 
     @field_validator("feishu_domain", "anthropic_base_url", "feishu_web_origin")
     @classmethod
@@ -225,6 +269,14 @@ class Settings(BaseSettings):
     @property
     def sandbox(self) -> bool:
         return not self.feishu_app_id or self.feishu_app_id == SANDBOX_APP_ID
+
+    @property
+    def adjustable_clock(self) -> bool:
+        return self.sandbox or self.clock_adjustable
+
+    @property
+    def tz(self) -> ZoneInfo:
+        return ZoneInfo(self.bot_timezone)
 
     @property
     def items_enabled(self) -> bool:

@@ -33,6 +33,42 @@ TEXTS = {
         "zh": "重置前还没处理的 {n} 条消息不再回答，需要的话请重新发送。",
         "en": "{n} message(s) sent before the reset were not answered; please send them again if needed.",
     },
+    "reset_followups": {
+        "zh": "这里待发的 {n} 个跟进提醒已一并取消。",
+        "en": "{n} pending follow-up(s) here were cancelled too.",
+    },
+    "followups_none": {
+        "zh": "这里没有待发的跟进提醒。",
+        "en": "No pending follow-ups here.",
+    },
+    "followups_list": {
+        "zh": "待发的跟进提醒（{n} 个）：\n{lines}\n取消：/cancel 编号",
+        "en": "Pending follow-ups ({n}):\n{lines}\nTo cancel: /cancel <id>",
+    },
+    "followup_line": {
+        "zh": "· {id} — {when}：{what}（{who}设）",
+        "en": "· {id} — {when}: {what} (set by {who})",
+    },
+    "cancel_done": {
+        "zh": "已取消提醒 {id}（{when}：{what}）。",
+        "en": "Cancelled follow-up {id} ({when}: {what}).",
+    },
+    "cancel_unknown": {
+        "zh": "这里没有编号为 {id} 的待发提醒，发送 /followups 查看。",
+        "en": "There is no pending follow-up {id} here. Send /followups to see them.",
+    },
+    "cancel_refused": {
+        "zh": "只有设提醒的人、事项的负责人或提出人、管理员可以取消提醒 {id}。",
+        "en": "Only whoever set follow-up {id}, the item's owner or reporter, or an admin may cancel it.",
+    },
+    "cancel_usage": {
+        "zh": "用法：/cancel 提醒编号（发送 /followups 查看编号）。",
+        "en": "Usage: /cancel <follow-up id> (send /followups to see them).",
+    },
+    "followup_set": {
+        "zh": "（已设提醒：{when} · 编号 {id}）",
+        "en": "(Follow-up set: {when} · id {id})",
+    },
     "status": {
         "zh": "会话 {session_id}（上一个：{parent_id}）\n代数 {generation} · 已用 {tokens_in} 输入 / "
               "{tokens_out} 输出 tokens · {turns} 轮\n关联事项：{item_id}",

@@ -34,12 +34,14 @@ from jobs.inbox import Commit
 from jobs.items.runs import ITEM_COMMANDS, item_entry, item_gave_up, item_segment
 from jobs.queues import rq_queue_name
 from jobs.runtime import Runtime, current
-from jobs.segments import COMMAND, STALE, next_segment
+from jobs.segments import COMMAND, STALE, TIMER, next_segment
+from jobs.timers.fire import fire
+from jobs.timers.model import TIMER_TYPE
 from jobs.turn.answer import TurnResult, batch_size, run_turn
 from jobs.turn.outbox import LeaseLost
 from jobs.turn.session import Superseded, answer_command, ensure_session
 from memory.sessions import RouteState
-from routing.keys import ITEM, kind_of
+from routing.keys import DIGEST, ITEM, kind_of
 
 log = logging.getLogger(__name__)
 MAX_BATCHES_PER_RUN = 5  # then hand the route over, so one chatty route cannot hog a worker
@@ -174,6 +176,8 @@ class Drain(GiveUp):
         """Consume the segment at the front of the batch (jobs/segments.py); None when the run goes on."""
         if self.kind == ITEM:  # an item's analysis or a record change: one entry at a time, no session
             return self._guarded(raw[:1], lambda m, _b: item_entry(self.rt, self.rk, m, self.fence))
+        if self.kind == DIGEST:  # a chat's digest: one wake-up at a time, no session
+            return self._guarded(raw[:1], lambda m, b: fire(self.rt, self.rk, m, b, self.fence, None))
         items = [parse_one(item) for item in raw]
         state = self.rt.sessions.state(self.rk)
         seg = next_segment(items, state.generation, self._items_on())
@@ -184,6 +188,8 @@ class Drain(GiveUp):
         if seg.kind == COMMAND and seg.command in ITEM_COMMANDS:
             command = seg.command
             return self._guarded(raw[:1], lambda m, b: item_segment(self.rt, self.rk, m, command, b, self.fence))
+        if seg.kind == COMMAND and seg.command == TIMER:
+            return self._guarded(raw[:1], lambda m, b: fire(self.rt, self.rk, m, b, self.fence, state))
         if seg.kind == COMMAND:
             return self._command(raw[0], seg.command or "", state)
         n = batch_size(self.rt, self.rk, items[:seg.n])
@@ -227,6 +233,9 @@ class Drain(GiveUp):
     def _on_bury(self, message: Inbound, batch_id: str, reason: str) -> None:
         if self.kind == ITEM:
             item_gave_up(self.rt, self.rk, message, reason, self.fence)
+        elif message.message_type == TIMER_TYPE:  # nobody sent it: the dead letter and the alert say it
+            log.error("timer run dead-lettered", extra={**self.log, "batch": batch_id, "message_id": message.message_id,
+                                                        "reason": reason})
         else:
             self._notify(message, batch_id)
 

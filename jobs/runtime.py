@@ -9,11 +9,13 @@ import redis
 
 from bitable.client import Bitable
 from bitable.index import Items
+from bot.clock import Clock
 from bot.feishu.client import FeishuApi
 from bot.llm import Claude
 from bot.settings import Settings, load_settings
 from jobs.inbox import Inbox
 from jobs.queues import enqueue_drain
+from jobs.timers.store import Timers
 from jobs.turn.outbox import Outbox
 from memory.keys import Keys
 from memory.notes import read_text
@@ -86,6 +88,14 @@ class Runtime:
         s = self.settings
         return Outbox(self.inbox, self.keys, self.feishu, s.reply_chunk_chars, chat_qps=s.feishu_chat_qps,
                       app_qps=s.feishu_app_qps, api_qpm=s.feishu_api_qpm)
+
+    @cached_property
+    def clock(self) -> Clock:
+        return Clock(self.state, self.keys, adjustable=self.settings.adjustable_clock)
+
+    @cached_property
+    def timers(self) -> Timers:
+        return Timers(self.state, self.keys)
 
     @cached_property
     def policy(self) -> Policy:

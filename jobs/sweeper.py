@@ -4,7 +4,8 @@ The webhook's PUSH script queues a kick record in the same atomic step that stor
 request path costs one Redis round trip and never builds RQ jobs. The main loop only talks to Redis
 and RQ: it dispatches kicks, moves due retries to the kick list, sweeps every dirty route (a full ZSCAN
 per sweep, so none waits longer than one sweep), runs the watchdog and, while work is paused, probes
-the failed credential. Calls to the Open API (bot identity, admin alerts) run on a side thread, so a
+the failed credential, and turns due timers into inbox events (jobs/timers/scheduler.py). Calls to the
+Open API (bot identity, admin alerts) run on a side thread, so a
 Feishu outage never holds up dispatch. Several sweepers may run: a kick is popped by exactly one of
 them, and KICK takes a route's lease with SET NX.
 """
@@ -25,6 +26,7 @@ from jobs.alerts import alert
 from jobs.items import table_check
 from jobs.queues import rq_queue_name
 from jobs.runtime import Runtime
+from jobs.timers import scheduler
 from memory.store import server_checks
 
 log = logging.getLogger(__name__)
@@ -35,6 +37,7 @@ HEALTH_CHECK_S = 3600
 HELD_PAUSE_S = 0.05
 MAX_WAIT_S = 1.0  # upper bound on a blocking pop, so due retries and a stop request are seen quickly
 SWEEP_PAGE = 500
+DIGEST_CHECK_S = 1.0  # each configured digest chat has its next slot's timer (one ADD per chat per slot)
 
 
 def dispatch(rt: Runtime, timeout: float) -> int:
@@ -214,7 +217,7 @@ class Sweeper:
         self.rt = rt
         self.stop = threading.Event()
         self.paused = Paused(rt)
-        self.next_sweep = self.next_health = self.next_recovery = 0.0
+        self.next_sweep = self.next_health = self.next_recovery = self.next_timers = self.next_digests = 0.0
 
     def tick(self) -> None:
         now = time.monotonic()
@@ -232,8 +235,18 @@ class Sweeper:
         if now >= self.next_recovery:
             recover(self.rt)
             self.next_recovery = now + self.rt.settings.recovery_check_seconds
-        wait = min(self.next_sweep, self.next_recovery) - time.monotonic()
+        self._timers(now)
+        wait = min(self.next_sweep, self.next_recovery, self.next_timers) - time.monotonic()
         dispatch(self.rt, timeout=max(0.05, min(wait, MAX_WAIT_S)))
+
+    def _timers(self, now: float) -> None:
+        """Due timers into their routes' inboxes; digests get their next slot (jobs/timers/scheduler.py)."""
+        if now >= self.next_digests:
+            scheduler.ensure_digests(self.rt)
+            self.next_digests = now + DIGEST_CHECK_S
+        if now >= self.next_timers:
+            scheduler.fire_due(self.rt)
+            self.next_timers = now + self.rt.settings.timer_check_seconds
 
     def serve(self) -> None:
         log.info("sweeper started")

@@ -255,3 +255,35 @@ class Keys:
 
     def lark_cache(self, key: str) -> str:
         return f"{self.prefix}:lark:{key}"
+
+    # -- timers (jobs/timers/): follow-ups, digests, triage wake-ups ---------------------------------
+
+    @property
+    def clock_offset(self) -> str:
+        """STRING seconds added to the wall clock (sandbox only: `python -m sandbox clock +2d`)."""
+        return f"{self.prefix}:clock:offset"
+
+    def timer(self, timer_id: str) -> str:
+        """HASH of one timer: kind, route, item, what, due, creator, state (jobs/timers/store.py)."""
+        return f"{self.prefix}:timer:{timer_id}"
+
+    @property
+    def timers_due(self) -> str:
+        """ZSET pending timer id → due time: what the scheduler looks at."""
+        return f"{self.prefix}:timers:due"
+
+    def timers_of(self, rk: str) -> str:
+        """ZSET timer id → due time: a route's timers (pending and recently ended)."""
+        return f"{self.prefix}:timers:route:{{{route_tag(rk)}}}"
+
+    def timers_by_source(self, message_id: str) -> str:
+        """SET of the follow-ups one request message created (a recall cancels them); expires after they are due."""
+        return f"{self.prefix}:timers:source:{message_id}"
+
+    def triage_buffer(self, chat_id: str, thread_id: str) -> str:
+        """ZSET of a topic's unaddressed messages waiting for quiet triage (JSON member → time)."""
+        return f"{self.prefix}:triage:{chat_id}:{thread_id}"
+
+    def triage_state(self, rk: str) -> str:
+        """HASH of a topic route's triage: cursor (last message time seen), last unasked post time."""
+        return f"{self.prefix}:triage:state:{{{route_tag(rk)}}}"

@@ -12,6 +12,8 @@ Kind = Literal["p2p", "group", "topic"]
 # Internal routes of the item machinery (jobs/items/claim.py): `feishu:<profile>:item:<item_id>` runs an item's
 # analysis, `feishu:<profile>:item:<record_id>` a record-changed event. Never derived from a message.
 ITEM = "item"
+# `feishu:<profile>:digest:<chat_id>` runs a chat's digest (jobs/timers/digest_run.py): a wake-up, never a message.
+DIGEST = "digest"
 
 
 @dataclass(frozen=True)
@@ -31,7 +33,7 @@ def route_kind(inbound: Inbound) -> Kind:
 def kind_of(route_key: str) -> str:
     """Route keys carry their kind (`feishu:<profile>:<kind>:…`), so it never needs storing."""
     kind = route_key.split(":")[2]
-    if kind not in ("p2p", "group", "topic", ITEM):
+    if kind not in ("p2p", "group", "topic", ITEM, DIGEST):
         raise ValueError(f"not a route key: {route_key!r}")
     return kind
 
@@ -39,6 +41,10 @@ def kind_of(route_key: str) -> str:
 def item_route(profile: str, subject: str) -> str:
     """The internal route of an item (`itm_…`) or of a Bitable record (`rec…`)."""
     return f"feishu:{profile}:{ITEM}:{subject}"
+
+
+def digest_route(profile: str, chat_id: str) -> str:
+    return f"feishu:{profile}:{DIGEST}:{chat_id}"
 
 
 def route_for(inbound: Inbound, policy: Policy, profile: str) -> Route:

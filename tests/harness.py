@@ -51,6 +51,7 @@ def service_env(redis_url: str, feishu_url: str, model_url: str, **extra: str) -
         "SWEEP_INTERVAL_SECONDS": "0.5", "LOG_LEVEL": "INFO", "WORKER_CONCURRENCY": "2",
         # The suite checks the rendered reply path; streaming cards have their own scenarios (test_streaming.py)
         "REPLY_STREAMING": "off",
+        "CLOCK_ADJUSTABLE": "1",  # the service clock follows the offset tests set (bot/clock.py)
     }
     env.update(extra)
     return env

@@ -1,4 +1,5 @@
-"""The admin API (`/admin/api/*`, Bearer ADMIN_TOKEN): dead letters, route state, items. Redis only, as all web code.
+"""The admin API (`/admin/api/*`, Bearer ADMIN_TOKEN): dead letters, route state, items, timers. Redis only, as all
+web code.
 
 Without ADMIN_TOKEN every admin path answers 404, as if it did not exist. The token is compared in
 constant time; a missing or wrong one gets 401.
@@ -95,6 +96,44 @@ def item_view(item_id: str) -> tuple[Response, int]:
     rt = _runtime()
     item = rt.items.get(item_id)
     return (jsonify(rt.items.public(item)), 200) if item else (jsonify(error=f"no item {item_id}"), 404)
+
+
+@bp.get("/timers")
+@guarded
+def list_timers() -> tuple[Response, int]:
+    """Pending timers by due time (`?route=<route key>` for one route's; `?offset=&limit=` to page)."""
+    rt = _runtime()
+    route = request.args.get("route", "")
+    try:
+        offset = max(0, int(request.args.get("offset", 0)))
+        limit = min(500, max(1, int(request.args.get("limit", 100))))
+    except ValueError:
+        return jsonify(error="offset and limit must be whole numbers"), 400
+    timers = rt.timers.pending_of(route, kind=None) if route else rt.timers.page(offset, limit)
+    return jsonify(count=len(timers), pending_total=rt.timers.pending_count(), now=rt.clock.now(),
+                   timers=[t.public() for t in timers], cancel="DELETE /admin/api/timers/<id>"), 200
+
+
+@bp.get("/timers/<timer_id>")
+@guarded
+def show_timer(timer_id: str) -> tuple[Response, int]:
+    t = _runtime().timers.get(timer_id)
+    return (jsonify(t.public()), 200) if t else (jsonify(error=f"no timer {timer_id}"), 404)
+
+
+@bp.delete("/timers/<timer_id>")
+@bp.post("/timers/<timer_id>/cancel")
+@guarded
+def cancel_timer(timer_id: str) -> tuple[Response, int]:
+    """200 cancelled, 404 unknown, 409 no longer pending (fired or cancelled already: nothing changed)."""
+    rt = _runtime()
+    t = rt.timers.get(timer_id)
+    if t is None:
+        return jsonify(error=f"no timer {timer_id}"), 404
+    if t.state != "pending" or not rt.timers.end(t, "cancelled", "admin", rt.clock.now()):
+        return jsonify(id=timer_id, result="not-pending", state=(rt.timers.get(timer_id) or t).state), 409
+    rt.state.hincrby(rt.keys.metrics, "timers_cancelled|admin", 1)
+    return jsonify(id=timer_id, result="cancelled"), 200
 
 
 def _lease_state(value: str | None) -> str:

@@ -14,6 +14,7 @@ import redis
 from pydantic import BaseModel, ValidationError
 
 from bot import metrics
+from bot.clock import Clock
 from bot.edge.admission import IDENTITY_UNKNOWN, admit
 from bot.edge.commands import RESET, command_of
 from bot.edge.crypto import SIGNATURE_HEADER, DecryptError, SignatureError, SignatureVerifier, decrypt
@@ -32,6 +33,7 @@ from bot.edge.side_events import SIDE_EVENTS, Bad, SideEvents
 from bot.feishu import identity
 from bot.settings import Settings
 from jobs.inbox import Inbox
+from jobs.triage import buffer as triage
 from memory import related
 from memory.keys import Keys
 from memory.sessions import new_session_id
@@ -97,6 +99,7 @@ class Ingress:
         self.token = settings.secret("feishu_verification_token")
         self.verifier = SignatureVerifier(self.encrypt_key, settings.signature_window_seconds, clock)
         self.side = SideEvents(settings, state, self.keys, self.inbox, self.policy)
+        self.clock = Clock(state, self.keys, adjustable=settings.adjustable_clock)
 
     def handle(self, req: Request) -> Response:
         """The webhook transport: an HTTP request as Feishu posts it (authenticated here)."""
@@ -238,10 +241,15 @@ class Ingress:
             if decision.reason == IDENTITY_UNKNOWN:  # fail closed, but let Feishu deliver again later
                 raise Reject(503, "bot identity not known yet, retry later")
             ctx["outcome"] = "ignored"
+            why = decision.reason
             if decision.reason in UNADDRESSED and inbound.chat_type != "p2p" and not inbound.thread_id:
                 related.keep(self.state, self.keys, inbound)  # background for later turns in this chat
                 ctx["outcome"] = "related"  # a metric label: short, no spaces
-            log.info("message not admitted", extra={**ctx, "reason": decision.reason})
+            elif decision.reason in UNADDRESSED and inbound.thread_id and inbound.chat_id in self.settings.triage_chats:
+                triaged = triage.keep(self.settings, self.state, self.keys, inbound, self.clock.now())
+                ctx["outcome"] = "triage" if triaged.startswith("triage") else "ignored"
+                why = f"{decision.reason}; {triaged}"
+            log.info("message not admitted", extra={**ctx, "reason": why})
             return Response(200)
         route = route_for(inbound, self.policy, self.settings.bot_profile)
         ctx["route_key"] = route.key

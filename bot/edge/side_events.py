@@ -22,6 +22,8 @@ from bot.edge.admission import admit, listed
 from bot.edge.envelope import Envelope, Inbound, dumps
 from bot.settings import Settings
 from jobs.inbox import Inbox
+from jobs.timers.model import CANCELLED, PENDING
+from jobs.timers.store import Timers
 from memory.keys import Keys
 from routing.keys import item_route
 from routing.policy import Policy
@@ -176,8 +178,20 @@ class SideEvents:
             return None
         note = {"recalled": True, "v": RECALLED_VERSION, "at": time.time()}
         self._save_note(chat_id, message_id, json.dumps(note), RECALLED_VERSION)
+        cancelled = self._cancel_followups(message_id)
         ctx.update(message_id=message_id, outcome="recalled")
+        if cancelled:
+            log.info("recalled request: its follow-ups cancelled", extra={**ctx, "reason": ",".join(cancelled)})
         return None
+
+    def _cancel_followups(self, message_id: str) -> list[str]:
+        """A recalled request takes back the follow-ups it set (the fire run checks the recall again)."""
+        timers = Timers(self.state, self.keys)
+        done = [t.id for t in timers.of_source(message_id)
+                if t.state == PENDING and timers.end(t, CANCELLED, "recalled", time.time())]
+        if done:
+            self.state.hincrby(self.keys.metrics, "timers_cancelled|recalled", len(done))
+        return done
 
     def _chat_allowed(self, chat_id: str) -> bool:
         return listed(chat_id, self.policy.allow_chats, self.policy.deny_chats)

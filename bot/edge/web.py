@@ -13,6 +13,7 @@ from werkzeug.exceptions import HTTPException
 from bot import metrics
 from bot.edge import ingress as ing
 from bot.feishu import capabilities
+from bot.settings import Settings
 from memory import sentinel
 from memory.store import sentinel_url
 
@@ -48,7 +49,9 @@ def readyz() -> tuple[Response, int]:
         pipe.hlen(i.keys.dead)
         pipe.hgetall(i.keys.bitable_status)
         pipe.get(i.keys.preflight)
-        paused, checks, dead, table, preflight = pipe.execute()
+        pipe.zcard(i.keys.timers_due)
+        pipe.zrange(i.keys.timers_due, 0, 0, withscores=True)
+        paused, checks, dead, table, preflight, timers, first_due = pipe.execute()
         off = capabilities.off(i.state, i.keys)
     except Exception:
         return jsonify(status="unavailable", redis=False), 503
@@ -61,7 +64,22 @@ def readyz() -> tuple[Response, int]:
     ha_bad = bool(ha and ha.get("problems"))
     status = "degraded" if paused or unsafe or table_bad or off or lacking or ha_bad else "ready"
     return jsonify(status=status, redis=True, paused=paused, redis_checks=checks, dead_letters=dead,
-                   bitable=table or None, capabilities_off=off, preflight=preflight, redis_ha=ha), 200
+                   bitable=table or None, capabilities_off=off, preflight=preflight, redis_ha=ha,
+                   always_on=_always_on(i.settings, timers, first_due)), 200
+
+
+def _always_on(s: Settings, pending: int, first_due: list[tuple[str, float]]) -> dict[str, object]:
+    """Digest and triage settings, and the timers waiting (README: Follow-ups, digests and quiet triage)."""
+    return {
+        "timezone": s.bot_timezone,
+        "timers_pending": pending,
+        "next_due": first_due[0][1] if first_due else None,
+        "digest": {"chats": list(s.digest_chats), "cron": s.digest_cron, "on": bool(s.digest_chats)},
+        "triage": {"chats": list(s.triage_chats), "model": s.triage_model or s.anthropic_model,
+                   "quiet_seconds": s.triage_quiet_seconds, "post_period_seconds": s.triage_post_period_seconds,
+                   "on": bool(s.triage_chats)},
+        "item_closed_statuses": list(s.item_closed_statuses),
+    }
 
 
 def _redis_ha(i: ing.Ingress) -> dict[str, object] | None:

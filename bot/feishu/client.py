@@ -208,8 +208,15 @@ class FeishuApi:
 
     def send_text(self, chat_id: str, text: str, *, uuid: str) -> str:
         """A new message in a chat (admin alerts); `uuid` makes a retried send post at most once."""
-        body = (CreateMessageRequestBody.builder().receive_id(chat_id).msg_type("text")
-                .content(json.dumps({"text": text}, ensure_ascii=False)).uuid(uuid).build())
+        return self.send(chat_id, "text", {"text": text}, uuid=uuid)
+
+    def send_card(self, chat_id: str, card: dict[str, Any], *, uuid: str) -> str:
+        """A new interactive card in a chat (a digest); `uuid` as for send_text."""
+        return self.send(chat_id, "interactive", card, uuid=uuid)
+
+    def send(self, chat_id: str, msg_type: str, content: dict[str, Any], *, uuid: str) -> str:
+        body = (CreateMessageRequestBody.builder().receive_id(chat_id).msg_type(msg_type)
+                .content(json.dumps(content, ensure_ascii=False)).uuid(uuid).build())
         req = CreateMessageRequest.builder().receive_id_type("chat_id").request_body(body).build()
         resp = self._call(self.client.im.v1.message.create, req)
         return str(resp.data.message_id)

@@ -17,6 +17,8 @@ from jobs import shutdown
 from jobs.items import approvals
 from jobs.items import context as item_context
 from jobs.runtime import Runtime
+from jobs.timers import tool
+from jobs.timers.tool import FollowupContext
 from jobs.turn import evidence, progress, recall, rotation
 from jobs.turn.batch_content import batch_content
 from jobs.turn.outbox import BATCH_CACHE_TTL_S, LeaseLost
@@ -59,10 +61,13 @@ def _answer_for(rt: Runtime, route_key: str, kind: str, batch_id: str, batch_tex
     system = _system(rt, scope)
     prepared = rotation.prepare(rt, route_key, session_id, items.block + materials.block + batch_text, fence, system,
                                 tools, images, owner)  # may rotate
+    followups = FollowupContext(route_key, batch_id, batch[-1], owner[1] if owner else 0,
+                                item_id=items.item.item_id if items.item else "") if batch else None
     with shutdown.interruptible():  # the model may call read-only recall tools (jobs/turn/recall.py)
         talk = recall.converse(rt, route_key, prepared.session_id, system, prepared.messages, tools,
-                               notes_to=scope, materials=materials, previous=previous, on_text=on_text)
-    completion = _with_notes(talk.completion, items, materials)
+                               notes_to=scope, materials=materials, previous=previous, on_text=on_text,
+                               followups=followups)
+    completion = _with_notes(talk.completion, items, materials, tool.footer(followups, talk.completion.text))
     for item in items.used:
         rt.items.touch(item.item_id, route_key, prepared.session_id)
     rotation.observe(rt, prepared, talk.first)
@@ -74,10 +79,12 @@ def _answer_for(rt: Runtime, route_key: str, kind: str, batch_id: str, batch_tex
     return Completion(**json.loads(rt.state.get(key) or "{}"))
 
 
-def _with_notes(c: Completion, items: item_context.ItemContext, materials: Materials) -> Completion:
+def _with_notes(c: Completion, items: item_context.ItemContext, materials: Materials,
+                set_line: str = "") -> Completion:
     """The reply names its evidence — the documents (with revisions) and the first-answer version it relied on,
-    or that the analysis is still running — and starts with a refusal when the batch referenced an item or a
-    document its sender may not see, or a how-to when a document is not shared with the app."""
+    or that the analysis is still running, and the follow-ups it set — and starts with a refusal when the batch
+    referenced an item or a document its sender may not see, or a how-to when a document is not shared with the
+    app."""
     docs = materials.evidence()
     footer = items.footer
     if docs:
@@ -85,6 +92,7 @@ def _with_notes(c: Completion, items: item_context.ItemContext, materials: Mater
         footer = say("evidence", c.text, parts="；".join(parts))
         if items.footer and not items.evidence:  # the analysis is pending or failed: said as well
             footer += "\n" + items.footer
+    footer = "\n".join(p for p in (footer, set_line) if p)  # the follow-ups this reply set, with their times
     prefix = "\n".join(p for p in (items.prefix, *materials.notes) if p)
     if not (footer or prefix) or not c.text:
         return c

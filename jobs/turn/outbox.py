@@ -130,6 +130,17 @@ class Outbox:
         self.record(ledger, uid, message_id)
         return message_id
 
+    def post_card(self, route_key: str, key: str, chat_id: str, card: dict[str, Any], *,
+                  fence: Callable[[], bool]) -> str:
+        """Post a card as a new message in a chat once per (route, key), as `card` does for replies."""
+        ledger, uid = self.k.sent(route_key, key), reply_uuid(route_key, key, 0)
+        done = self.r.hget(ledger, uid)
+        if done:
+            return str(done)
+        message_id = self._paced(chat_id, fence, lambda: self.feishu.send_card(chat_id, card, uuid=uid))
+        self.record(ledger, uid, message_id)
+        return message_id
+
     def patch(self, message_id: str, card: dict[str, Any], *, chat_id: str, fence: Callable[[], bool]) -> None:
         """Replace a card in place (idempotent: the same card twice shows the same thing)."""
         self._paced(chat_id, fence, lambda: self.feishu.patch_card(message_id, card), api="patch")

@@ -18,6 +18,7 @@ from bot.errors import Paused, Permanent
 from bot.llm import Completion, Step
 from documents.context import READ_DOCUMENT, Materials
 from jobs.runtime import Runtime
+from jobs.timers.tool import SCHEDULE_FOLLOWUP, FollowupContext, schedule
 from jobs.turn import rotation
 from jobs.turn.thread import RouteScope, get_message, in_context, list_page, render, text_of
 from memory import budget as bud
@@ -65,7 +66,7 @@ _SAVE_NOTE = {"name": "save_note", "description": (
 def tools_for(rk: str) -> list[dict[str, Any]]:
     """The tools a route's model gets; the same list every turn, so the request prefix stays cacheable."""
     reading = [_THREAD, _MESSAGE, _HISTORY] if RouteScope.of(rk).kind == "topic" else [_MESSAGE, _HISTORY]
-    return [*reading, READ_DOCUMENT, _SAVE_NOTE]
+    return [*reading, READ_DOCUMENT, _SAVE_NOTE, SCHEDULE_FOLLOWUP]
 
 
 @dataclass(frozen=True)
@@ -127,7 +128,7 @@ def with_record(entry_json: str, record: dict[str, Any] | None) -> str:
 def converse(rt: Runtime, rk: str, sid: str, system: list[dict[str, Any]], messages: list[dict[str, Any]],
              tools: list[dict[str, Any]], notes_to: tuple[str, str] | None = None,
              materials: Materials | None = None, previous: dict[str, Any] | None = None,
-             on_text: Callable[[str], None] | None = None) -> Talk:
+             on_text: Callable[[str], None] | None = None, followups: FollowupContext | None = None) -> Talk:
     """Ask, run the tools the model calls (at most MAX_ROUNDS), and ask again; every request within budget.
     `previous`: the session's last recall record, when the caller has read it already (last_record).
     `on_text`: each request is streamed and this sees its text so far (a streaming card, jobs/turn/stream.py)."""
@@ -135,6 +136,7 @@ def converse(rt: Runtime, rk: str, sid: str, system: list[dict[str, Any]], messa
     reader = Reader(rt, rk, sid, b, previous)
     reader.notes_to = notes_to
     reader.materials = materials
+    reader.followups = followups
     noted = _with_note(messages, reader.previous)
     if b.request_cost(system, noted, tools) <= b.total:  # the note never pushes a request over
         messages = noted
@@ -220,6 +222,7 @@ class Reader:
         self.notes_to: tuple[str, str] | None = None  # (memory scope, sender) save_note writes for
         self.proposals: list[dict[str, Any]] = []  # proposed record changes (jobs/items/approvals.py)
         self.materials: Materials | None = None  # the turn's documents (documents/context.py)
+        self.followups: FollowupContext | None = None  # schedule_followup's context (jobs/timers/tool.py)
 
     def sent(self, messages: Sequence[dict[str, Any]] = ()) -> None:
         """The request carrying the staged tool results went out: their messages are now used."""
@@ -278,6 +281,8 @@ class Reader:
                                           room)
         if name == "propose_record_change":
             return self._propose(args)
+        if name == "schedule_followup":
+            return schedule(self.rt, self.followups, args) if self.followups else "not available here"
         return f"unknown tool {name}"
 
     def _propose(self, args: dict[str, Any]) -> str:

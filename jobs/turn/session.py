@@ -1,4 +1,5 @@
-"""The session side of a run: find or start the route's session, and answer `/reset` and `/status`."""
+"""The session side of a run: find or start the route's session, and answer `/reset`, `/status` and the
+follow-up commands (jobs/timers/commands.py)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ from collections.abc import Callable
 
 from bitable.index import Item
 from bitable.refs import record_link
+from bot.edge.commands import CANCEL, FOLLOWUPS
 from bot.edge.envelope import Inbound
 from bot.feishu.cards import STATUS_ZH
 from bot.texts import say
 from jobs.runtime import Runtime
+from jobs.timers import commands as timer_commands
 from jobs.turn.bootstrap import bootstrap_entries
 from jobs.turn.outbox import LeaseLost
 from memory.sessions import END_IDLE, RouteState, SessionFenced, entry
@@ -67,6 +70,13 @@ def answer_command(rt: Runtime, rk: str, message: Inbound, command: str, state: 
         text = say("reset_done_shared" if _shared(rk, message) else "reset_done", message.text)
         if dropped:
             text += "\n" + say("reset_dropped", message.text, n=dropped)
+        cancelled = timer_commands.cancel_on_reset(rt, rk, batch_id)
+        if cancelled:
+            text += "\n" + say("reset_followups", message.text, n=cancelled)
+    elif command == FOLLOWUPS:
+        text = timer_commands.list_text(rt, rk, message)
+    elif command == CANCEL:
+        text = timer_commands.cancel_text(rt, rk, message)
     else:
         text = status_text(rt, rk, message, state)
     rt.outbox.reply(rk, batch_id, message.message_id, text, chat_id=message.chat_id,

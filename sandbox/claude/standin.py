@@ -25,8 +25,10 @@ from sandbox.claude.faults import (
     make_fault,
     overlaps,
 )
+from sandbox.claude.followups import check_reply, schedule_reply
 from sandbox.claude.items import analysis_reply, propose_reply
 from sandbox.claude.recall import note_reply, recall_reply
+from sandbox.claude.triage import triage_reply
 from sandbox.faults import Fault, FaultBook, FaultProfile
 from sandbox.server import (
     LoopbackServer,
@@ -299,7 +301,8 @@ class ClaudeStandin(LoopbackServer):
         with self._lock:
             responder = self._responder
         answer: Answer = wire.compression_reply(body) or (
-            responder(body) if responder else (analysis_reply(body) or propose_reply(body) or note_reply(body)
+            responder(body) if responder else (check_reply(body) or triage_reply(body) or analysis_reply(body)
+                                               or schedule_reply(body) or propose_reply(body) or note_reply(body)
                                                or recall_reply(body) or document_reply(body)
                                                or wire.default_reply(body)))
         if body["max_tokens"] == 0:

@@ -15,6 +15,7 @@ import requests
 from bot.feishu.render import plain_of
 from bot.settings import Settings, load_settings
 from sandbox.claude.standin import ClaudeStandin
+from sandbox.cli import clock as cli_clock
 from sandbox.cli import docs as cli_docs
 from sandbox.cli import items as cli_items
 from sandbox.cli import records as cli_records
@@ -275,6 +276,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_items.add_commands(sub)
     cli_records.add_commands(sub)
     cli_docs.add_commands(sub)
+    cli_clock.add_commands(sub)
     return parser
 
 
