@@ -23,6 +23,7 @@ from jobs.alerts import alert
 from jobs.batches import Parsed, ids, last_per_sender, parse
 from jobs.inbox import Commit
 from jobs.runtime import Runtime
+from jobs.timers.model import TIMER_TYPE
 from jobs.turn import progress
 from jobs.turn.outbox import LeaseLost
 from jobs.turn.session import Superseded
@@ -94,8 +95,9 @@ class GiveUp:
         """Split a batch of several messages (so only a bad one is buried), or bury it. A batch whose answer is
         stored is never split: its answer may be partly in the chat, and asking again would say it twice."""
         split = len(raw) > 1 and not self._answer_stored(batch_id)
-        if self.kind != ITEM:  # the working reaction goes; a buried message gets the failure one
-            progress.gave_up(self.rt, self.rk, batch_id, parse(raw).readable, self.fence, buried=not split)
+        people = [m for m in parse(raw).readable if m.message_type != TIMER_TYPE]  # a wake-up has no message
+        if self.kind != ITEM and people:  # the working reaction goes; a buried message gets the failure one
+            progress.gave_up(self.rt, self.rk, batch_id, people, self.fence, buried=not split)
             self._close_card(raw, batch_id)
         if split:
             return self._split(raw, batch_id)

@@ -95,9 +95,10 @@ def _text(cell: Any) -> str:
 
 
 def open_topic(web: WebServer, feishu: Any, r: redis.Redis, keys: Keys, *, text: str = REPORT,
-               reporter: str = "ou_reporter", wait_done: bool = True) -> tuple[str, str, str, Any]:
-    """@bot opens a topic with a report; returns (chat, thread, root message id, item)."""
-    chat, thread = unique("oc_items"), unique("omt")
+               reporter: str = "ou_reporter", wait_done: bool = True,
+               chat: str | None = None) -> tuple[str, str, str, Any]:
+    """@bot opens a topic with a report (in `chat`, default a new one); returns (chat, thread, root id, item)."""
+    chat, thread = chat or unique("oc_items"), unique("omt")
     env = deliver(web, feishu, chat_id=chat, chat_type="group", thread_id=thread, text=text, mentions=AT_BOT,
                   sender_open_id=reporter)
     items = Items(r, keys)
