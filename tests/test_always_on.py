@@ -30,7 +30,7 @@ from jobs.timers.store import Timers
 from tests.harness import deliver, reply_text, stop_all, unique, wait_for
 from tests.harness import wait_route_idle as idle
 from tests.own_stack import OwnStack
-from tests.test_items import APP, AT_BOT, TABLE, open_topic, topic_rk
+from tests.test_items import APP, TABLE, open_topic, topic_rk
 
 TZ = ZoneInfo("Asia/Shanghai")
 DATA = Path(__file__).parent / "data"
