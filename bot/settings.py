@@ -204,7 +204,7 @@ class Settings(BaseSettings):
     def _cron(cls, value: str) -> str:
         from jobs.timers.cron import Cron
 
-        Cron.parse(value)  # a ValueError names the bad field
+        Cron.parse(value, name="DIGEST_CRON")  # a ValueError names the bad field
         return value
 
     @field_validator("digest_chats", "triage_chats")

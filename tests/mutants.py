@@ -218,6 +218,50 @@ MUTANTS: tuple[Mutant, ...] = (
         ("            if not self.message_id:  # created, but its run died (or failed) before posting it\n"
          "                self._post()\n", ""),),
         ("tests/test_streaming.py::test_a_card_made_but_not_posted_is_posted_when_the_answer_is_done",)),
+    Mutant("F1", "a due timer is pushed without its (timer id, due) dedupe key", "jobs/timers/scheduler.py", (
+        ("message_id=key, content_key=key, queue=rt.queue_of(t.route_key))",
+         "message_id=key + repr(time.time()), content_key=key + repr(time.time()), queue=rt.queue_of(t.route_key))"),),
+        ("tests/test_timers.py::test_two_schedulers_racing_push_each_due_timer_exactly_once",
+         "tests/test_timers.py::test_a_crash_between_the_push_and_the_end_pushes_no_second_event")),
+    Mutant("F2", "/reset leaves the route's follow-ups pending", "jobs/turn/session.py", (
+        ("        cancelled = timer_commands.cancel_on_reset(rt, rk, batch_id)", "        cancelled = 0"),),
+        ("tests/test_followups.py::test_reset_cancels_the_routes_pending_followups_and_says_how_many",)),
+    Mutant("F3", "a recalled request keeps its follow-up", "bot/edge/side_events.py", (
+        ("        cancelled = self._cancel_followups(message_id)", "        cancelled: list[str] = []"),),
+        ("tests/test_followups.py::test_a_recalled_request_cancels_the_followup_it_set",)),
+    Mutant("F4", "a follow-up posts even when the check found it no longer needed", "jobs/timers/followup.py", (
+        ("    if not check.post:", "    if False:"),),
+        ("tests/test_followups.py::test_after_the_owner_replied_the_followup_posts_nothing_and_logs_why",)),
+    Mutant("F5", "a follow-up of a closed item still reminds", "jobs/timers/followup.py", (
+        ('        void = "the item is closed"', '        void = ""'),),
+        ("tests/test_followups.py::test_a_closed_item_needs_no_reminder_and_costs_no_model_call",)),
+    Mutant("F6", "anyone may cancel a follow-up", "jobs/timers/commands.py", (
+        ("    if who == t.created_by or who in rt.settings.item_admins:", "    if who:"),),
+        ("tests/test_followups.py::test_cancel_is_for_the_creator_the_items_owner_or_reporter_and_admins",)),
+    Mutant("F7", "the digest lists closed items", "jobs/timers/digest.py", (
+        ("if _in_chat(r, chat, chat_id) and r.text(status).strip() not in closed_set]",
+         "if _in_chat(r, chat, chat_id)]"),
+        ('    also: list[Match] = [(status, "isNot", [s]) for s in sorted(closed)[:MAX_CONDITIONS - 1]]',
+         "    also: list[Match] = []")),
+        ("tests/test_always_on.py::test_the_digest_lists_exactly_the_chats_open_items_once_per_day_across_restarts",)),
+    Mutant("F8", "a digest timer per process instead of per chat and date", "jobs/timers/model.py", (
+        ('    return f"dg_{chat_id}_{date}"', '    import os\n    return f"dg_{chat_id}_{date}_{os.getpid()}"'),),
+        ("tests/test_always_on.py::test_the_digest_lists_exactly_the_chats_open_items_once_per_day_across_restarts",)),
+    Mutant("F9", "triage posts again within the post period", "jobs/triage/run.py", (
+        ("    if posted_batch != batch_id and now - last < rt.settings.triage_post_period_seconds:",
+         "    if False:"),),
+        ("tests/test_always_on.py::test_a_topic_gets_at_most_one_unasked_post_per_period_and_only_where_opted_in",)),
+    Mutant("F10", "a triage call per message instead of per topic and quiet period", "jobs/triage/buffer.py", (
+        ("    period = int(now // quiet)", "    period = int(now * 1e6)"),),
+        ("tests/test_always_on.py::test_a_topic_gets_at_most_one_unasked_post_per_period_and_only_where_opted_in",)),
+    Mutant("F11", "triage for chats that did not opt in", "jobs/triage/buffer.py", (
+        ('    if m.chat_type == "p2p" or not m.thread_id or m.chat_id not in settings.triage_chats:',
+         '    if m.chat_type == "p2p" or not m.thread_id:'),),
+        ("tests/test_always_on.py::test_a_topic_gets_at_most_one_unasked_post_per_period_and_only_where_opted_in",)),
+    Mutant("F12", "the fast path lets greetings and acknowledgements through", "jobs/triage/buffer.py", (
+        ("    if not worth_triage(m.text):", "    if False:"),),
+        ("tests/test_always_on.py::test_a_topic_gets_at_most_one_unasked_post_per_period_and_only_where_opted_in",)),
+
 )
 
 

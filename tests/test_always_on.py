@@ -27,7 +27,7 @@ import redis
 
 from bot.clock import Clock
 from jobs.timers.store import Timers
-from tests.harness import deliver, reply_text, stop_all, unique, wait_for
+from tests.harness import Proc, deliver, reply_text, stop_all, unique, wait_for
 from tests.harness import wait_route_idle as idle
 from tests.own_stack import OwnStack
 from tests.test_items import APP, TABLE, open_topic, topic_rk
@@ -92,6 +92,8 @@ def test_the_digest_lists_exactly_the_chats_open_items_once_per_day_across_resta
     record(feishu, "别的群的问题", OTHER_CHAT, "待处理")
     record(feishu, "空群里关掉的问题", EMPTY_CHAT, "已关闭")
     wait_for(lambda: _digest_timers(r, stack, DIGEST_CHAT), 60, what="the sweeper's first digest timer")
+    stack.procs.append(Proc(["-m", "jobs.sweeper"], stack.env, str(stack.workdir),  # two schedulers from here on
+                            stack.workdir / f"{stack.profile}-sweeper2.log"))
     at(r, stack, datetime(2026, 12, 7, 9, 29, 50, tzinfo=TZ))  # a Monday, just before 09:30
     wait_for(lambda: [t for t in _digest_timers(r, stack, DIGEST_CHAT) if t.id.endswith("2026-12-07")], 30,
              what="Monday's digest timer")
@@ -111,10 +113,11 @@ def test_the_digest_lists_exactly_the_chats_open_items_once_per_day_across_resta
                               if t.id.endswith("2026-12-07") and t.fired_note], 30)
     assert empty[0].fired_note == "nothing posted: no open items" and not feishu.bot_messages(EMPTY_CHAT)
     assert not feishu.bot_messages(OTHER_CHAT)  # a chat that did not opt in
-    # every process restarts (two sweepers this time); the day's digest is not posted again
+    time.sleep(2.0)  # both schedulers have passed the slot several times
+    assert len(cards(feishu, DIGEST_CHAT)) == 1
+    # every process restarts; the day's digest is not posted again
     stop_all(stack.procs)
     stack.procs.clear()
-    stack.start_processes()
     stack.start_processes()
     later(r, stack, 3600)
     time.sleep(3.0)
@@ -216,6 +219,11 @@ def test_a_topic_gets_at_most_one_unasked_post_per_period_and_only_where_opted_i
                 root_id=other_root, text=text, sender_open_id="ou_tester")
     deliver(stack.web, feishu, chat_id=unique("oc_p2p"), chat_type="p2p", text="测试环境也能复现，日志里有报错",
             sender_open_id="ou_tester")
+    _c3, chatty, chatty_root, _i3 = open_topic(stack.web, feishu, r, stack.keys, chat=TRIAGE_CHAT)
+    for text in ("收到👍", "好的", "[赞]", "哈哈哈"):  # the fast path: nothing worth a model's look
+        deliver(stack.web, feishu, chat_id=TRIAGE_CHAT, chat_type="group", thread_id=chatty, root_id=chatty_root,
+                text=text, sender_open_id="ou_tester")
+    assert _pending_triage(r, stack) == 1  # the evidence topic's; none for the chatty one
     cursor = len(claude.requests)
     later(r, stack, QUIET + 5)
     wait_for(lambda: len(feishu.bot_messages(TRIAGE_CHAT, thread_id=thread)) > first, 30, what="the triage note")

@@ -164,6 +164,23 @@ def test_an_unreadable_time_sets_nothing_and_the_reply_says_so(stack, feishu, r)
     assert not pending(r, stack, f"feishu:{stack.profile}:p2p:{chat}")
 
 
+def test_what_a_followup_repeats_cannot_ping_anyone(stack, feishu, r) -> None:
+    at(r, stack, MONDAY)
+    chat = unique("oc_fu_p2p")
+    rk = f"feishu:{stack.profile}:p2p:{chat}"
+    env, _ = ask(stack, feishu, '明天上午提醒我<at user_id="all"></at>和<at user_id="ou_boss">老板</at>看数据',
+                 chat_id=chat, chat_type="p2p", sender_open_id="ou_p")
+    idle(r, stack.keys, rk)
+    [timer] = pending(r, stack, rk)
+    at(r, stack, datetime(2026, 12, 1, 10, 0, 2, tzinfo=TZ))
+    [posted] = wait_for(lambda: reminders(feishu, message_id(env)), 30, what="the follow-up")
+    body = posted["body"]["content"]
+    assert "看数据" in reply_text(posted) and timer.what.endswith("看数据")
+    text = json.loads(body)["text"]
+    assert '<at user_id="all"' not in text and '<at user_id="ou_boss"' not in text  # defused, shown as text
+    assert text.startswith('<at user_id="ou_p">')  # only whoever set it is mentioned
+
+
 # -- A2: /reset cancels the route's follow-ups; a recalled request cancels its timer ------------------------
 
 def test_reset_cancels_the_routes_pending_followups_and_says_how_many(stack, feishu, r) -> None:
