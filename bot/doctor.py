@@ -32,7 +32,7 @@ CONSOLE = "开发者后台 / Developer Console"
 @dataclass(frozen=True)
 class Need:
     feature: str
-    kind: str  # scope | event | callback | fields
+    kind: str  # scope | event | callback | fields | config
     names: tuple[str, ...]  # any one is enough
     required: bool
     fix: str
@@ -65,6 +65,15 @@ def needs(settings: Settings) -> list[Need]:
                  f"{CONSOLE} → 事件与回调 → 回调配置 (callback configuration, not event configuration): "
                  "add card.action.trigger with the same request URL"),
         ]
+    if settings.triage_chats:
+        rows.append(Need("quiet triage (TRIAGE_CHATS)", "scope", ("im:message.group_msg",
+                                                                  "im:message.group_msg:readonly"), True,
+                         "grant im:message.group_msg (sensitive: every group message reaches the bot); without it "
+                         "messages that do not @mention the bot never arrive and triage stays silent"))
+    if (settings.digest_chats or settings.triage_chats) and not settings.items_enabled:
+        rows.append(Need("digests and triage need items", "config", ("BITABLE_APP_TOKEN", "BITABLE_TABLE_ID"), True,
+                         "set BITABLE_APP_TOKEN and BITABLE_TABLE_ID: digests list open items, triage watches item "
+                         "topics"))
     return rows
 
 
@@ -96,6 +105,8 @@ def verdict(need: Need, granted: set[str] | None, fields_error: str | None) -> s
         return PRESENT if any(n in granted for n in need.names) else MISSING
     if need.kind == "fields":
         return UNKNOWN if fields_error is None else (PRESENT if fields_error == "" else MISSING)
+    if need.kind == "config":  # listed only when the configuration lacks it
+        return MISSING
     return UNKNOWN  # events and callbacks: no API reads the console's subscriptions
 
 

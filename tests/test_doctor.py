@@ -55,3 +55,21 @@ def test_items_add_their_scope_fields_event_and_callback(env) -> None:
     extra = {n.names for n in needs(items)} - {n.names for n in needs(plain)}
     assert ("card.action.trigger",) in extra and ("drive.file.bitable_record_changed_v1",) in extra
     assert next(n for n in needs(items) if n.kind == "callback").fix.count("回调配置") == 1
+
+
+def test_triage_needs_the_group_message_scope_and_digests_need_items(env, feishu) -> None:
+    """Issue 17: without im:message.group_msg, messages that do not @mention the bot never arrive."""
+    on = {**env, "TRIAGE_CHATS": "oc_triage", "DIGEST_CHATS": "oc_digest"}
+    names = {n.feature: n for n in needs(settings_from(on))}
+    assert "im:message.group_msg" in names["quiet triage (TRIAGE_CHATS)"].names
+    assert verdict(names["digests and triage need items"], set(), None) == MISSING
+    assert "digests and triage need items" not in {n.feature for n in needs(settings_from(
+        {**on, "BITABLE_APP_TOKEN": "bascnX", "BITABLE_TABLE_ID": "tblX"}))}
+    assert "quiet triage (TRIAGE_CHATS)" not in {n.feature for n in needs(settings_from(env))}
+    feishu.deny_scopes({"im:message.group_msg", "im:message.group_msg:readonly"})
+    try:
+        out = _doctor(on)
+        row = next(line for line in out.stdout.splitlines() if line.startswith("quiet triage"))
+        assert "missing" in row and "grant im:message.group_msg" in row and out.returncode == 1
+    finally:
+        feishu.deny_scopes(())

@@ -1,0 +1,6 @@
+"""Timers: wake-ups nobody typed (follow-ups the model sets, a chat's daily digest, a topic's quiet triage).
+
+In: timers added by the follow-up tool, the digest schedule and the triage buffer; the service clock.
+Out: due timers pushed as `timer` events into their routes' inboxes (scheduler, in the sweeper), and what a
+timer run does when its event comes up — an ordinary run, leased, retried and dead-lettered (fire).
+"""
