@@ -261,6 +261,11 @@ def test_the_admin_timers_api_needs_the_token(stack) -> None:
     resp = requests.get(f"{stack.web.url}/admin/api/timers", timeout=10, headers={"Authorization": "Bearer nope"})
     assert resp.status_code == 401
     assert admin(stack, "GET", "timers").status_code == 200
+    metrics = requests.get(f"{stack.web.url}/metrics", timeout=10).text
+    assert "timers_pending " in metrics and 'timers_set_total{kind="followup"}' in metrics
+    ready = requests.get(f"{stack.web.url}/readyz", timeout=10).json()["always_on"]
+    assert ready["timezone"] == "Asia/Shanghai" and ready["digest"]["cron"] == "30 9 * * 1-5"
+    assert ready["triage"]["on"] is False and ready["timers_pending"] >= 0
 
 
 # -- A5: a follow-up whose post keeps failing is retried, then dead-lettered, and replays once ------------------

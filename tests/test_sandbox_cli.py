@@ -49,7 +49,7 @@ def cli(rig: tuple[WebServer, Keys, dict[str, str]], feishu: Any, monkeypatch: p
 
     def run(*args: str) -> tuple[int, str]:
         capsys.readouterr()
-        code = main([*args, "--url", f"{web.url}/feishu/events"] if args[0] != "records" else list(args))
+        code = main([*args, "--url", f"{web.url}/feishu/events"] if args[0] not in ("records", "clock") else list(args))
         return code, capsys.readouterr().out
 
     return run
@@ -94,3 +94,15 @@ def test_topic_edit_record_and_approval_through_the_cli(rig, cli, feishu, r) -> 
     wait_route_idle(r, keys, rk)
     code, out = cli("records")
     assert code == 0 and f"{item.record_id}\n" in out and "状态: 已解决" in out and "负责人: ou_owner" in out, out
+
+
+def test_a_followup_set_with_say_is_watched_firing_with_clock(rig, cli, r) -> None:
+    """Issue 17: `python -m sandbox clock +1d` moves every process's clock and prints what the bot then posts."""
+    chat = unique("oc_cli_fu")
+    code, out = cli("say", "--chat", chat, "明天上午提醒我看报表")
+    assert code == 0 and "已设提醒" in out and "10:00" in out
+    code, out = cli("clock", "+1d", "--wait", "20")
+    assert code == 0 and "service time:" in out
+    assert re.search(r"bot \[" + chat + r"\]: .*提醒：看报表", out), out
+    code, out = cli("clock", "reset", "--wait", "0")
+    assert code == 0 and "offset +0 s" in out

@@ -8,13 +8,17 @@ prints the service time.
 from __future__ import annotations
 
 import argparse
+import time
 from datetime import datetime
 from typing import Any
+
+import requests
 
 from bot.clock import Clock, parse_span
 from bot.settings import load_settings
 from memory.keys import Keys
 from memory.store import resolve_url, state_client
+from sandbox.cli.wire import HTTP_TIMEOUT, message_text
 
 
 def clock(args: argparse.Namespace) -> int:
@@ -23,6 +27,7 @@ def clock(args: argparse.Namespace) -> int:
         print("the clock can only be moved in sandbox mode (FEISHU_APP_ID unset) or with CLOCK_ADJUSTABLE=1")
         return 2
     c = Clock(state_client(resolve_url(settings)), Keys(settings.bot_profile), adjustable=True)
+    since_ms = int(time.time() * 1000)
     if args.span == "reset":
         c.reset()
     elif args.span:
@@ -33,10 +38,36 @@ def clock(args: argparse.Namespace) -> int:
             return 2
     now = datetime.fromtimestamp(c.now(), settings.tz)
     print(f"service time: {now:%Y-%m-%d %H:%M:%S %Z} ({now:%a}), offset {c.offset():+.0f} s")
+    if args.span and args.span != "reset" and args.wait > 0:
+        _watch(settings.feishu_domain, since_ms, args.wait)
     return 0
+
+
+def _watch(base: str, since_ms: int, wait: float) -> None:
+    """Print what the bot posts in the next `wait` seconds (follow-ups, digests, triage notes that fell due);
+    done 2 s after the last new message."""
+    seen: set[str] = set()
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        try:
+            items = requests.get(f"{base}/_sandbox/bot_messages", params={"after": since_ms},
+                                 timeout=HTTP_TIMEOUT).json()
+        except requests.RequestException:
+            print("the sandbox emulator does not answer (is `make run` up?)")
+            return
+        for m in items:
+            if m["message_id"] not in seen:
+                seen.add(m["message_id"])
+                deadline = min(deadline, time.monotonic() + 2.0)
+                print(f"bot [{m['chat_id']}{' · ' + m['thread_id'] if m.get('thread_id') else ''}]: "
+                      f"{message_text(m)}")
+        time.sleep(0.5)
+    if not seen:
+        print(f"nothing posted within {wait:g}s")
 
 
 def add_commands(sub: Any) -> None:
     p = sub.add_parser("clock", help="show or move the service clock (e.g. +2d, 90m, reset)")
     p.add_argument("span", nargs="?", default="", help="+2d, 3h, 90m, 45s, or reset")
+    p.add_argument("--wait", type=float, default=8.0, help="seconds to print what the bot posts (0: don't wait)")
     p.set_defaults(func=clock)
