@@ -193,6 +193,9 @@ def test_triage_on_the_labelled_set_stays_quiet_on_chatter_and_speaks_on_evidenc
                if (row["topic"], by_topic[row["topic"]].index(row) // 8) in posting]
     print(f"\ntriage: {len(unasked)} unasked posts; by non-evidence {len(by_chatter)} "
           f"({share:.1%} of {len(chatter)} non-evidence); evidence covered {len(covered)}/{len(evidence)}")
+    proposals = [m for m in unasked if m["msg_type"] == "interactive"]  # the approval card
+    notes = [m for m in unasked if m["msg_type"] != "interactive"]
+    assert proposals and notes and all(reply_text(m).startswith("新证据") for m in notes)
     assert share < 0.02
     assert len(covered) / len(evidence) >= 0.9
     calls = [q for q in claude.requests_since(cursor) if "QUIET TRIAGE" in json.dumps(q["body"].get("system"))]

@@ -195,7 +195,8 @@ def test_reset_cancels_the_routes_pending_followups_and_says_how_many(stack, fei
     idle(r, stack.keys, rk)
     assert len(pending(r, stack, rk)) == 2
     _, listed = ask(stack, feishu, "/followups", **where)
-    assert "交周报" in listed and "看数据" in listed and "（2 个）" in listed
+    assert "交周报" in listed and "看数据" in listed and "（2 个）" in listed and "（你设）" in listed
+    assert "ou_p" not in listed  # nobody is pinged by a list
     _, confirmed = ask(stack, feishu, "/reset", **where)
     assert "2 个跟进提醒已一并取消" in confirmed
     idle(r, stack.keys, rk)

@@ -25,9 +25,17 @@ def list_text(rt: Runtime, rk: str, message: Inbound) -> str:
     if not pending:
         return say("followups_none", message.text)
     lines = [say("followup_line", message.text, id=t.id, when=when_text(rt, t), what=t.what[:WHAT_CHARS],
-                 who=f'<at user_id="{t.created_by}"></at>' if t.created_by.startswith("ou_") else "?")
+                 who=_who(t, message))
              for t in pending]
     return say("followups_list", message.text, n=len(pending), lines="\n".join(lines))
+
+
+def _who(t: Timer, message: Inbound) -> str:
+    """Who set it, without pinging anyone (a list is not a reason to notify people)."""
+    english = say("followups_none", message.text).startswith("No")
+    if t.created_by == message.sender_id:
+        return "you" if english else "你"
+    return "a colleague" if english else "同事"
 
 
 def cancel_text(rt: Runtime, rk: str, message: Inbound) -> str:
