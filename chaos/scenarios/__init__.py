@@ -17,6 +17,7 @@ def load_all() -> dict[int, Scenario]:
         sentinel,
         soak,
         streaming,
+        wakeups,
     )
 
     return dict(sorted(REGISTRY.items()))
