@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import time
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
@@ -183,6 +184,13 @@ class Items:
         pipe.zadd(self.k.item_routes(item_id), {route_key: now})
         pipe.hset(self.k.items_by_route, route_key, item_id)
         pipe.execute()
+
+    def last_activity(self, item_ids: Sequence[str]) -> dict[str, float]:
+        """item id → when a conversation last worked on it (the newest route touch), for those that have one."""
+        pipe = self.r.pipeline(transaction=False)
+        for item_id in item_ids:
+            pipe.zrevrange(self.k.item_routes(item_id), 0, 0, withscores=True)
+        return {i: float(top[0][1]) for i, top in zip(item_ids, pipe.execute(), strict=True) if top}
 
     def of_route(self, route_key: str) -> Item | None:
         """The item a route follows: a topic route its topic's item, any other the item it last worked on."""

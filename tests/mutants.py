@@ -248,20 +248,29 @@ MUTANTS: tuple[Mutant, ...] = (
         ('    return f"dg_{chat_id}_{date}"', '    import os\n    return f"dg_{chat_id}_{date}_{os.getpid()}"'),),
         ("tests/test_always_on.py::test_the_digest_lists_exactly_the_chats_open_items_once_per_day_across_restarts",)),
     Mutant("F9", "triage posts again within the post period", "jobs/triage/run.py", (
-        ("    if posted_batch != batch_id and now - last < rt.settings.triage_post_period_seconds:",
+        ("    if posted_by != firing and now - last < rt.settings.triage_post_period_seconds:",
          "    if False:"),),
         ("tests/test_always_on.py::test_a_topic_gets_at_most_one_unasked_post_per_period_and_only_where_opted_in",)),
     Mutant("F10", "a triage call per message instead of per topic and quiet period", "jobs/triage/buffer.py", (
         ("    period = int(now // quiet)", "    period = int(now * 1e6)"),),
         ("tests/test_always_on.py::test_a_topic_gets_at_most_one_unasked_post_per_period_and_only_where_opted_in",)),
-    Mutant("F11", "triage for chats that did not opt in", "jobs/triage/buffer.py", (
+    Mutant("F11", "the web keeps and schedules triage for chats that did not opt in", "jobs/triage/buffer.py", (
         ('    if m.chat_type == "p2p" or not m.thread_id or m.chat_id not in settings.triage_chats:',
          '    if m.chat_type == "p2p" or not m.thread_id:'),),
         ("tests/test_always_on.py::test_a_topic_gets_at_most_one_unasked_post_per_period_and_only_where_opted_in",)),
+    Mutant("F13", "a follow-up's reminder keyed by the batch: a replay after an applied-but-refused post repeats it",
+           "jobs/timers/followup.py", (
+               ("in_thread=kind_of(rk) == \"topic\", fence=fence, uuid_key=run_key(t),",
+                "in_thread=kind_of(rk) == \"topic\", fence=fence,"),),
+        ("tests/test_followups.py::test_a_reminder_feishu_applied_but_refused_is_not_repeated_by_the_replay",)),
+    Mutant("F14", "triage's post period taken by the batch: a replayed firing is capped by itself",
+           "jobs/triage/run.py", (
+        ('    rt.state.hset(state_key, mapping={"posted_at": repr(now), "posted_by": firing})',
+         '    rt.state.hset(state_key, mapping={"posted_at": repr(now), "posted_by": batch_id})'),),
+        ("tests/test_always_on.py::test_a_dead_lettered_triage_note_is_posted_once_by_its_replay",)),
     Mutant("F12", "the fast path lets greetings and acknowledgements through", "jobs/triage/buffer.py", (
         ("    if not worth_triage(m.text):", "    if False:"),),
         ("tests/test_always_on.py::test_a_topic_gets_at_most_one_unasked_post_per_period_and_only_where_opted_in",)),
-
 )
 
 

@@ -42,7 +42,8 @@ QUIET, POST_PERIOD = 300, 600
 @pytest.fixture(scope="module")
 def stack(env: dict[str, str], workdir: Path, feishu: Any) -> Iterator[OwnStack]:
     feishu.add_table(APP, TABLE)
-    s = OwnStack.start(env, workdir, "ao", WORKER_CONCURRENCY="4", BITABLE_APP_TOKEN=APP, BITABLE_TABLE_ID=TABLE,
+    s = OwnStack.start(env, workdir, "ao", WORKER_CONCURRENCY="4", ADMIN_TOKEN="ao-admin", BITABLE_APP_TOKEN=APP,
+                       BITABLE_TABLE_ID=TABLE,
                        TIMER_CHECK_SECONDS="0.2", DIGEST_CHATS=f"{DIGEST_CHAT},{EMPTY_CHAT}",
                        TRIAGE_CHATS=TRIAGE_CHAT, TRIAGE_MODEL="claude-haiku-5", TRIAGE_QUIET_SECONDS=str(QUIET),
                        TRIAGE_POST_PERIOD_SECONDS=str(POST_PERIOD))
@@ -246,3 +247,34 @@ def test_a_topic_gets_at_most_one_unasked_post_per_period_and_only_where_opted_i
     assert int(metrics.get("triage|capped", 0)) >= 1
     assert len(feishu.bot_messages(QUIET_CHAT, thread_id=other_thread)) == 1  # only the first answer's card
     assert not [q for q in calls if QUIET_CHAT in json.dumps(q["body"])]
+
+
+def test_a_dead_lettered_triage_note_is_posted_once_by_its_replay(stack, feishu, r) -> None:
+    """Found by chaos 18: the run takes the topic's post period before posting; when the note's post fails for
+    good, the replay (a new batch) is the same firing and may post it — once."""
+    at(r, stack, datetime(2026, 12, 11, 14, 0, tzinfo=TZ))
+    _c, thread, root, _item = open_topic(stack.web, feishu, r, stack.keys, chat=TRIAGE_CHAT)
+    rk = topic_rk(stack.keys, TRIAGE_CHAT, thread)
+    first = len(feishu.bot_messages(TRIAGE_CHAT, thread_id=thread))
+    deliver(stack.web, feishu, chat_id=TRIAGE_CHAT, chat_type="group", thread_id=thread, root_id=root,
+            text="预发环境也能复现，日志里有超时报错", sender_open_id="ou_tester")
+    feishu.inject("reply", code=230002, times=1)  # the note's post is refused for good
+    later(r, stack, QUIET + 5)
+    token = "Bearer " + stack.env.get("ADMIN_TOKEN", "")
+
+    def dead() -> list[dict[str, Any]]:
+        import requests
+
+        resp = requests.get(f"{stack.web.url}/admin/api/deadletters", headers={"Authorization": token}, timeout=10)
+        return [d for d in resp.json()["deadletters"] if d["route_key"] == rk]
+
+    [letter] = wait_for(dead, 60, what="the dead-lettered triage run")
+    assert len(feishu.bot_messages(TRIAGE_CHAT, thread_id=thread)) == first
+    import requests
+
+    resp = requests.post(f"{stack.web.url}/admin/api/deadletters/{letter['id']}/replay",
+                         headers={"Authorization": token}, timeout=10)
+    assert resp.status_code == 200
+    wait_for(lambda: len(feishu.bot_messages(TRIAGE_CHAT, thread_id=thread)) == first + 1, 30, what="the note")
+    idle(r, stack.keys, rk)
+    assert len(feishu.bot_messages(TRIAGE_CHAT, thread_id=thread)) == first + 1

@@ -294,3 +294,26 @@ def test_a_failing_followup_run_is_retried_then_dead_lettered_and_replays_once(s
     idle(r, stack.keys, rk)
     assert len(reminders(feishu, message_id(env))) == 1
     assert timer.id in admin(stack, "GET", f"timers/{timer.id}").json()["id"]
+
+
+def test_a_reminder_feishu_applied_but_refused_is_not_repeated_by_the_replay(stack, feishu, r) -> None:
+    """Found by chaos 18: Feishu posts the reminder but answers 502 every time, so the run is dead-lettered; the
+    replay (a new batch) must not post a second reminder — its uuid is the timer's, not the batch's."""
+    at(r, stack, MONDAY)
+    chat = unique("oc_fu_p2p")
+    rk = f"feishu:{stack.profile}:p2p:{chat}"
+    env, _ = ask(stack, feishu, "明天上午提醒我发周报", chat_id=chat, chat_type="p2p", sender_open_id="ou_p")
+    idle(r, stack.keys, rk)
+    feishu.inject_fault("reply", "gateway_after", times=50)  # applied, then a 502: every try of every run
+    at(r, stack, datetime(2026, 12, 1, 10, 0, 2, tzinfo=TZ))
+
+    def dead() -> list[dict[str, Any]]:
+        return [d for d in admin(stack, "GET", "deadletters").json()["deadletters"] if d["route_key"] == rk]
+
+    [letter] = wait_for(dead, 90, what="the dead letter")
+    feishu.clear_faults()
+    assert len(reminders(feishu, message_id(env))) == 1  # Feishu did post it, once (its uuid window)
+    assert admin(stack, "POST", f"deadletters/{letter['id']}/replay").status_code == 200
+    idle(r, stack.keys, rk)
+    time.sleep(0.5)
+    assert len(reminders(feishu, message_id(env))) == 1

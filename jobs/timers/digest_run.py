@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime
 
 from bot import metrics
 from jobs.runtime import Runtime
-from jobs.timers.digest import digest_card, open_items
+from jobs.timers.digest import DigestRow, digest_card, open_items
 from jobs.timers.model import Timer
 
 log = logging.getLogger(__name__)
@@ -29,13 +30,21 @@ def run_digest(rt: Runtime, rk: str, t: Timer, batch_id: str, fence: Callable[[]
     if skip:
         return _done(rt, rk, t, f"nothing posted: {skip}", "skipped")
     assert rt.bitable is not None
-    rows = open_items(rt.bitable, t.chat_id, s.item_closed_statuses)
+    rows = _with_talk(rt, open_items(rt.bitable, t.chat_id, s.item_closed_statuses))
     if not rows:
         return _done(rt, rk, t, "nothing posted: no open items", "empty")
     label = datetime.fromtimestamp(t.due, s.tz).strftime("%m月%d日")
     card = digest_card(rows, now_ms=int(now * 1000), tz=s.tz, date_label=label)
     message_id = rt.outbox.post_card(rk, f"digest-{t.id}", t.chat_id, card, fence=fence)
     return _done(rt, rk, t, f"posted {message_id} with {len(rows)} open items", "posted")
+
+
+def _with_talk(rt: Runtime, rows: list[DigestRow]) -> list[DigestRow]:
+    """Last activity: the record's last edit or the last turn that worked on the item, whichever is newer."""
+    talk = rt.items.last_activity([r.item_id for r in rows if r.item_id])
+    out = [replace(r, last_activity_ms=max(r.last_activity_ms or 0, int(talk.get(r.item_id, 0) * 1000)) or None)
+           for r in rows]
+    return sorted(out, key=lambda r: (r.last_activity_ms is None, r.last_activity_ms or 0, r.record_id))
 
 
 def _done(rt: Runtime, rk: str, t: Timer, note: str, outcome: str) -> str:

@@ -5,7 +5,8 @@ Cheap checks first, no model call: a /reset since it was set voids it; a recalle
 closed item needs no reminder. Otherwise one small request shows the model what the follow-up was for,
 the record as it is now and what the topic said since the request, and the model answers whether a
 reminder is still needed and its text. The decision is stored per batch, so a rerun posts the same text
-once (the outbox's ledger and Feishu's uuid window) or, again, nothing.
+once (keyed by the timer and its due time: the outbox's ledger and Feishu's uuid window, also for an admin's
+replay of a dead-lettered run) or, again, nothing.
 """
 
 from __future__ import annotations
@@ -62,10 +63,17 @@ def fire_followup(rt: Runtime, rk: str, t: Timer, batch_id: str, fence: Callable
     if not check.post:
         return _done(rt, rk, t, f"nothing posted: {check.why or 'no longer needed'}", "skipped")
     text = f'<at user_id="{t.created_by}"></at> {check.text}' if t.created_by.startswith("ou_") else check.text
+    # Keyed by the timer, not the batch: a replay of a dead-lettered run (a new batch) whose post Feishu had
+    # applied despite the errors is the same message to Feishu's uuid window, not a second reminder.
     ids = rt.outbox.reply(rk, batch_id, t.source_message_id, text, chat_id=t.chat_id,
-                          in_thread=kind_of(rk) == "topic", fence=fence,
+                          in_thread=kind_of(rk) == "topic", fence=fence, uuid_key=run_key(t),
                           people={t.created_by: ""} if t.created_by else None)
     return _done(rt, rk, t, f"posted {','.join(ids)}", "posted")
+
+
+def run_key(t: Timer) -> str:
+    """What a timer firing's effects are keyed by (its decision, its message's uuid): the timer and its due time."""
+    return f"timer-{t.id}-{t.due:.3f}"
 
 
 def _done(rt: Runtime, rk: str, t: Timer, note: str, outcome: str) -> str:
@@ -96,8 +104,8 @@ def _closed(rt: Runtime, record: Record) -> bool:
 
 
 def _check(rt: Runtime, rk: str, t: Timer, record: Record | None, batch_id: str, state: RouteState) -> Check:
-    """The model's decision, stored per batch: a rerun decides nothing new."""
-    key = rt.keys.answer(rk, batch_id)
+    """The model's decision, stored per timer firing: a rerun or a replay decides nothing new."""
+    key = rt.keys.answer(rk, run_key(t))
     cached = rt.state.get(key)
     if cached:
         return Check(**json.loads(cached))

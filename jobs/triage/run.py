@@ -4,7 +4,8 @@ The run belongs to the topic's route (leased, fenced, retried, dead-lettered lik
 messages the web buffered since the last triage (recalled ones dropped, repeats dropped), the item's
 record fresh, and asks TRIAGE_MODEL within TRIAGE_BUDGET_TOKENS. Quiet is the default; a note or a
 proposal (the existing approval card) is posted only when no unasked message went to this topic within
-TRIAGE_POST_PERIOD_SECONDS. The decision is stored per batch, so a rerun posts the same thing once.
+TRIAGE_POST_PERIOD_SECONDS. The decision and the post are keyed by the firing (timer and due time), so a rerun
+or an admin's replay of a dead-lettered run posts the same thing once.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from bot import metrics
 from bot.edge.envelope import Inbound
 from jobs.items import approvals
 from jobs.runtime import Runtime
+from jobs.timers.followup import run_key
 from jobs.timers.model import Timer
 from jobs.triage.filter import dedupe, normalise
 from jobs.triage.protocol import QUIET, Decision, parse_decision, request_text, system_prompt
@@ -46,9 +48,11 @@ def run_triage(rt: Runtime, rk: str, t: Timer, batch_id: str, fence: Callable[[]
     if not fresh:
         _advance(rt, state_key, seen)
         return _done(rt, rk, "skipped", "nothing new worth a look")
-    decision = _decide(rt, rk, item, fresh, batch_id)
-    outcome = _act(rt, rk, t, item, decision, fresh, batch_id, fence)
+    key = run_key(t)  # a replay of a dead-lettered run is the same firing: same decision, same post, once
+    decision = _decide(rt, rk, item, fresh, key)
+    outcome = _act(rt, rk, t, item, decision, fresh, key, batch_id, fence)
     _advance(rt, state_key, seen)
+    rt.timers.note(t.id, outcome)
     return outcome
 
 
@@ -75,9 +79,9 @@ def _advance(rt: Runtime, key: str, seen: float) -> None:
     pipe.execute()
 
 
-def _decide(rt: Runtime, rk: str, item: Item, fresh: Sequence[dict[str, Any]], batch_id: str) -> Decision:
-    """The model's decision, stored per batch (a rerun asks nothing new)."""
-    key = rt.keys.answer(rk, batch_id)
+def _decide(rt: Runtime, rk: str, item: Item, fresh: Sequence[dict[str, Any]], firing: str) -> Decision:
+    """The model's decision, stored per firing (a rerun or a replay asks nothing new)."""
+    key = rt.keys.answer(rk, firing)
     cached = rt.state.get(key)
     if not cached:
         text = _fitted(rt, _fields(rt, item), fresh)
@@ -118,24 +122,26 @@ def _fitted(rt: Runtime, fields: dict[str, str], fresh: Sequence[dict[str, Any]]
         msgs = msgs[1:]
 
 
-def _act(rt: Runtime, rk: str, t: Timer, item: Item, d: Decision, fresh: Sequence[dict[str, Any]], batch_id: str,
-         fence: Callable[[], bool]) -> str:
+def _act(rt: Runtime, rk: str, t: Timer, item: Item, d: Decision, fresh: Sequence[dict[str, Any]], firing: str,
+         batch_id: str, fence: Callable[[], bool]) -> str:
     if d.kind == QUIET.kind:
         return _done(rt, rk, "quiet", f"{len(fresh)} messages, nothing to say")
     state_key = rt.keys.triage_state(rk)
     last = float(rt.state.hget(state_key, "posted_at") or 0)
-    posted_batch = rt.state.hget(state_key, "posted_batch")
+    posted_by = rt.state.hget(state_key, "posted_by")
     now = rt.clock.now()
-    if posted_batch != batch_id and now - last < rt.settings.triage_post_period_seconds:
+    if posted_by != firing and now - last < rt.settings.triage_post_period_seconds:
         return _done(rt, rk, "capped", f"{d.kind} held back: an unasked message went here {now - last:.0f} s ago")
     target = _target(fresh, d)
-    rt.state.hset(state_key, mapping={"posted_at": repr(now), "posted_batch": batch_id})  # before: never twice
+    # Taken before posting, so no other firing posts in the period; this firing's reruns and replays may finish it.
+    rt.state.hset(state_key, mapping={"posted_at": repr(now), "posted_by": firing})
     if d.kind == "propose" and item.record_id and rt.bitable is not None:
         approvals.post(rt, rk, item, [{"field": d.field, "value": d.value, "reason": d.note or "quiet triage"}],
-                       batch_id, _as_inbound(t, target), fence)
+                       firing, _as_inbound(t, target), fence)  # the proposal's id and card keyed by the firing
         return _done(rt, rk, "propose", f"proposed {d.field} → {d.value}")
     note = d.note or "新证据已记录。"
-    rt.outbox.reply(rk, batch_id, str(target["message_id"]), note, chat_id=t.chat_id, in_thread=True, fence=fence)
+    rt.outbox.reply(rk, batch_id, str(target["message_id"]), note, chat_id=t.chat_id, in_thread=True, fence=fence,
+                    uuid_key=firing)
     return _done(rt, rk, "note", note)
 
 
