@@ -94,3 +94,27 @@ def test_adds_are_idempotent_capped_per_route_and_a_resets_cancel_counts_once(en
     assert t is not None and t.state == PENDING
     assert r.ttl(rt.keys.timer("f_0000000001")) > 0  # ended timers expire; pending ones do not
     assert r.ttl(rt.keys.timer("f_0000000003")) == -1
+
+
+def test_a_rerun_of_the_turn_sets_nothing_new_and_states_the_first_runs_time(env, r) -> None:
+    """The tool's timer id is (route, batch, call): a turn rerun after a crash — whose model may read the time
+    differently — finds the first run's timer and the reply states that one."""
+    from bot.edge.envelope import Inbound
+    from jobs.timers.tool import FollowupContext, footer, schedule
+
+    profile = unique("tm")
+    rt = runtime(env, profile)
+    rk = f"feishu:{profile}:p2p:oc_rerun"
+    asker = Inbound(event_id="ev1", message_id="om_ask", chat_id="oc_rerun", chat_type="p2p", sender_open_id="ou_a",
+                    sender_type="user", message_type="text", text="明天上午提醒我看日志", content="{}")
+    first = FollowupContext(rk, "batch-1", asker, gen=0)
+    said = schedule(rt, first, {"when": "明天上午", "what": "看日志"})
+    again = FollowupContext(rk, "batch-1", asker, gen=0)
+    assert schedule(rt, again, {"when": "后天下午", "what": "别的事"}) == said
+    assert footer(again, "x") == footer(first, "x") and "10:00" in footer(first, "提醒")
+    assert len(rt.timers.pending_of(rk)) == 1
+    other = FollowupContext(rk, "batch-2", asker, gen=0)  # another turn: its own timer
+    schedule(rt, other, {"when": "后天下午", "what": "别的事"})
+    assert len(rt.timers.pending_of(rk)) == 2
+    bad = FollowupContext(rk, "batch-3", asker, gen=0)
+    assert schedule(rt, bad, {"when": "昨天", "what": "x"}).startswith("not set:") and not bad.set

@@ -72,8 +72,10 @@ def schedule(rt: Runtime, ctx: FollowupContext, args: dict[str, Any]) -> str:
     if added == 1:
         metrics.count(rt.state, rt.keys, "timers_set", FOLLOWUP)
         log.info("follow-up set", extra={"route_key": ctx.rk, "reason": t.id, "message_id": m.message_id})
-    ctx.set.append({"id": t.id, "when": when.understood})
-    return f"set: follow-up {t.id} at {when.understood} ({rt.settings.bot_timezone}) — {what}"
+    else:  # a rerun of the turn: the timer the first run set stands, whatever this run's model read
+        t = rt.timers.get(t.id) or t
+    ctx.set.append({"id": t.id, "when": t.understood})
+    return f"set: follow-up {t.id} at {t.understood} ({rt.settings.bot_timezone}) — {t.what}"
 
 
 def _ms(create_time: str | None, now: float) -> int:
