@@ -245,7 +245,7 @@ class Ingress:
             if decision.reason in UNADDRESSED and inbound.chat_type != "p2p" and not inbound.thread_id:
                 related.keep(self.state, self.keys, inbound)  # background for later turns in this chat
                 ctx["outcome"] = "related"  # a metric label: short, no spaces
-            elif decision.reason in UNADDRESSED and inbound.thread_id and inbound.chat_id in self.settings.triage_chats:
+            elif decision.reason in UNADDRESSED and inbound.thread_id:  # triage decides (opted-in chats only)
                 triaged = triage.keep(self.settings, self.state, self.keys, inbound, self.clock.now())
                 ctx["outcome"] = "triage" if triaged.startswith("triage") else "ignored"
                 why = f"{decision.reason}; {triaged}"
