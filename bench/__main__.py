@@ -11,7 +11,7 @@ import sys
 import time
 
 ORDER = ("ingest", "pipeline", "state", "retention", "runs", "elastic", "context", "items", "documents", "longconn",
-         "render", "recovery", "streaming")
+         "render", "recovery", "streaming", "timers")
 
 
 def main(argv: list[str]) -> int:
