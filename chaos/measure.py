@@ -12,7 +12,7 @@ import shlex
 import shutil
 import subprocess
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -326,14 +326,7 @@ class Acquires:
 
     def stop(self) -> list[Acquire]:
         """End the monitor; every ACQUIRE seen, once per (kick token, execution id), in Redis' order."""
-        for proc in (self._cli, self._grep):
-            if proc.poll() is None:
-                proc.terminate()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(5)
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(5)
+        end_all((self._cli, self._grep))
         seen: dict[tuple[str, str], Acquire] = {}
         for line in self.path.read_text(errors="replace").splitlines():
             stamp, _, rest = line.partition(" [")
@@ -355,3 +348,15 @@ class Acquires:
         for a in acquires:
             by_token.setdefault(a.kick_token, []).append(a)
         return {token: runs for token, runs in by_token.items() if len(runs) > 1}
+
+
+def end_all(procs: Sequence[subprocess.Popen[bytes]]) -> None:
+    """Stop helper processes (a MONITOR tap and its grep): politely, then for good."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(5)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)

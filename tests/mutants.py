@@ -248,7 +248,7 @@ MUTANTS: tuple[Mutant, ...] = (
         ('    return f"dg_{chat_id}_{date}"', '    import os\n    return f"dg_{chat_id}_{date}_{os.getpid()}"'),),
         ("tests/test_always_on.py::test_the_digest_lists_exactly_the_chats_open_items_once_per_day_across_restarts",)),
     Mutant("F9", "triage posts again within the post period", "jobs/triage/run.py", (
-        ("    if posted_by != firing and now - last < rt.settings.triage_post_period_seconds:",
+        ("    if posted_by != firing and ago < rt.settings.triage_post_period_seconds:",
          "    if False:"),),
         ("tests/test_always_on.py::test_a_topic_gets_at_most_one_unasked_post_per_period_and_only_where_opted_in",)),
     Mutant("F10", "a triage call per message instead of per topic and quiet period", "jobs/triage/buffer.py", (

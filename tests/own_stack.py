@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import redis
+import requests
 
+from bot.clock import Clock
 from memory.keys import Keys
 from tests.harness import Proc, WebServer, settings_from, stop_all, unique, wait_for
 
@@ -29,6 +34,21 @@ class OwnStack:
         state = redis.Redis.from_url(own["REDIS_URL"], decode_responses=True)
         wait_for(lambda: state.get(stack.keys.bot_open_id), timeout=60, what="the sweeper to learn the bot's id")
         return stack
+
+    @classmethod
+    def with_items(cls, env: dict[str, str], workdir: Path, feishu: Any, prefix: str, **overrides: str) -> OwnStack:
+        """A stack with the items table of tests/test_items.py (created first: the sweeper checks it at start)."""
+        from tests.test_items import APP, TABLE
+
+        feishu.add_table(APP, TABLE)
+        return cls.start(env, workdir, prefix, BITABLE_APP_TOKEN=APP, BITABLE_TABLE_ID=TABLE, **overrides)
+
+    def ready_for_test(self, feishu: Any) -> None:
+        """Before each test: the emulator was reset (the table again), and a process a test killed is back."""
+        from tests.test_items import APP, TABLE
+
+        feishu.add_table(APP, TABLE)
+        self.healthy()
 
     @property
     def profile(self) -> str:
@@ -68,3 +88,18 @@ class OwnStack:
     def stop(self) -> None:
         self.web.stop()
         stop_all(self.procs)
+
+    # -- the service clock and the admin API (issue 17's scenario tests) ---------------------------------
+
+    def set_clock(self, r: redis.Redis, when: datetime) -> None:
+        """Every process's service clock reads `when` now (CLOCK_ADJUSTABLE: the offset lives in Redis)."""
+        clock = Clock(r, self.keys, adjustable=True)
+        clock.reset()
+        clock.advance(when.timestamp() - time.time())
+
+    def admin(self, method: str, path: str) -> requests.Response:
+        return requests.request(method, f"{self.web.url}/admin/api/{path}", timeout=10,
+                                headers={"Authorization": f"Bearer {self.env.get('ADMIN_TOKEN', '')}"})
+
+    def dead_letters(self, rk: str) -> list[dict[str, Any]]:
+        return [d for d in self.admin("GET", "deadletters").json()["deadletters"] if d["route_key"] == rk]

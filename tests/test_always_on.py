@@ -41,26 +41,17 @@ QUIET, POST_PERIOD = 300, 600
 
 @pytest.fixture(scope="module")
 def stack(env: dict[str, str], workdir: Path, feishu: Any) -> Iterator[OwnStack]:
-    feishu.add_table(APP, TABLE)
-    s = OwnStack.start(env, workdir, "ao", WORKER_CONCURRENCY="4", ADMIN_TOKEN="ao-admin", BITABLE_APP_TOKEN=APP,
-                       BITABLE_TABLE_ID=TABLE,
-                       TIMER_CHECK_SECONDS="0.2", DIGEST_CHATS=f"{DIGEST_CHAT},{EMPTY_CHAT}",
-                       TRIAGE_CHATS=TRIAGE_CHAT, TRIAGE_MODEL="claude-haiku-5", TRIAGE_QUIET_SECONDS=str(QUIET),
-                       TRIAGE_POST_PERIOD_SECONDS=str(POST_PERIOD))
+    s = OwnStack.with_items(env, workdir, feishu, "ao", WORKER_CONCURRENCY="4", ADMIN_TOKEN="ao-admin",
+                            TIMER_CHECK_SECONDS="0.2", DIGEST_CHATS=f"{DIGEST_CHAT},{EMPTY_CHAT}",
+                            TRIAGE_CHATS=TRIAGE_CHAT, TRIAGE_MODEL="claude-haiku-5",
+                            TRIAGE_QUIET_SECONDS=str(QUIET), TRIAGE_POST_PERIOD_SECONDS=str(POST_PERIOD))
     yield s
     s.stop()
 
 
 @pytest.fixture(autouse=True)
-def _table(feishu: Any, stack: OwnStack) -> None:
-    feishu.add_table(APP, TABLE)
-    stack.healthy()
-
-
-def at(r: redis.Redis, stack: OwnStack, when: datetime) -> None:
-    clock = Clock(r, stack.keys, adjustable=True)
-    clock.reset()
-    clock.advance(when.timestamp() - time.time())
+def _ready(feishu: Any, stack: OwnStack) -> None:
+    stack.ready_for_test(feishu)
 
 
 def later(r: redis.Redis, stack: OwnStack, seconds: float) -> None:
@@ -95,7 +86,7 @@ def test_the_digest_lists_exactly_the_chats_open_items_once_per_day_across_resta
     wait_for(lambda: _digest_timers(r, stack, DIGEST_CHAT), 60, what="the sweeper's first digest timer")
     stack.procs.append(Proc(["-m", "jobs.sweeper"], stack.env, str(stack.workdir),  # two schedulers from here on
                             stack.workdir / f"{stack.profile}-sweeper2.log"))
-    at(r, stack, datetime(2026, 12, 7, 9, 29, 50, tzinfo=TZ))  # a Monday, just before 09:30
+    stack.set_clock(r, datetime(2026, 12, 7, 9, 29, 50, tzinfo=TZ))  # a Monday, just before 09:30
     wait_for(lambda: [t for t in _digest_timers(r, stack, DIGEST_CHAT) if t.id.endswith("2026-12-07")], 30,
              what="Monday's digest timer")
     posted = wait_for(lambda: cards(feishu, DIGEST_CHAT), 30, what="the digest card")
@@ -124,7 +115,7 @@ def test_the_digest_lists_exactly_the_chats_open_items_once_per_day_across_resta
     time.sleep(3.0)
     assert len(cards(feishu, DIGEST_CHAT)) == 1
     # the next weekday morning: the next digest
-    at(r, stack, datetime(2026, 12, 8, 9, 29, 58, tzinfo=TZ))
+    stack.set_clock(r, datetime(2026, 12, 8, 9, 29, 58, tzinfo=TZ))
     wait_for(lambda: len(cards(feishu, DIGEST_CHAT)) == 2, 30, what="Tuesday's digest")
     time.sleep(1.5)
     assert len(cards(feishu, DIGEST_CHAT)) == 2
@@ -145,7 +136,7 @@ def _pending_triage(r: redis.Redis, stack: OwnStack) -> int:
 def test_triage_on_the_labelled_set_stays_quiet_on_chatter_and_speaks_on_evidence(stack, feishu, claude,
                                                                                    r) -> None:
     rows, topics = _labelled()
-    at(r, stack, datetime(2026, 12, 9, 14, 0, tzinfo=TZ))
+    stack.set_clock(r, datetime(2026, 12, 9, 14, 0, tzinfo=TZ))
     threads: dict[str, tuple[str, str]] = {}  # topic → (thread, root message)
     for name, facts in sorted(topics.items()):
         if facts is None:
@@ -211,7 +202,7 @@ def test_triage_on_the_labelled_set_stays_quiet_on_chatter_and_speaks_on_evidenc
 
 def test_a_topic_gets_at_most_one_unasked_post_per_period_and_only_where_opted_in(stack, feishu, claude,
                                                                                r) -> None:
-    at(r, stack, datetime(2026, 12, 10, 14, 0, tzinfo=TZ))
+    stack.set_clock(r, datetime(2026, 12, 10, 14, 0, tzinfo=TZ))
     _c, thread, root, _item = open_topic(stack.web, feishu, r, stack.keys, chat=TRIAGE_CHAT)
     _c2, other_thread, other_root, _i2 = open_topic(stack.web, feishu, r, stack.keys, chat=QUIET_CHAT)
     rk = topic_rk(stack.keys, TRIAGE_CHAT, thread)
@@ -242,7 +233,7 @@ def test_a_topic_gets_at_most_one_unasked_post_per_period_and_only_where_opted_i
     time.sleep(0.5)
     assert len(feishu.bot_messages(TRIAGE_CHAT, thread_id=thread)) == first + 1
     calls = [q for q in claude.requests_since(cursor) if "QUIET TRIAGE" in json.dumps(q["body"].get("system"))]
-    assert len(calls) == 2  # one per quiet period
+    assert len(calls) == 1  # the second period falls in the post period: no call, nothing could be posted
     metrics = r.hgetall(stack.keys.metrics)
     assert int(metrics.get("triage|capped", 0)) >= 1
     assert len(feishu.bot_messages(QUIET_CHAT, thread_id=other_thread)) == 1  # only the first answer's card
@@ -252,7 +243,7 @@ def test_a_topic_gets_at_most_one_unasked_post_per_period_and_only_where_opted_i
 def test_a_dead_lettered_triage_note_is_posted_once_by_its_replay(stack, feishu, r) -> None:
     """Found by chaos 18: the run takes the topic's post period before posting; when the note's post fails for
     good, the replay (a new batch) is the same firing and may post it — once."""
-    at(r, stack, datetime(2026, 12, 11, 14, 0, tzinfo=TZ))
+    stack.set_clock(r, datetime(2026, 12, 11, 14, 0, tzinfo=TZ))
     _c, thread, root, _item = open_topic(stack.web, feishu, r, stack.keys, chat=TRIAGE_CHAT)
     rk = topic_rk(stack.keys, TRIAGE_CHAT, thread)
     first = len(feishu.bot_messages(TRIAGE_CHAT, thread_id=thread))
@@ -260,21 +251,9 @@ def test_a_dead_lettered_triage_note_is_posted_once_by_its_replay(stack, feishu,
             text="预发环境也能复现，日志里有超时报错", sender_open_id="ou_tester")
     feishu.inject("reply", code=230002, times=1)  # the note's post is refused for good
     later(r, stack, QUIET + 5)
-    token = "Bearer " + stack.env.get("ADMIN_TOKEN", "")
-
-    def dead() -> list[dict[str, Any]]:
-        import requests
-
-        resp = requests.get(f"{stack.web.url}/admin/api/deadletters", headers={"Authorization": token}, timeout=10)
-        return [d for d in resp.json()["deadletters"] if d["route_key"] == rk]
-
-    [letter] = wait_for(dead, 60, what="the dead-lettered triage run")
+    [letter] = wait_for(lambda: stack.dead_letters(rk), 60, what="the dead-lettered triage run")
     assert len(feishu.bot_messages(TRIAGE_CHAT, thread_id=thread)) == first
-    import requests
-
-    resp = requests.post(f"{stack.web.url}/admin/api/deadletters/{letter['id']}/replay",
-                         headers={"Authorization": token}, timeout=10)
-    assert resp.status_code == 200
+    assert stack.admin("POST", f"deadletters/{letter['id']}/replay").status_code == 200
     wait_for(lambda: len(feishu.bot_messages(TRIAGE_CHAT, thread_id=thread)) == first + 1, 30, what="the note")
     idle(r, stack.keys, rk)
     assert len(feishu.bot_messages(TRIAGE_CHAT, thread_id=thread)) == first + 1

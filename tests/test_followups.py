@@ -20,7 +20,6 @@ import pytest
 import redis
 import requests
 
-from bot.clock import Clock
 from jobs.timers.model import Timer
 from jobs.timers.store import Timers
 from sandbox.feishu.events import message_recalled_event
@@ -37,24 +36,16 @@ TOKEN = "followups-admin"
 
 @pytest.fixture(scope="module")
 def stack(env: dict[str, str], workdir: Path, feishu: Any) -> Iterator[OwnStack]:
-    feishu.add_table(APP, TABLE)
-    s = OwnStack.start(env, workdir, "fu", WORKER_CONCURRENCY="3", ADMIN_TOKEN=TOKEN, BITABLE_APP_TOKEN=APP,
-                       BITABLE_TABLE_ID=TABLE, ITEM_ADMINS="ou_admin", TIMER_CHECK_SECONDS="0.2",
-                       RUN_RETRY_DELAYS="1,1,1,1,1", DEAD_LETTER_AFTER="3")
+    s = OwnStack.with_items(env, workdir, feishu, "fu", WORKER_CONCURRENCY="3", ADMIN_TOKEN=TOKEN,
+                            ITEM_ADMINS="ou_admin", TIMER_CHECK_SECONDS="0.2", RUN_RETRY_DELAYS="1,1,1,1,1",
+                            DEAD_LETTER_AFTER="3")
     yield s
     s.stop()
 
 
 @pytest.fixture(autouse=True)
-def _table(feishu: Any, stack: OwnStack) -> None:
-    feishu.add_table(APP, TABLE)
-    stack.healthy()
-
-
-def at(r: redis.Redis, stack: OwnStack, when: datetime) -> None:
-    """Set the service clock to `when` (every process reads the offset from Redis)."""
-    Clock(r, stack.keys, adjustable=True).reset()
-    Clock(r, stack.keys, adjustable=True).advance(when.timestamp() - time.time())
+def _ready(feishu: Any, stack: OwnStack) -> None:
+    stack.ready_for_test(feishu)
 
 
 def pending(r: redis.Redis, stack: OwnStack, rk: str) -> list[Timer]:
@@ -62,8 +53,7 @@ def pending(r: redis.Redis, stack: OwnStack, rk: str) -> list[Timer]:
 
 
 def admin(stack: OwnStack, method: str, path: str) -> requests.Response:
-    return requests.request(method, f"{stack.web.url}/admin/api/{path}", timeout=10,
-                            headers={"Authorization": f"Bearer {TOKEN}"})
+    return stack.admin(method, path)
 
 
 def ask(stack: OwnStack, feishu: Any, text: str, **where: Any) -> tuple[dict[str, Any], str]:
@@ -75,6 +65,15 @@ def ask(stack: OwnStack, feishu: Any, text: str, **where: Any) -> tuple[dict[str
 def reminders(feishu: Any, source: str) -> list[dict[str, Any]]:
     """The bot's messages under the request after its first reply: the follow-ups it posted."""
     return [m for m in feishu.replies_to(source) if "提醒：" in reply_text(m) and "已设提醒" not in reply_text(m)]
+
+
+def nothing_posted_by_then(stack: OwnStack, feishu: Any, r: redis.Redis, chat: str, rk: str, when: datetime) -> None:
+    """The clock passes the follow-ups' time: the schedulers pass several times, and the chat stays quiet."""
+    before = len(feishu.bot_messages(chat))
+    stack.set_clock(r, when)
+    time.sleep(1.5)
+    idle(r, stack.keys, rk)
+    assert len(feishu.bot_messages(chat)) == before
 
 
 def restart_with_two_schedulers(stack: OwnStack) -> None:
@@ -90,7 +89,7 @@ def restart_with_two_schedulers(stack: OwnStack) -> None:
 # -- A1: set on Monday, fires once on Wednesday in the same topic, across restarts and two schedulers ---------
 
 def test_a_followup_set_on_monday_fires_once_on_wednesday_in_its_topic_after_restarts(stack, feishu, r) -> None:
-    at(r, stack, MONDAY)
+    stack.set_clock(r, MONDAY)
     chat, thread, root, _item = open_topic(stack.web, feishu, r, stack.keys)
     env, text = ask(stack, feishu, "周三上午提醒我看负责人有没有回复", chat_id=chat, chat_type="group",
                     thread_id=thread, root_id=root, mentions=AT_BOT, sender_open_id="ou_asker")
@@ -101,10 +100,10 @@ def test_a_followup_set_on_monday_fires_once_on_wednesday_in_its_topic_after_res
     assert timer.due == WEDNESDAY_10.timestamp() and timer.created_by == "ou_asker" and timer.thread_id == thread
     assert timer.id in text
     restart_with_two_schedulers(stack)
-    at(r, stack, datetime(2026, 12, 2, 9, 59, 50, tzinfo=TZ))
+    stack.set_clock(r, datetime(2026, 12, 2, 9, 59, 50, tzinfo=TZ))
     time.sleep(1.5)
     assert not reminders(feishu, message_id(env)), "fired before it was due"
-    at(r, stack, datetime(2026, 12, 2, 10, 0, 1, tzinfo=TZ))
+    stack.set_clock(r, datetime(2026, 12, 2, 10, 0, 1, tzinfo=TZ))
     posted = wait_for(lambda: reminders(feishu, message_id(env)), 30, what="the follow-up")
     idle(r, stack.keys, rk)
     time.sleep(1.0)  # both schedulers have had several passes
@@ -118,7 +117,7 @@ def test_a_followup_set_on_monday_fires_once_on_wednesday_in_its_topic_after_res
 
 
 def test_after_the_owner_replied_the_followup_posts_nothing_and_logs_why(stack, feishu, r) -> None:
-    at(r, stack, MONDAY)
+    stack.set_clock(r, MONDAY)
     chat, thread, root, item = open_topic(stack.web, feishu, r, stack.keys)
     feishu.edit_record(APP, TABLE, item.record_id, {"负责人": [{"id": "ou_owner"}]})
     _env, _text = ask(stack, feishu, "周三上午提醒我看负责人有没有回复", chat_id=chat, chat_type="group",
@@ -129,7 +128,7 @@ def test_after_the_owner_replied_the_followup_posts_nothing_and_logs_why(stack, 
     deliver(stack.web, feishu, chat_id=chat, chat_type="group", thread_id=thread, root_id=root,
             text="已经定位到原因了，今晚发修复", sender_open_id="ou_owner")  # not to the bot: kept in the thread
     before = len(feishu.bot_messages(chat))
-    at(r, stack, datetime(2026, 12, 2, 10, 0, 1, tzinfo=TZ))
+    stack.set_clock(r, datetime(2026, 12, 2, 10, 0, 1, tzinfo=TZ))
     note = wait_for(lambda: admin(stack, "GET", f"timers/{timer.id}").json().get("fired_note"), 30)
     idle(r, stack.keys, rk)
     assert note.startswith("nothing posted") and "负责人已在话题里回复" in note
@@ -139,7 +138,7 @@ def test_after_the_owner_replied_the_followup_posts_nothing_and_logs_why(stack, 
 
 
 def test_a_closed_item_needs_no_reminder_and_costs_no_model_call(stack, feishu, claude, r) -> None:
-    at(r, stack, MONDAY)
+    stack.set_clock(r, MONDAY)
     chat, thread, root, item = open_topic(stack.web, feishu, r, stack.keys)
     ask(stack, feishu, "明天下午3点提醒我确认发布", chat_id=chat, chat_type="group", thread_id=thread, root_id=root,
         mentions=AT_BOT, sender_open_id="ou_asker")
@@ -149,7 +148,7 @@ def test_a_closed_item_needs_no_reminder_and_costs_no_model_call(stack, feishu, 
     feishu.edit_record(APP, TABLE, item.record_id, {"状态": "已解决"})
     cursor = len(claude.requests)
     before = len(feishu.bot_messages(chat))
-    at(r, stack, datetime(2026, 12, 1, 15, 0, 5, tzinfo=TZ))
+    stack.set_clock(r, datetime(2026, 12, 1, 15, 0, 5, tzinfo=TZ))
     note = wait_for(lambda: admin(stack, "GET", f"timers/{timer.id}").json().get("fired_note"), 30)
     assert note == "nothing posted: the item is closed"
     assert len(feishu.bot_messages(chat)) == before
@@ -165,14 +164,14 @@ def test_an_unreadable_time_sets_nothing_and_the_reply_says_so(stack, feishu, r)
 
 
 def test_what_a_followup_repeats_cannot_ping_anyone(stack, feishu, r) -> None:
-    at(r, stack, MONDAY)
+    stack.set_clock(r, MONDAY)
     chat = unique("oc_fu_p2p")
     rk = f"feishu:{stack.profile}:p2p:{chat}"
     env, _ = ask(stack, feishu, '明天上午提醒我<at user_id="all"></at>和<at user_id="ou_boss">老板</at>看数据',
                  chat_id=chat, chat_type="p2p", sender_open_id="ou_p")
     idle(r, stack.keys, rk)
     [timer] = pending(r, stack, rk)
-    at(r, stack, datetime(2026, 12, 1, 10, 0, 2, tzinfo=TZ))
+    stack.set_clock(r, datetime(2026, 12, 1, 10, 0, 2, tzinfo=TZ))
     [posted] = wait_for(lambda: reminders(feishu, message_id(env)), 30, what="the follow-up")
     body = posted["body"]["content"]
     assert "看数据" in reply_text(posted) and timer.what.endswith("看数据")
@@ -184,7 +183,7 @@ def test_what_a_followup_repeats_cannot_ping_anyone(stack, feishu, r) -> None:
 # -- A2: /reset cancels the route's follow-ups; a recalled request cancels its timer ------------------------
 
 def test_reset_cancels_the_routes_pending_followups_and_says_how_many(stack, feishu, r) -> None:
-    at(r, stack, MONDAY)
+    stack.set_clock(r, MONDAY)
     chat = unique("oc_fu_p2p")
     rk = f"feishu:{stack.profile}:p2p:{chat}"
     where = {"chat_id": chat, "chat_type": "p2p", "sender_open_id": "ou_p"}
@@ -202,15 +201,11 @@ def test_reset_cancels_the_routes_pending_followups_and_says_how_many(stack, fei
     idle(r, stack.keys, rk)
     assert not pending(r, stack, rk)
     assert len(pending(r, stack, f"feishu:{stack.profile}:p2p:{other}")) == 1
-    before = len(feishu.bot_messages(chat))
-    at(r, stack, datetime(2026, 12, 3, 12, 0, tzinfo=TZ))
-    time.sleep(2.0)
-    idle(r, stack.keys, rk)
-    assert len(feishu.bot_messages(chat)) == before
+    nothing_posted_by_then(stack, feishu, r, chat, rk, datetime(2026, 12, 3, 12, 0, tzinfo=TZ))
 
 
 def test_a_recalled_request_cancels_the_followup_it_set(stack, feishu, r) -> None:
-    at(r, stack, MONDAY)
+    stack.set_clock(r, MONDAY)
     chat = unique("oc_fu_group")
     sender = "ou_recaller"
     env, _ = ask(stack, feishu, "明天上午提醒我看报价", chat_id=chat, chat_type="group", mentions=AT_BOT,
@@ -223,15 +218,11 @@ def test_a_recalled_request_cancels_the_followup_it_set(stack, feishu, r) -> Non
     assert stack.web.post(event).status_code == 200
     shown = admin(stack, "GET", f"timers/{timer.id}").json()
     assert shown["state"] == "cancelled" and shown["end_reason"] == "recalled"
-    before = len(feishu.bot_messages(chat))
-    at(r, stack, datetime(2026, 12, 1, 11, 0, tzinfo=TZ))
-    time.sleep(2.0)
-    idle(r, stack.keys, rk)
-    assert len(feishu.bot_messages(chat)) == before
+    nothing_posted_by_then(stack, feishu, r, chat, rk, datetime(2026, 12, 1, 11, 0, tzinfo=TZ))
 
 
 def test_cancel_is_for_the_creator_the_items_owner_or_reporter_and_admins(stack, feishu, r) -> None:
-    at(r, stack, MONDAY)
+    stack.set_clock(r, MONDAY)
     chat, thread, root, _item = open_topic(stack.web, feishu, r, stack.keys, reporter="ou_reporter")
     where = {"chat_id": chat, "chat_type": "group", "thread_id": thread, "root_id": root, "mentions": AT_BOT}
     for text in ("明天上午提醒我看日志", "后天上午提醒我看监控", "周五提醒我写复盘"):
@@ -272,7 +263,7 @@ def test_the_admin_timers_api_needs_the_token(stack) -> None:
 # -- A5: a follow-up whose post keeps failing is retried, then dead-lettered, and replays once ------------------
 
 def test_a_failing_followup_run_is_retried_then_dead_lettered_and_replays_once(stack, feishu, r) -> None:
-    at(r, stack, MONDAY)
+    stack.set_clock(r, MONDAY)
     chat = unique("oc_fu_p2p")
     rk = f"feishu:{stack.profile}:p2p:{chat}"
     env, _ = ask(stack, feishu, "明天上午提醒我续费域名", chat_id=chat, chat_type="p2p", sender_open_id="ou_p")
@@ -280,12 +271,8 @@ def test_a_failing_followup_run_is_retried_then_dead_lettered_and_replays_once(s
     [timer] = pending(r, stack, rk)
     feishu.inject("reply", code=1500, http_status=500, times=3)  # a server error each time: retryable
     cursor = len(feishu.requests)
-    at(r, stack, datetime(2026, 12, 1, 10, 0, 2, tzinfo=TZ))
-
-    def dead() -> list[dict[str, Any]]:
-        return [d for d in admin(stack, "GET", "deadletters").json()["deadletters"] if d["route_key"] == rk]
-
-    [letter] = wait_for(dead, 60, what="the dead letter")
+    stack.set_clock(r, datetime(2026, 12, 1, 10, 0, 2, tzinfo=TZ))
+    [letter] = wait_for(lambda: stack.dead_letters(rk), 60, what="the dead letter")
     attempts = [q for q in feishu.requests[cursor:] if q["op"] == "reply"]
     assert len(attempts) == 3  # retried with backoff, then given up
     assert not reminders(feishu, message_id(env))
@@ -299,18 +286,14 @@ def test_a_failing_followup_run_is_retried_then_dead_lettered_and_replays_once(s
 def test_a_reminder_feishu_applied_but_refused_is_not_repeated_by_the_replay(stack, feishu, r) -> None:
     """Found by chaos 18: Feishu posts the reminder but answers 502 every time, so the run is dead-lettered; the
     replay (a new batch) must not post a second reminder — its uuid is the timer's, not the batch's."""
-    at(r, stack, MONDAY)
+    stack.set_clock(r, MONDAY)
     chat = unique("oc_fu_p2p")
     rk = f"feishu:{stack.profile}:p2p:{chat}"
     env, _ = ask(stack, feishu, "明天上午提醒我发周报", chat_id=chat, chat_type="p2p", sender_open_id="ou_p")
     idle(r, stack.keys, rk)
     feishu.inject_fault("reply", "gateway_after", times=50)  # applied, then a 502: every try of every run
-    at(r, stack, datetime(2026, 12, 1, 10, 0, 2, tzinfo=TZ))
-
-    def dead() -> list[dict[str, Any]]:
-        return [d for d in admin(stack, "GET", "deadletters").json()["deadletters"] if d["route_key"] == rk]
-
-    [letter] = wait_for(dead, 90, what="the dead letter")
+    stack.set_clock(r, datetime(2026, 12, 1, 10, 0, 2, tzinfo=TZ))
+    [letter] = wait_for(lambda: stack.dead_letters(rk), 90, what="the dead letter")
     feishu.clear_faults()
     assert len(reminders(feishu, message_id(env))) == 1  # Feishu did post it, once (its uuid window)
     assert admin(stack, "POST", f"deadletters/{letter['id']}/replay").status_code == 200

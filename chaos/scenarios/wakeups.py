@@ -47,7 +47,7 @@ from bitable.index import Items
 from bot.clock import Clock
 from bot.edge.envelope import Inbound
 from bot.settings import Settings
-from chaos.measure import NOTICE_MARKS, Run, reply_text, wait_idle
+from chaos.measure import NOTICE_MARKS, Run, end_all, reply_text, wait_idle
 from chaos.procs import Service, signal_pids
 from chaos.report import Counts, Result
 from chaos.scenarios.base import Context, scenario
@@ -108,14 +108,7 @@ class Pushes:
         time.sleep(0.2)
 
     def stop(self) -> None:
-        for proc in (self._cli, self._grep):
-            if proc.poll() is None:
-                proc.terminate()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(5)
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(5)
+        end_all((self._cli, self._grep))
 
     def counts(self, wakes: list[Wake]) -> dict[str, Counter[str]]:
         """Per timer id: attempts (dedupe SETs) and stored (RPUSHes into its inbox)."""

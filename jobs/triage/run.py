@@ -1,11 +1,12 @@
 """A quiet triage run: one small-model call per topic per quiet period, and at most one unasked message.
 
-The run belongs to the topic's route (leased, fenced, retried, dead-lettered like any run). It reads the
-messages the web buffered since the last triage (recalled ones dropped, repeats dropped), the item's
-record fresh, and asks TRIAGE_MODEL within TRIAGE_BUDGET_TOKENS. Quiet is the default; a note or a
-proposal (the existing approval card) is posted only when no unasked message went to this topic within
-TRIAGE_POST_PERIOD_SECONDS. The decision and the post are keyed by the firing (timer and due time), so a rerun
-or an admin's replay of a dead-lettered run posts the same thing once.
+The run belongs to the topic's route (leased, fenced, retried, dead-lettered like any run). Within the post
+period after an unasked message it makes no call at all (nothing could be posted; the messages wait for the
+next period). Otherwise it reads the messages the web buffered since the last triage (recalled ones dropped,
+repeats dropped), the item's record fresh, and asks TRIAGE_MODEL within TRIAGE_BUDGET_TOKENS. Quiet is the
+default; a note or a proposal (the existing approval card) is posted only when no unasked message went to this
+topic within TRIAGE_POST_PERIOD_SECONDS. The decision and the post are keyed by the firing (timer and due
+time), so a rerun or an admin's replay of a dead-lettered run posts the same thing once.
 """
 
 from __future__ import annotations
@@ -43,17 +44,33 @@ def run_triage(rt: Runtime, rk: str, t: Timer, batch_id: str, fence: Callable[[]
     if item is None:
         return _done(rt, rk, "skipped", "the topic has no item")
     state_key = rt.keys.triage_state(rk)
+    key = run_key(t)  # a replay of a dead-lettered run is the same firing: same decision, same post, once
+    held = _held_back(rt, state_key, key)
+    if held:  # nothing could be posted: no call now; the messages stay after the cursor for the next period
+        return _noted(rt, t, _done(rt, rk, "capped", held))
     cursor = float(rt.state.hget(state_key, "cursor") or 0)
     fresh, seen = _new_messages(rt, t, cursor)
     if not fresh:
         _advance(rt, state_key, seen)
-        return _done(rt, rk, "skipped", "nothing new worth a look")
-    key = run_key(t)  # a replay of a dead-lettered run is the same firing: same decision, same post, once
+        return _noted(rt, t, _done(rt, rk, "skipped", "nothing new worth a look"))
     decision = _decide(rt, rk, item, fresh, key)
     outcome = _act(rt, rk, t, item, decision, fresh, key, batch_id, fence)
     _advance(rt, state_key, seen)
+    return _noted(rt, t, outcome)
+
+
+def _noted(rt: Runtime, t: Timer, outcome: str) -> str:
     rt.timers.note(t.id, outcome)
     return outcome
+
+
+def _held_back(rt: Runtime, state_key: str, firing: str) -> str:
+    """Why this firing may not post (another one posted within TRIAGE_POST_PERIOD_SECONDS), or ""."""
+    last, posted_by = rt.state.hmget(state_key, ["posted_at", "posted_by"])
+    ago = rt.clock.now() - float(last or 0)
+    if posted_by != firing and ago < rt.settings.triage_post_period_seconds:
+        return f"an unasked message went here {ago:.0f} s ago"
+    return ""
 
 
 def _new_messages(rt: Runtime, t: Timer, cursor: float) -> tuple[list[dict[str, Any]], float]:
@@ -127,14 +144,12 @@ def _act(rt: Runtime, rk: str, t: Timer, item: Item, d: Decision, fresh: Sequenc
     if d.kind == QUIET.kind:
         return _done(rt, rk, "quiet", f"{len(fresh)} messages, nothing to say")
     state_key = rt.keys.triage_state(rk)
-    last = float(rt.state.hget(state_key, "posted_at") or 0)
-    posted_by = rt.state.hget(state_key, "posted_by")
-    now = rt.clock.now()
-    if posted_by != firing and now - last < rt.settings.triage_post_period_seconds:
-        return _done(rt, rk, "capped", f"{d.kind} held back: an unasked message went here {now - last:.0f} s ago")
+    held = _held_back(rt, state_key, firing)  # checked again: the decision may be a stored one of a rerun
+    if held:
+        return _done(rt, rk, "capped", f"{d.kind} held back: {held}")
     target = _target(fresh, d)
     # Taken before posting, so no other firing posts in the period; this firing's reruns and replays may finish it.
-    rt.state.hset(state_key, mapping={"posted_at": repr(now), "posted_by": firing})
+    rt.state.hset(state_key, mapping={"posted_at": repr(rt.clock.now()), "posted_by": firing})
     if d.kind == "propose" and item.record_id and rt.bitable is not None:
         approvals.post(rt, rk, item, [{"field": d.field, "value": d.value, "reason": d.note or "quiet triage"}],
                        firing, _as_inbound(t, target), fence)  # the proposal's id and card keyed by the firing
