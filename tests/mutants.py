@@ -265,8 +265,8 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/test_followups.py::test_a_reminder_feishu_applied_but_refused_is_not_repeated_by_the_replay",)),
     Mutant("F14", "triage's post period taken by the batch: a replayed firing is capped by itself",
            "jobs/triage/run.py", (
-        ('    rt.state.hset(state_key, mapping={"posted_at": repr(now), "posted_by": firing})',
-         '    rt.state.hset(state_key, mapping={"posted_at": repr(now), "posted_by": batch_id})'),),
+        ('    rt.state.hset(state_key, mapping={"posted_at": repr(rt.clock.now()), "posted_by": firing})',
+         '    rt.state.hset(state_key, mapping={"posted_at": repr(rt.clock.now()), "posted_by": batch_id})'),),
         ("tests/test_always_on.py::test_a_dead_lettered_triage_note_is_posted_once_by_its_replay",)),
     Mutant("F12", "the fast path lets greetings and acknowledgements through", "jobs/triage/buffer.py", (
         ("    if not worth_triage(m.text):", "    if False:"),),
