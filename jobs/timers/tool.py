@@ -24,14 +24,10 @@ WHAT_CHARS = 200
 MAX_PER_TURN = 3
 
 SCHEDULE_FOLLOWUP = {"name": "schedule_followup", "description": (
-    "Set a follow-up: at the given time you will look at this conversation again (the record and what was said "
-    "since) and post one short reminder here, or nothing if it is no longer needed. Use it when someone asks you "
-    "to remind them or to check back later. `when` is the time as the user said it (e.g. 后天上午十点, 周三上午, "
-    "in 2 hours, 2026-12-03 10:00). Tell the user the time the tool result states."),
-    "input_schema": {"type": "object", "properties": {
-        "when": {"type": "string", "maxLength": 100},
-        "what": {"type": "string", "maxLength": WHAT_CHARS, "description": "what to check or remind, briefly"}},
-        "required": ["when", "what"]}}
+    "Remind: at `when` (as the user said it) you check this conversation again and post a short reminder, "
+    "or nothing if no longer needed. Tell the user the time the result states."),
+    "input_schema": {"type": "object", "properties": {"when": {"type": "string"}, "what": {"type": "string"}},
+                     "required": ["when", "what"]}}
 
 
 @dataclass
