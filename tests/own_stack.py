@@ -78,6 +78,21 @@ class OwnStack:
                 continue
         return pids
 
+    def crash_restart(self, sweepers: int = 1) -> None:
+        """SIGKILL every process (as a host crash would), then start them again with `sweepers` schedulers."""
+        for proc in self.procs:
+            proc.kill9()
+            proc.log.close()
+        self.procs.clear()
+        self.start_processes()
+        for n in range(1, sweepers):
+            self.add_sweeper(n)
+
+    def add_sweeper(self, n: int = 1) -> None:
+        """One more sweeper (a second scheduler) beside the stack's own."""
+        self.procs.append(Proc(["-m", "jobs.sweeper"], self.env, str(self.workdir),
+                               self.workdir / f"{self.profile}-sweeper{n + 1}.log"))
+
     def healthy(self) -> None:
         """Restart the processes if a test left one dead."""
         if not all(p.alive() for p in self.procs):
