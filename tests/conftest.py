@@ -40,6 +40,20 @@ os.environ["ENV_FILE"] = NO_ENV_FILE
 # and sweeper would read it and stop at start-up with a configuration error naming these variables.
 POISONED_DOTENV = "CONTEXT_BUDGET_TOKENS=read-from-a-dotenv-file\nTRANSCRIPT_TURNS=read-from-a-dotenv-file\n"
 
+# The longest modules first (measured with --durations, 2 cores): pytest-xdist's loadfile hands files out in
+# collection order, so the longest ones start at once and the short ones fill the gaps, instead of one long
+# module starting last and running alone at the end.
+LONGEST_FIRST = ("test_recovery.py", "test_streaming_limits.py", "test_followups.py", "test_elastic.py",
+                 "test_always_on.py", "test_sentinel.py", "test_crash.py", "test_streaming.py", "test_items.py",
+                 "test_longconn.py", "test_progress.py", "test_sandbox_cli.py", "test_run_e2e.py",
+                 "test_rotation.py", "test_failures.py", "test_fast_recovery.py", "test_documents.py",
+                 "test_documents_items.py", "test_items_attack.py", "test_isolation.py", "test_pacing.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: n for n, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file keeps its own order
+
 
 @pytest.fixture(scope="session")
 def workdir() -> Iterator[Path]:
