@@ -43,8 +43,9 @@ POISONED_DOTENV = "CONTEXT_BUDGET_TOKENS=read-from-a-dotenv-file\nTRANSCRIPT_TUR
 # The longest modules first (measured with --durations, 2 cores): pytest-xdist's loadfile hands files out in
 # collection order, so the longest ones start at once and the short ones fill the gaps, instead of one long
 # module starting last and running alone at the end.
-LONGEST_FIRST = ("test_recovery.py", "test_streaming_limits.py", "test_followups.py", "test_elastic.py",
-                 "test_always_on.py", "test_sentinel.py", "test_crash.py", "test_streaming.py", "test_items.py",
+# The two whose checks count runs side by side (the pool must grow meanwhile) start once the first wave is done.
+LONGEST_FIRST = ("test_recovery.py", "test_followups.py", "test_always_on.py", "test_sentinel.py", "test_crash.py",
+                 "test_streaming_limits.py", "test_elastic.py", "test_streaming.py", "test_items.py",
                  "test_longconn.py", "test_progress.py", "test_sandbox_cli.py", "test_run_e2e.py",
                  "test_rotation.py", "test_failures.py", "test_fast_recovery.py", "test_documents.py",
                  "test_documents_items.py", "test_items_attack.py", "test_isolation.py", "test_pacing.py")
