@@ -260,13 +260,13 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/test_always_on.py::test_a_topic_gets_at_most_one_unasked_post_per_period_and_only_where_opted_in",)),
     Mutant("F13", "a follow-up's reminder keyed by the batch: a replay after an applied-but-refused post repeats it",
            "jobs/timers/followup.py", (
-               ("in_thread=kind_of(rk) == \"topic\", fence=fence, uuid_key=run_key(t),",
-                "in_thread=kind_of(rk) == \"topic\", fence=fence,"),),
+               ("    ids = rt.outbox.reply(rk, run_key(t), t.source_message_id,",
+                "    ids = rt.outbox.reply(rk, batch_id, t.source_message_id,"),),
         ("tests/test_followups.py::test_a_reminder_feishu_applied_but_refused_is_not_repeated_by_the_replay",)),
-    Mutant("F14", "triage's post period taken by the batch: a replayed firing is capped by itself",
+    Mutant("F14", "triage's post period taken by no firing in particular: a replayed firing is capped by itself",
            "jobs/triage/run.py", (
         ('    rt.state.hset(state_key, mapping={"posted_at": repr(rt.clock.now()), "posted_by": firing})',
-         '    rt.state.hset(state_key, mapping={"posted_at": repr(rt.clock.now()), "posted_by": batch_id})'),),
+         '    rt.state.hset(state_key, mapping={"posted_at": repr(rt.clock.now()), "posted_by": rk + "-"})'),),
         ("tests/test_always_on.py::test_a_dead_lettered_triage_note_is_posted_once_by_its_replay",)),
     Mutant("F12", "the fast path lets greetings and acknowledgements through", "jobs/triage/buffer.py", (
         ("    if not worth_triage(m.text):", "    if False:"),),

@@ -63,10 +63,10 @@ def fire_followup(rt: Runtime, rk: str, t: Timer, batch_id: str, fence: Callable
     if not check.post:
         return _done(rt, rk, t, f"nothing posted: {check.why or 'no longer needed'}", "skipped")
     text = f'<at user_id="{t.created_by}"></at> {check.text}' if t.created_by.startswith("ou_") else check.text
-    # Keyed by the timer, not the batch: a replay of a dead-lettered run (a new batch) whose post Feishu had
-    # applied despite the errors is the same message to Feishu's uuid window, not a second reminder.
-    ids = rt.outbox.reply(rk, batch_id, t.source_message_id, text, chat_id=t.chat_id,
-                          in_thread=kind_of(rk) == "topic", fence=fence, uuid_key=run_key(t),
+    # Keyed by the firing, not the batch: a replay of a dead-lettered run (a new batch) finds what was sent in
+    # the firing's ledger, and a post Feishu applied despite the errors is the same uuid, not a second reminder.
+    ids = rt.outbox.reply(rk, run_key(t), t.source_message_id, text, chat_id=t.chat_id,
+                          in_thread=kind_of(rk) == "topic", fence=fence,
                           people={t.created_by: ""} if t.created_by else None)
     return _done(rt, rk, t, f"posted {','.join(ids)}", "posted")
 

@@ -54,7 +54,7 @@ def run_triage(rt: Runtime, rk: str, t: Timer, batch_id: str, fence: Callable[[]
         _advance(rt, state_key, seen)
         return _noted(rt, t, _done(rt, rk, "skipped", "nothing new worth a look"))
     decision = _decide(rt, rk, item, fresh, key)
-    outcome = _act(rt, rk, t, item, decision, fresh, key, batch_id, fence)
+    outcome = _act(rt, rk, t, item, decision, fresh, key, fence)
     _advance(rt, state_key, seen)
     return _noted(rt, t, outcome)
 
@@ -140,7 +140,7 @@ def _fitted(rt: Runtime, fields: dict[str, str], fresh: Sequence[dict[str, Any]]
 
 
 def _act(rt: Runtime, rk: str, t: Timer, item: Item, d: Decision, fresh: Sequence[dict[str, Any]], firing: str,
-         batch_id: str, fence: Callable[[], bool]) -> str:
+         fence: Callable[[], bool]) -> str:
     if d.kind == QUIET.kind:
         return _done(rt, rk, "quiet", f"{len(fresh)} messages, nothing to say")
     state_key = rt.keys.triage_state(rk)
@@ -155,8 +155,7 @@ def _act(rt: Runtime, rk: str, t: Timer, item: Item, d: Decision, fresh: Sequenc
                        firing, _as_inbound(t, target), fence)  # the proposal's id and card keyed by the firing
         return _done(rt, rk, "propose", f"proposed {d.field} → {d.value}")
     note = d.note or "新证据已记录。"
-    rt.outbox.reply(rk, batch_id, str(target["message_id"]), note, chat_id=t.chat_id, in_thread=True, fence=fence,
-                    uuid_key=firing)
+    rt.outbox.reply(rk, firing, str(target["message_id"]), note, chat_id=t.chat_id, in_thread=True, fence=fence)
     return _done(rt, rk, "note", note)
 
 
