@@ -97,9 +97,9 @@ def test_the_digest_lists_exactly_the_chats_open_items_once_per_day_across_resta
     assert "旧的支付问题" not in text and "别的群的问题" not in text
     content = posted[0]["body"]["content"]
     assert "ou_owner" in content and "ou_liu" in content  # owners are mentioned
-    slots = _digest_timers(r, stack, DIGEST_CHAT)
-    today = [t for t in slots if t.id.endswith("2026-12-07")]
-    assert today and today[0].state == "fired" and today[0].fired_note.startswith("posted")
+    today = wait_for(lambda: [t for t in _digest_timers(r, stack, DIGEST_CHAT)  # the run notes it after the card
+                              if t.id.endswith("2026-12-07") and t.fired_note], 30, what="the digest run's note")
+    assert today[0].state == "fired" and today[0].fired_note.startswith("posted")
     if first.id < f"dg_{DIGEST_CHAT}_2026-12-06":  # the slot set at real time, slept through by days: skipped
         stale = wait_for(lambda: [t for t in _digest_timers(r, stack, DIGEST_CHAT)
                                   if t.id == first.id and t.fired_note], 30, what="the stale slot's run")
