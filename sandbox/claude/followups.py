@@ -13,6 +13,7 @@ import json
 import re
 from typing import Any
 
+from sandbox.claude.items import _system_text
 from sandbox.claude.recall import _results
 from sandbox.claude.wire import block_text, stable_hash
 
@@ -21,11 +22,6 @@ _ZH = re.compile(r"^(?P<when>.+?)(?:再)?提醒(?:我|一下|大家)?(?P<what>.+
 _EN = re.compile(r"remind me (?P<when>.+?) to (?P<what>.+)$", re.IGNORECASE | re.DOTALL)
 _FOLLOWUP = re.compile(r"<followup [^>]*>(.*?)</followup>", re.DOTALL)
 _WAITS_FOR_REPLY = re.compile(r"回复|答复|回应|reply|respond|answer", re.IGNORECASE)
-
-
-def _system_text(body: dict[str, Any]) -> str:
-    system = body.get("system")
-    return system if isinstance(system, str) else block_text(system or [])
 
 
 def schedule_reply(body: dict[str, Any]) -> list[dict[str, Any]] | str | None:
