@@ -271,6 +271,17 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("F12", "the fast path lets greetings and acknowledgements through", "jobs/triage/buffer.py", (
         ("    if not worth_triage(m.text):", "    if False:"),),
         ("tests/test_always_on.py::test_a_topic_gets_at_most_one_unasked_post_per_period_and_only_where_opted_in",)),
+    # -- issue 23: several people, long horizons (timers, follow-ups, digests, the worker supervisor): G* ------
+    # (end of G)
+
+    # -- issue 23: documents, permissions, doctor rows, error codes: H* ----------------------------------------
+    # (end of H)
+
+    # -- issue 23: streaming cards and rendered answers: S* ----------------------------------------------------
+    # (end of S)
+
+    # -- issue 23: links to topics and answers, read_thread progress: L* ---------------------------------------
+    # (end of L)
 )
 
 
