@@ -1,4 +1,4 @@
-"""jobs.timers.when: the time phrases people use for reminders, read against a fixed now; refusals; properties."""
+"""sandbox.claude.when (the stand-in's reading of time phrases): against a fixed now; refusals; properties."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from jobs.timers.when import When, WhenError, describe, parse_when
+from sandbox.claude.when import When, WhenError, describe, parse_when
 
 SH = ZoneInfo("Asia/Shanghai")
 NY = ZoneInfo("America/New_York")
@@ -183,9 +183,11 @@ CASES = [
     ("十二点", at(11, 30, 12)),
     ("二十三点", at(11, 30, 23)),
     ("二十三点五十九分", at(11, 30, 23, 59)),
-    ("两点", at(12, 1, 2)),
-    ("8点", at(12, 1, 8)),
-    ("9点", at(12, 1, 9)),  # exactly now: not ahead
+    ("两点", at(11, 30, 14)),  # said at 09:00: a colleague means this afternoon, not 02:00 tomorrow
+    ("8点", at(11, 30, 20)),
+    ("9点", at(11, 30, 21)),  # 09:00 is now: not ahead, 21:00 is
+    ("3点提醒我", at(11, 30, 15)),
+    ("8:00", at(12, 1, 8)),  # a 24-hour time stays what it says
     ("9:01", at(11, 30, 9, 1)),
     ("零点", at(12, 1, 0)),
     ("24点", at(12, 1, 0)),
@@ -508,14 +510,23 @@ def test_weeks_from_now(now: datetime, n: int, form: str) -> None:
 @given(nows, st.integers(0, 23), st.integers(0, 59),
        st.sampled_from(["{h}:{m:02d}", "{h}点{m}分", "{ch}点{cm}分", "{h}点{m}", "{ch}点{cm}"]))
 def test_a_time_of_day_alone_is_its_next_occurrence(now: datetime, h: int, m: int, form: str) -> None:
+    """Its next occurrence — except a bare "3点" whose morning has passed: this afternoon's, if that is ahead
+    (a colleague saying "3点" at 09:00 means 15:00, not 03:00 tomorrow)."""
     phrase = form.format(h=h, m=m, ch=cn(h), cm=cn(m))  # "10点0分", "十点零分" included
     got = parse_when(phrase, now).at
     local = got.astimezone(now.tzinfo)
     today = now.date()
-    assert local.date() in (today, today + timedelta(days=1))
-    wall = datetime(local.year, local.month, local.day, h, m)
     tz = now.tzinfo
     assert tz is not None
+
+    def ahead_of_now(hour: int) -> bool:
+        wall = datetime(today.year, today.month, today.day, hour, m, tzinfo=tz)
+        return wall.astimezone(UTC) - now.astimezone(UTC) >= timedelta(minutes=1)
+
+    if ":" not in phrase and 1 <= h <= 11 and not ahead_of_now(h) and ahead_of_now(h + 12):
+        h += 12  # what a colleague means
+    assert local.date() in (today, today + timedelta(days=1))
+    wall = datetime(local.year, local.month, local.day, h, m)
     exists = wall.replace(tzinfo=tz).astimezone(UTC).astimezone(tz).replace(tzinfo=None) == wall
     if exists:
         assert (local.hour, local.minute) == (h, m)
@@ -524,8 +535,7 @@ def test_a_time_of_day_alone_is_its_next_occurrence(now: datetime, h: int, m: in
     if local.date() == today:
         assert ahead >= timedelta(minutes=1)
     else:  # tomorrow only when today's was not a minute ahead
-        today_at = datetime(today.year, today.month, today.day, h, m, tzinfo=tz)
-        assert today_at.astimezone(UTC) - now.astimezone(UTC) < timedelta(minutes=1)
+        assert not ahead_of_now(h)
 
 
 @settings(max_examples=150, deadline=None)

@@ -1,13 +1,17 @@
-"""The model's `schedule_followup(when, what)` tool: a follow-up timer on the route that asked for it.
+"""The model's `schedule_followup` tool: a follow-up timer for the person whose message asked for it.
 
-The time is read by jobs/timers/when.py in BOT_TIMEZONE against the service clock; the tool result and
-the reply's footer state the time as understood, so a misread is visible at once. The id comes from
-(route, batch, call number): a rerun of the turn sets the same timer, never a second one.
+Several people may speak in one batch, so the tool names the message it answers (checked against the
+batch): the follow-up is that message's sender's — they are mentioned when it fires, they may cancel it, and
+a recall of that message cancels it. The model resolves the time (it sees the current time and zone) into an
+ISO 8601 instant with offset; jobs/timers/instant.py checks it (ahead, within a year) and the tool result
+and the reply's footer state it, so a misreading is visible at once. The id comes from (route, batch, call
+number): a rerun of the turn sets the same timer, never a second one.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -16,31 +20,48 @@ from bot import metrics
 from bot.edge.envelope import Inbound
 from bot.texts import say
 from jobs.runtime import Runtime
+from jobs.timers.instant import InstantError, read_instant
 from jobs.timers.model import FOLLOWUP, Timer, followup_id
-from jobs.timers.when import WhenError, parse_when
+from jobs.timers.store import REFUSED, Caps
 
 log = logging.getLogger(__name__)
 WHAT_CHARS = 200
+SAID_CHARS = 60
 MAX_PER_TURN = 3
 
 SCHEDULE_FOLLOWUP = {"name": "schedule_followup", "description": (
-    "Remind: at `when` (as the user said it) you check this conversation again and post a short reminder, "
-    "or nothing if no longer needed. Tell the user the time the result states."),
-    "input_schema": {"type": "object", "properties": {"when": {"type": "string"}, "what": {"type": "string"}},
-                     "required": ["when", "what"]}}
+    "Follow up later: at `at` you check this conversation again and remind the person who asked, or stay quiet "
+    "if no longer needed. message_id: the batch message asking. at: the time they mean, resolved against <now>, "
+    "ISO 8601 with offset. said: their words for it. Tell them the time the result states."),
+    "input_schema": {"type": "object", "properties": {
+        "message_id": {"type": "string"}, "at": {"type": "string"}, "said": {"type": "string"},
+        "what": {"type": "string"}}, "required": ["message_id", "at", "what"]}}
 
 
 @dataclass
 class FollowupContext:
-    """What a turn's schedule_followup calls need: the asking message, the batch, the route's generation."""
+    """What a turn's schedule_followup calls need: the batch (who asked what), the route's generation."""
 
     rk: str
     batch_id: str
-    asker: Inbound
+    batch: Sequence[Inbound]
     gen: int
     item_id: str = ""
-    set: list[dict[str, str]] = field(default_factory=list)  # {"id", "when"} of the timers this turn set
+    set: list[dict[str, str]] = field(default_factory=list)  # {"id", "when", "by"} of the timers this turn set
     calls: int = 0
+
+    def asking(self, message_id: str) -> Inbound | None:
+        """The batch message the call names; a lone message needs no naming. None: not one of the batch's."""
+        people = [m for m in self.batch if m.sender_type == "user" or not m.sender_type]
+        if message_id:
+            return next((m for m in people if m.message_id == message_id), None)
+        return people[0] if len(people) == 1 else None
+
+
+def caps(rt: Runtime) -> Caps:
+    s = rt.settings
+    return Caps(route=s.followups_per_route, person=s.followups_per_person,
+                route_person=s.followups_per_route_person, total=s.followups_max_pending)
 
 
 def schedule(rt: Runtime, ctx: FollowupContext, args: dict[str, Any]) -> str:
@@ -51,27 +72,57 @@ def schedule(rt: Runtime, ctx: FollowupContext, args: dict[str, Any]) -> str:
     what = " ".join(str(args.get("what") or "").split())[:WHAT_CHARS]
     if not what:
         return "not set: say what to follow up on"
+    m = ctx.asking(str(args.get("message_id") or "").strip())
+    if m is None:
+        return "not set: message_id must be the batch message asking for it, one of: " + ", ".join(
+            f"{x.message_id} (from {x.sender_id})" for x in ctx.batch)
     now = rt.clock.now()
     try:
-        when = parse_when(str(args.get("when") or ""), datetime.fromtimestamp(now, rt.settings.tz))
-    except WhenError as exc:
+        when = read_instant(str(args.get("at") or ""), datetime.fromtimestamp(now, rt.settings.tz))
+    except InstantError as exc:
         return f"not set: {exc}"
-    m = ctx.asker
+    said = " ".join(str(args.get("said") or "").split())[:SAID_CHARS]
     t = Timer(id=followup_id(ctx.rk, ctx.batch_id, n), kind=FOLLOWUP, route_key=ctx.rk, due=when.at.timestamp(),
               chat_id=m.chat_id, thread_id=m.thread_id or "", item_id=ctx.item_id, what=what,
-              understood=when.understood, created_by=m.sender_id, created_at=now, source_message_id=m.message_id,
-              source_time_ms=_ms(m.create_time, now), gen=ctx.gen)
-    added = rt.timers.add(t, cap=rt.settings.followups_per_route, now=now)
-    if added == -1:
-        return f"not set: this conversation already has {rt.settings.followups_per_route} pending follow-ups " \
-               "(see /followups; /cancel <id> removes one)"
+              understood=when.understood, said=said, created_by=m.sender_id, created_at=now,
+              source_message_id=m.message_id, root_id=m.root_id or "", source_time_ms=_ms(m.create_time, now),
+              gen=ctx.gen)
+    added = rt.timers.add(t, caps=caps(rt), now=now, fence_gen=True)
+    if added < 0:
+        metrics.count(rt.state, rt.keys, "followups", f"refused_{REFUSED[added]}")
+        return refusal(rt, added)
     if added == 1:
         metrics.count(rt.state, rt.keys, "timers_set", FOLLOWUP)
         log.info("follow-up set", extra={"route_key": ctx.rk, "reason": t.id, "message_id": m.message_id})
-    else:  # a rerun of the turn: the timer the first run set stands, whatever this run's model read
+    else:  # a rerun of the turn: the timer the first run set stands, whatever this run's model resolved
         t = rt.timers.get(t.id) or t
-    ctx.set.append({"id": t.id, "when": t.understood})
-    return f"set: follow-up {t.id} at {t.understood} ({rt.settings.bot_timezone}) — {t.what}"
+    ctx.set.append({"id": t.id, "when": t.understood, "by": t.created_by})
+    return f"set: follow-up {t.id} for {t.created_by} at {t.understood} ({rt.settings.bot_timezone}) — {t.what}"
+
+
+def void_turn(rt: Runtime, rk: str, batch_id: str) -> list[str]:
+    """A turn a user reset overtook never answers: the follow-ups it set (their ids are its own) are cancelled,
+    since nobody was told of them. Once per batch, like /reset's own cancel."""
+    ids = [followup_id(rk, batch_id, n) for n in range(MAX_PER_TURN)]
+    done = rt.timers.cancel_many(rk, ids, rt.keys.sent(rk, batch_id), "followups_voided", "superseded",
+                                 rt.clock.now())
+    if done:
+        metrics.count(rt.state, rt.keys, "timers_cancelled", "superseded", n=len(done))
+    return done
+
+
+def refusal(rt: Runtime, code: int) -> str:
+    s = rt.settings
+    return {
+        -1: f"not set: this conversation already has {s.followups_per_route} pending follow-ups "
+            "(see /followups; /cancel <id> removes one)",
+        -2: f"not set: this person already has {s.followups_per_person} pending follow-ups across all chats "
+            "(/followups shows those here; /cancel <id> removes one)",
+        -3: f"not set: this person already has {s.followups_per_route_person} pending follow-ups in this "
+            "conversation (see /followups; /cancel <id> removes one)",
+        -4: "not set: the assistant holds too many pending reminders right now; try again later",
+        -5: "not set: the conversation was reset meanwhile",
+    }[code]
 
 
 def _ms(create_time: str | None, now: float) -> int:
@@ -82,4 +133,7 @@ def footer(ctx: FollowupContext | None, sample: str) -> str:
     """The reply's line naming each follow-up this turn set, with the time as understood."""
     if ctx is None or not ctx.set:
         return ""
+    if len({m.sender_id for m in ctx.batch}) > 1:  # several people spoke: say whose each one is (a mention)
+        return "\n".join(say("followup_set_for", sample, who=f"@{s['by']}", when=s["when"], id=s["id"])
+                         for s in ctx.set)
     return "\n".join(say("followup_set", sample, when=s["when"], id=s["id"]) for s in ctx.set)

@@ -6,6 +6,7 @@ import html
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
+from datetime import datetime
 from typing import Any
 
 from bot import metrics
@@ -18,6 +19,7 @@ from jobs.items import approvals
 from jobs.items import context as item_context
 from jobs.runtime import Runtime
 from jobs.timers import tool
+from jobs.timers.instant import now_line
 from jobs.timers.tool import FollowupContext
 from jobs.turn import evidence, progress, recall, rotation
 from jobs.turn.batch_content import batch_content
@@ -61,7 +63,7 @@ def _answer_for(rt: Runtime, route_key: str, kind: str, batch_id: str, batch_tex
     system = _system(rt, scope)
     prepared = rotation.prepare(rt, route_key, session_id, items.block + materials.block + batch_text, fence, system,
                                 tools, images, owner)  # may rotate
-    followups = FollowupContext(route_key, batch_id, batch[-1], owner[1] if owner else 0,
+    followups = FollowupContext(route_key, batch_id, list(batch), owner[1] if owner else 0,
                                 item_id=items.item.item_id if items.item else "") if batch else None
     with shutdown.interruptible():  # the model may call read-only recall tools (jobs/turn/recall.py)
         talk = recall.converse(rt, route_key, prepared.session_id, system, prepared.messages, tools,
@@ -191,7 +193,8 @@ def run_turn(rt: Runtime, route_key: str, kind: str, batch: Sequence[Inbound], b
     content = batch_content(rt, batch)  # forwarded bundles, images, files: fetched by the worker
     batch_text = format_batch(batch, _spilled(rt, route_key, batch, content.bodies))
     # Related discussion goes into this request only; the session log keeps just the batch.
-    request_text = _related(rt, kind, batch) + batch_text
+    now = datetime.fromtimestamp(rt.clock.now(), rt.settings.tz)  # the model resolves "3点" against it
+    request_text = _related(rt, kind, batch) + batch_text + "\n" + now_line(now)
     shown.head_start()
     people = _people(rt, batch)
     card = Stream(rt, route_key, batch_id, last.message_id, chat_id=last.chat_id, in_thread=kind == "topic",
@@ -201,12 +204,17 @@ def run_turn(rt: Runtime, route_key: str, kind: str, batch: Sequence[Inbound], b
                                  batch, owner, on_text=card.feed if card.on else None)
     except Superseded:  # a user reset overtook the turn: its answer never comes; the lease is still this run's
         card.abandon(say("stream_abandoned", last.text), fence=lambda: True)
+        tool.void_turn(rt, route_key, batch_id)  # nobody was told of its follow-ups: they do not stand
         raise
     answer = completion.text or say("empty_answer", batch[-1].text)
     # The log keeps `answer` (the Markdown source); only the posted messages are rendered.
-    reply_ids = card.finish(answer) or rt.outbox.reply(
-        route_key, batch_id, last.message_id, answer, chat_id=last.chat_id, in_thread=kind == "topic", fence=fence,
-        people=people, uuid_key=card.reply_key)
+    try:
+        reply_ids = card.finish(answer) or rt.outbox.reply(
+            route_key, batch_id, last.message_id, answer, chat_id=last.chat_id, in_thread=kind == "topic",
+            fence=fence, people=people, uuid_key=card.reply_key)
+    except Superseded:
+        tool.void_turn(rt, route_key, batch_id)
+        raise
     shown.done()
     proposals = (completion.recall or {}).get("proposals") or []
     item = item_context.own_item(rt, kind, batch) if proposals else None

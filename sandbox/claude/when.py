@@ -1,4 +1,8 @@
-"""Reads the time people give for a reminder ("周三上午", "后天上午十点", "2小时后", "tomorrow 3pm"). Pure.
+"""The stand-in model's reading of the times people give ("周三上午", "后天上午十点", "3点", "tomorrow 3pm"). Pure.
+
+The service does not read phrases: the model resolves them into an ISO 8601 instant for schedule_followup
+(jobs/timers/instant.py). This is how the offline stand-in does that, as a careful colleague would: a bare
+"3点" said at 09:00 is 15:00 today, not 03:00 tomorrow.
 
 `parse_when(text, now)` returns an aware datetime in now's timezone and how it was read, or raises WhenError
 whose message is a short polite Chinese explanation for the user. Hours and minutes from now are elapsed time;
@@ -461,9 +465,19 @@ class _Reader:
         if day is not None:
             return _local(day, hour, minute, tz, second, micro)
         at = _local(self.today, hour, minute, tz, second, micro)
+        if _gap(at, self.now) < MIN_AHEAD and self._bare_hour(hour):  # "3点" said at 09:00: a colleague means 15:00
+            afternoon = _local(self.today, hour + 12, minute, tz, second, micro)
+            if _gap(afternoon, self.now) >= MIN_AHEAD:
+                return afternoon
         if _gap(at, self.now) < MIN_AHEAD:
             at = _local(self.today + timedelta(days=1), hour, minute, tz, second, micro)
         return at
+
+    def _bare_hour(self, hour: int) -> bool:
+        """A clock hour 1-11 said with no a.m./p.m. and no part of the day: it may mean either half."""
+        if self.clock is None or self.clock[3] is not None or self.part is not None or ":" in self.clock[0]:
+            return False  # "13:00" and "1:45" are 24-hour times
+        return 1 <= hour <= 11
 
     def _the_day(self) -> date | None:
         if not self.dates:
