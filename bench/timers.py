@@ -53,7 +53,7 @@ from chaos.measure import wait_idle
 from chaos.procs import Service
 from chaos.stack import APP_ID, BIN, Stack
 from jobs.timers.model import FOLLOWUP, TRIAGE, Timer, followup_id
-from jobs.timers.store import Timers
+from jobs.timers.store import Caps, Timers
 from jobs.triage.buffer import topic_route
 from jobs.triage.filter import worth_triage
 from jobs.triage.protocol import SYSTEM_MARKER, request_text
@@ -209,7 +209,7 @@ def timer_case(stack: Stack, n: int, sweepers: int, window: float, lead: float) 
         timers = make_timers(profile, n, start, window)
         before = used(r)
         t0 = time.monotonic()
-        added = sum(store.add(t, cap=20, now=time.time()) for t in timers)
+        added = sum(store.add(t, caps=Caps(route=20), now=time.time()) for t in timers)
         add_s = time.monotonic() - t0
         after = used(r)
         left_to_first = start - time.time()

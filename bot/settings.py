@@ -153,7 +153,10 @@ class Settings(BaseSettings):
     triage_post_period_seconds: float = Field(86400.0, gt=0)  # at most one unasked message per topic per period
     triage_budget_tokens: int = Field(2000, ge=300)  # input tokens of one triage request
     timer_check_seconds: float = Field(0.5, gt=0, le=5)  # how often the sweeper looks for due timers
-    followups_per_route: int = Field(20, ge=1)  # pending follow-ups one route may hold
+    followups_per_route: int = Field(50, ge=1)  # pending follow-ups one route may hold
+    followups_per_route_person: int = Field(10, ge=1)  # ... of them one person's (nobody fills a shared topic)
+    followups_per_person: int = Field(50, ge=1)  # pending follow-ups one person may hold across every route
+    followups_max_pending: int = Field(100_000, ge=1)  # pending timers of the whole deployment (/readyz shows it)
     # The service clock's offset (`python -m sandbox clock +2d`) is honoured in sandbox mode; tests and staging
     # rigs against emulators may turn it on. Never in production: it moves every timer.
     clock_adjustable: bool = False

@@ -37,6 +37,15 @@ TEXTS = {
         "zh": "这里待发的 {n} 个跟进提醒已一并取消。",
         "en": "{n} pending follow-up(s) here were cancelled too.",
     },
+    "reset_followups_told": {
+        "zh": "{who} 你设的提醒（{what}）随重置取消了，需要的话请重新设。",
+        "en": "{who} your follow-up ({what}) was cancelled by the reset; set it again if you still need it.",
+    },
+    "reset_followups_kept": {
+        "zh": "同事设的 {n} 个跟进提醒仍保留（只有设提醒的人、事项负责人或提出人、管理员可以取消）。",
+        "en": "{n} follow-up(s) colleagues set are kept (only whoever set one, the item's owner or reporter, "
+              "or an admin may cancel it).",
+    },
     "followups_none": {
         "zh": "这里没有待发的跟进提醒。",
         "en": "No pending follow-ups here.",
@@ -53,6 +62,10 @@ TEXTS = {
         "zh": "已取消提醒 {id}（{when}：{what}）。",
         "en": "Cancelled follow-up {id} ({when}: {what}).",
     },
+    "cancel_done_other": {
+        "zh": "已取消 {who} 设的提醒 {id}（{when}：{what}）。",
+        "en": "Cancelled {who}'s follow-up {id} ({when}: {what}).",
+    },
     "cancel_unknown": {
         "zh": "这里没有编号为 {id} 的待发提醒，发送 /followups 查看。",
         "en": "There is no pending follow-up {id} here. Send /followups to see them.",
@@ -68,6 +81,10 @@ TEXTS = {
     "followup_set": {
         "zh": "（已设提醒：{when} · 编号 {id}）",
         "en": "(Follow-up set: {when} · id {id})",
+    },
+    "followup_set_for": {
+        "zh": "（已为 {who} 设提醒：{when} · 编号 {id}）",
+        "en": "(Follow-up set for {who}: {when} · id {id})",
     },
     "status": {
         "zh": "会话 {session_id}（上一个：{parent_id}）\n代数 {generation} · 已用 {tokens_in} 输入 / "

@@ -273,8 +273,12 @@ class Keys:
         return f"{self.prefix}:timers:due"
 
     def timers_of(self, rk: str) -> str:
-        """ZSET timer id → due time: a route's timers (pending and recently ended)."""
+        """ZSET timer id → due time: a route's pending timers."""
         return f"{self.prefix}:timers:route:{{{route_tag(rk)}}}"
+
+    def timers_of_person(self, open_id: str) -> str:
+        """ZSET follow-up id → due time: the pending follow-ups one person set, across every route (a cap)."""
+        return f"{self.prefix}:timers:person:{open_id}"
 
     def timers_by_source(self, message_id: str) -> str:
         """SET of the follow-ups one request message created (a recall cancels them); expires after they are due."""

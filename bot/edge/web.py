@@ -62,7 +62,8 @@ def readyz() -> tuple[Response, int]:
     lacking = bool(preflight and preflight.get("missing"))
     ha = _redis_ha(i)
     ha_bad = bool(ha and ha.get("problems"))
-    status = "degraded" if paused or unsafe or table_bad or off or lacking or ha_bad else "ready"
+    full = timers >= i.settings.followups_max_pending  # new follow-ups are refused until some fire or end
+    status = "degraded" if paused or unsafe or table_bad or off or lacking or ha_bad or full else "ready"
     return jsonify(status=status, redis=True, paused=paused, redis_checks=checks, dead_letters=dead,
                    bitable=table or None, capabilities_off=off, preflight=preflight, redis_ha=ha,
                    always_on=_always_on(i.settings, timers, first_due)), 200
@@ -74,6 +75,9 @@ def _always_on(s: Settings, pending: int, first_due: list[tuple[str, float]]) ->
         "timezone": s.bot_timezone,
         "timers_pending": pending,
         "next_due": first_due[0][1] if first_due else None,
+        "followups": {"max_pending": s.followups_max_pending, "at_bound": pending >= s.followups_max_pending,
+                      "per_route": s.followups_per_route, "per_route_person": s.followups_per_route_person,
+                      "per_person": s.followups_per_person},
         "digest": {"chats": list(s.digest_chats), "cron": s.digest_cron, "on": bool(s.digest_chats)},
         "triage": {"chats": list(s.triage_chats), "model": s.triage_model or s.anthropic_model,
                    "quiet_seconds": s.triage_quiet_seconds, "post_period_seconds": s.triage_post_period_seconds,

@@ -29,9 +29,11 @@ class Timer:
     item_id: str = ""
     what: str = ""
     understood: str = ""  # the time as the reply stated it
+    said: str = ""  # the asker's own words for the time ("3点"), for display only
     created_by: str = ""
     created_at: float = 0.0
     source_message_id: str = ""  # the request that set it (a recall cancels it); replies go under it
+    root_id: str = ""  # the topic's root message, where a reminder goes when the request is gone
     source_time_ms: int = 0  # Feishu's create_time of that request: "the thread since the timer was set"
     gen: int = 0  # the route's generation when set: a later /reset makes it void
     state: str = PENDING
@@ -69,9 +71,9 @@ def followup_id(route_key: str, batch_id: str, n: int) -> str:
     return "f_" + hashlib.sha256(f"{route_key}|{batch_id}|{n}".encode()).hexdigest()[:10]
 
 
-def digest_id(chat_id: str, date: str) -> str:
-    """One digest per chat and (local) date."""
-    return f"dg_{chat_id}_{date}"
+def digest_id(chat_id: str, slot: str) -> str:
+    """One digest per chat and cron slot ("2026-12-01T0900", local): two slots a day are two digests."""
+    return f"dg_{chat_id}_{slot}"
 
 
 def triage_id(route_key: str, period: int) -> str:

@@ -66,21 +66,22 @@ def _shared(rk: str, message: Inbound) -> bool:
 
 def answer_command(rt: Runtime, rk: str, message: Inbound, command: str, state: RouteState, batch_id: str,
                    fence: Callable[[], bool], dropped: int) -> None:
+    people: dict[str, str] = {}
     if command == "reset":
         text = say("reset_done_shared" if _shared(rk, message) else "reset_done", message.text)
         if dropped:
             text += "\n" + say("reset_dropped", message.text, n=dropped)
-        cancelled = timer_commands.cancel_on_reset(rt, rk, batch_id)
-        if cancelled:
-            text += "\n" + say("reset_followups", message.text, n=cancelled)
+        followups = timer_commands.on_reset(rt, rk, message, batch_id)
+        text, people = "\n".join(p for p in (text, followups.text) if p), followups.people
     elif command == FOLLOWUPS:
         text = timer_commands.list_text(rt, rk, message)
     elif command == CANCEL:
-        text = timer_commands.cancel_text(rt, rk, message)
+        said = timer_commands.cancel_text(rt, rk, message)
+        text, people = said.text, said.people
     else:
         text = status_text(rt, rk, message, state)
     rt.outbox.reply(rk, batch_id, message.message_id, text, chat_id=message.chat_id,
-                    in_thread=kind_of(rk) == "topic", fence=fence)
+                    in_thread=kind_of(rk) == "topic", fence=fence, people=people or None)
 
 
 def status_text(rt: Runtime, rk: str, message: Inbound, state: RouteState) -> str:
