@@ -266,7 +266,7 @@ def digest(ctx: Context, plan: Plan, timeout: float) -> None:
     """Each digest chat's timer for 09:30 on t0's day, set by the schedulers themselves."""
     timers = Timers(ctx.stack.r, ctx.stack.keys)
     for c, chat in enumerate(plan.digest_chats):
-        wanted = digest_id(chat, plan.t0.strftime("%Y-%m-%d"))
+        wanted = digest_id(chat, plan.t0.replace(hour=9, minute=30).strftime("%Y-%m-%dT%H%M"))
         deadline = time.monotonic() + timeout
         while (t := timers.get(wanted)) is None and time.monotonic() < deadline:
             time.sleep(0.2)

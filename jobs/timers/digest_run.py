@@ -1,7 +1,7 @@
 """A digest run: the chat's open items, read fresh from Bitable, posted as one card — or nothing when none.
 
 It is a run of the chat's digest route (`feishu:<profile>:digest:<chat_id>`): leased, retried with backoff,
-dead-lettered like any other. Its timer id names the chat and the local date, the card's send is keyed by
+dead-lettered like any other. Its timer id names the chat and the cron slot (local), the card's send is keyed by
 that id (the outbox ledger, then Feishu's uuid window), so a rerun or a second scheduler posts it once.
 """
 
@@ -33,7 +33,7 @@ def run_digest(rt: Runtime, rk: str, t: Timer, batch_id: str, fence: Callable[[]
     rows = _with_talk(rt, open_items(rt.bitable, t.chat_id, s.item_closed_statuses))
     if not rows:
         return _done(rt, rk, t, "nothing posted: no open items", "empty")
-    label = datetime.fromtimestamp(t.due, s.tz).strftime("%m月%d日")
+    label = datetime.fromtimestamp(t.due, s.tz).strftime("%m月%d日 %H:%M")
     card = digest_card(rows, now_ms=int(now * 1000), tz=s.tz, date_label=label)
     message_id = rt.outbox.post_card(rk, f"digest-{t.id}", t.chat_id, card, fence=fence)
     return _done(rt, rk, t, f"posted {message_id} with {len(rows)} open items", "posted")

@@ -69,6 +69,8 @@ def _push(rt: Runtime, due: list[tuple[str, float]], now: float) -> int:
 
 
 _last_slot: dict[str, float] = {}  # cron → the slot this process last made sure of (one ADD per chat per slot)
+# One digest per chat and cron slot ("0 9,17 * * 1-5": two a day), its id the slot's local wall time: a slot
+# made sure of twice (two sweepers, a restart, a DST-repeated hour) is the same timer.
 
 
 def ensure_digests(rt: Runtime, now: float | None = None) -> int:
@@ -84,7 +86,8 @@ def ensure_digests(rt: Runtime, now: float | None = None) -> int:
     added = 0
     for chat_id in s.digest_chats:
         rk = digest_route(s.bot_profile, chat_id)
-        t = Timer(id=digest_id(chat_id, slot.strftime("%Y-%m-%d")), kind=DIGEST, route_key=rk, due=slot.timestamp(),
+        t = Timer(id=digest_id(chat_id, slot.strftime("%Y-%m-%dT%H%M")), kind=DIGEST, route_key=rk,
+                  due=slot.timestamp(),
                   chat_id=chat_id, what="digest", understood=slot.strftime("%Y-%m-%d %H:%M"), created_by="",
                   created_at=at)
         if rt.timers.add(t, now=at) == 1:
