@@ -9,6 +9,7 @@ the supervisor starts extra workers at once, up to WORKER_MAX per host. An extra
 after WORKER_IDLE_SECONDS without a job and is not replaced; under light steady load, where RQ hands jobs
 to the idle workers in turn so none is ever idle that long, the supervisor asks the surplus to retire
 after their current job. WORKER_CONCURRENCY=N instead keeps a fixed N workers per queue, as before.
+Workers die with their supervisor (die_with), even when it is SIGKILLed: no orphaned pool survives it.
 
 Workers are forked from this supervisor after the heavy imports, a no-network warm-up of the SDKs
 (jobs/warmup.py) and `gc.freeze()`, so their pages and their work-horses' stay shared (copy-on-write):
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import gc
 import logging
 import math
@@ -28,6 +30,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from multiprocessing.process import BaseProcess
@@ -97,9 +100,36 @@ class RouteWorker(Worker):
         return result
 
 
-def run_one(settings: Settings, queue_name: str, url: str, name: str, idle_seconds: float | None = None) -> None:
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def die_with(parent: int) -> None:
+    """This worker ends when its supervisor ends, however the supervisor ends (SIGKILL included): the kernel
+    sends SIGTERM (a warm stop: a busy horse hands its route over) when the parent dies, so a restarted
+    supervisor never starts a second pool beside orphans re-parented to PID 1. Elsewhere than Linux a thread
+    watches the parent instead."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG)")
+    except (OSError, AttributeError):
+        threading.Thread(target=_watch_parent, args=(parent,), daemon=True, name="parent-watch").start()
+    if os.getppid() != parent:  # the supervisor died before the line above took effect
+        os._exit(0)
+
+
+def _watch_parent(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(1.0)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def run_one(settings: Settings, queue_name: str, url: str, name: str, idle_seconds: float | None = None,
+            parent: int = 0) -> None:
     """One RQ worker (a forked child of the supervisor). `idle_seconds`: exit after that long without a job."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # RQ installs its own handlers in work()
+    if parent:
+        die_with(parent)
     signal.signal(RETIRE_SIGNAL, signal.SIG_IGN)  # until work() installs RouteWorker's
     logs.setup(settings.log_level)
     runtime.configure(settings)
@@ -156,7 +186,8 @@ class Supervisor:
     # -- processes ---------------------------------------------------------------------------------------
 
     def _fork(self, queue: str, name: str, idle_seconds: float | None) -> BaseProcess:
-        proc = self.ctx.Process(target=run_one, args=(self.settings, queue, self.url, name, idle_seconds), name=name)
+        proc = self.ctx.Process(target=run_one, args=(self.settings, queue, self.url, name, idle_seconds, os.getpid()),
+                                name=name)
         if self.freeze:
             gc.freeze()  # O(1): whatever the supervisor allocated since the last fork joins the shared pages
         proc.start()
