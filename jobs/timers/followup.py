@@ -1,12 +1,12 @@
 """A follow-up firing: read the current state, then post one short message, or nothing and say why in the log.
 
 The run is an ordinary run of the route that set the follow-up (leased, fenced, retried, dead-lettered).
-Cheap checks first, no model call: a /reset since it was set voids it; a recalled request voids it; a
-closed item needs no reminder. Otherwise one small request shows the model what the follow-up was for,
-the record as it is now and what the topic said since the request, and the model answers whether a
-reminder is still needed and its text. The decision is stored per batch, so a rerun posts the same text
-once (keyed by the timer and its due time: the outbox's ledger and Feishu's uuid window, also for an admin's
-replay of a dead-lettered run) or, again, nothing.
+Cheap checks first, no model call: a recalled request voids it; a closed item needs no reminder (a /reset
+cancels at once the follow-ups the resetter may cancel, jobs/timers/commands.py). Otherwise one small request
+shows the model what the follow-up was for, the record as it is now and what the topic said since the
+request, and the model answers whether a reminder is still needed and its text. The decision is stored per
+firing, so a rerun posts the same text once (keyed by the timer and its due time: the outbox's ledger and
+Feishu's uuid window, also for an admin's replay of a dead-lettered run) or, again, nothing.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from typing import Any
 
 from bitable.client import Record
 from bot import metrics
+from bot.errors import Permanent
 from jobs.runtime import Runtime
 from jobs.timers.model import Timer
 from jobs.turn.outbox import BATCH_CACHE_TTL_S
@@ -63,12 +64,50 @@ def fire_followup(rt: Runtime, rk: str, t: Timer, batch_id: str, fence: Callable
     if not check.post:
         return _done(rt, rk, t, f"nothing posted: {check.why or 'no longer needed'}", "skipped")
     text = f'<at user_id="{t.created_by}"></at> {check.text}' if t.created_by.startswith("ou_") else check.text
-    # Keyed by the firing, not the batch: a replay of a dead-lettered run (a new batch) finds what was sent in
-    # the firing's ledger, and a post Feishu applied despite the errors is the same uuid, not a second reminder.
-    ids = rt.outbox.reply(rk, run_key(t), t.source_message_id, text, chat_id=t.chat_id,
-                          in_thread=kind_of(rk) == "topic", fence=fence,
-                          people={t.created_by: ""} if t.created_by else None)
+    try:
+        ids = post(rt, rk, t, text, fence)
+    except Permanent as exc:
+        gone = GONE.get(str(exc.code))
+        if gone is None:
+            raise
+        return _done(rt, rk, t, f"nothing posted: {gone}", "gone")
     return _done(rt, rk, t, f"posted {','.join(ids)}", "posted")
+
+
+# Where the reminder cannot go, and nothing else would do: said in the timer's note, never dead-lettered.
+GONE = {"230019": "the topic no longer exists", "232009": "the chat was dissolved",
+        "230002": "the bot is no longer in the chat"}
+REQUEST_GONE = {"230011", "231003"}  # the request was recalled or deleted (and no recall event reached us)
+NO_THREAD_REPLIES = "230071"
+
+
+def post(rt: Runtime, rk: str, t: Timer, text: str, fence: Callable[[], bool]) -> list[str]:
+    """The reminder under its request; where that fails for good, the next best place (feishu.md §3.5): the topic's
+    root when the request is gone (never a new top-level post in a topic: it would open a new topic), the chat
+    when a group or private chat's request is gone, a plain reply when the chat takes no replies in a thread.
+    Keyed by the firing, not the batch: a replay of a dead-lettered run (a new batch) finds what was sent in the
+    firing's ledger, and a post Feishu applied despite the errors is the same uuid, not a second reminder."""
+    people = {t.created_by: ""} if t.created_by else None
+    topic = kind_of(rk) == "topic"
+
+    def reply(target: str, key: str, in_thread: bool) -> list[str]:
+        return rt.outbox.reply(rk, key, target, text, chat_id=t.chat_id, in_thread=in_thread, fence=fence,
+                               people=people)
+
+    try:
+        return reply(t.source_message_id, run_key(t), topic)
+    except Permanent as exc:
+        code = str(exc.code)
+        if code == NO_THREAD_REPLIES:
+            return reply(t.source_message_id, run_key(t) + "-flat", False)
+        if code not in REQUEST_GONE:
+            raise
+        log.info(f"follow-up {t.id}: its request is gone ({code}): posting beside it", extra={"route_key": rk})
+        if topic:
+            if not t.root_id or t.root_id == t.source_message_id:
+                raise Permanent("the topic's root is gone too", source="feishu", code="230019") from exc
+            return reply(t.root_id, run_key(t) + "-root", True)
+        return rt.outbox.post(rk, run_key(t) + "-chat", t.chat_id, text, fence=fence, people=people)
 
 
 def run_key(t: Timer) -> str:
@@ -84,8 +123,9 @@ def _done(rt: Runtime, rk: str, t: Timer, note: str, outcome: str) -> str:
 
 
 def _void(rt: Runtime, rk: str, t: Timer, state: RouteState) -> str:
-    if t.gen != state.generation:
-        return "the conversation was reset since it was set"
+    """Cheap reasons for silence. Not the route's generation: a /reset cancels what the resetter may cancel and
+    keeps the rest (jobs/timers/commands.py), and a route's state expires after ROUTE_RETENTION_DAYS while a
+    follow-up may be a year ahead — it must still fire then."""
     if t.source_message_id and withdrawn.any_recalled(rt.state, rt.keys, rk, [t.source_message_id]):
         return "the request that set it was recalled"
     return ""

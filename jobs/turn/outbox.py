@@ -141,6 +141,24 @@ class Outbox:
         self.record(ledger, uid, message_id)
         return message_id
 
+    def post(self, route_key: str, key: str, chat_id: str, text: str, *, fence: Callable[[], bool],
+             people: Mapping[str, str] | None = None) -> list[str]:
+        """Post `text` (rendered) as new messages in a chat, once per (route, key, chunk), like `reply` does for
+        replies: for when there is nothing left to reply to (a follow-up whose request was recalled)."""
+        sent = []
+        ledger = self.k.sent(route_key, key)
+        for i, chunk in enumerate(render(text, people, chunk_chars=self.chunk_chars)):
+            uid = reply_uuid(route_key, key, i)
+            done = self.r.hget(ledger, uid)
+            if done is None:
+                done = self._send_new(chat_id, chunk, uid, fence)
+                self.record(ledger, uid, done)
+            sent.append(str(done))
+        return sent
+
+    def _send_new(self, chat_id: str, chunk: Chunk, uid: str, fence: Callable[[], bool]) -> str:
+        return self._paced(chat_id, fence, lambda: self.feishu.send(chat_id, chunk.msg_type, chunk.content, uuid=uid))
+
     def patch(self, message_id: str, card: dict[str, Any], *, chat_id: str, fence: Callable[[], bool]) -> None:
         """Replace a card in place (idempotent: the same card twice shows the same thing)."""
         self._paced(chat_id, fence, lambda: self.feishu.patch_card(message_id, card), api="patch")

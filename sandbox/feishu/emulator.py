@@ -147,6 +147,18 @@ class FeishuEmulator(Controls, DocControls, CardKitControls, ItemsApi, LoopbackS
         """The sender recalls a message: GET shows it deleted, a reply to it fails with 230011."""
         self.store.recall(message_id)
 
+    def dissolve_chat(self, chat_id: str) -> None:
+        """The group is dissolved: sends and replies into it fail with 232009."""
+        self.store.dissolve_chat(chat_id)
+
+    def remove_topic(self, thread_id: str) -> None:
+        """The topic is gone: replies inside it fail with 230019."""
+        self.store.remove_topic(thread_id)
+
+    def forbid_thread_replies(self, chat_id: str) -> None:
+        """Replies with reply_in_thread=true into this chat fail with 230071."""
+        self.store.forbid_thread_replies(chat_id)
+
     def add_forward(
         self, message_id: str | None, chat_id: str, children: list[dict[str, Any]], *,
         sender_open_id: str = "ou_user", chat_mode: str = "group", thread_id: str | None = None,

@@ -39,6 +39,8 @@ MESSAGES = {
     230025: "The length of the message content reaches its limit.",
     230031: "The message is more than 14 days old and cannot be updated.",
     231003: "The message is not found, maybe not exist or deleted.",
+    230071: "The chat does not support replying in a thread.",
+    232009: "The chat has been dissolved.",
     232011: "Operator can NOT be out of the chat.",
     234001: "Invalid request param.",
     234003: "File not in message.",

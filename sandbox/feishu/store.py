@@ -66,6 +66,7 @@ class FeishuStore(CardsAndPeople, MessageReads, Reactions):
             self.card_history: dict[str, list[str]] = {}  # message_id → card JSON strings, as sent then patched
             self.subscriptions: list[dict[str, str]] = []
             self.reactions: dict[str, list[dict[str, Any]]] = {}  # message_id → reactions, removed ones kept
+            self.gone_threads: set[str] = set()  # topics removed (230019)
             self._last_ms = 0
 
     # -- tokens -------------------------------------------------------------------------------------
@@ -240,6 +241,8 @@ class FeishuStore(CardsAndPeople, MessageReads, Reactions):
                 raise FeishuError(231003)
             if target.get("deleted"):
                 raise FeishuError(230011)  # replying to a recalled message (feishu.md §3.5)
+            self._reachable(target["chat_id"], target.get("thread_id"),
+                            in_thread=isinstance(body, dict) and body.get("reply_in_thread") is True)
             validate_send(body, raw_size)
             original = self._dedupe(body.get("uuid"))
             if original is not None:
@@ -260,12 +263,37 @@ class FeishuStore(CardsAndPeople, MessageReads, Reactions):
                 raise FeishuError(99992402, "field validation failed: receive_id_type")
             validate_send(body, raw_size)
             chat_id = self._resolve_chat(receive_id_type, body.get("receive_id"))
+            self._reachable(chat_id, None, in_thread=False)
             original = self._dedupe(body.get("uuid"))
             if original is not None:
                 return original
             # A top-level post in a topic group or thread-mode group opens a new topic.
             thread_id = new_id("omt_", 8) if self._threaded_chat(chat_id) else None
             return self._send(chat_id, body, thread_id=thread_id)
+
+    def dissolve_chat(self, chat_id: str) -> None:
+        """The group is dissolved: sends and replies into it fail with 232009 (feishu.md §3.5)."""
+        with self.lock:
+            self.chats.setdefault(chat_id, {"chat_id": chat_id})["chat_status"] = "dissolved"
+
+    def remove_topic(self, thread_id: str) -> None:
+        """The topic is gone (its root deleted without trace): replies inside it fail with 230019."""
+        with self.lock:
+            self.gone_threads.add(thread_id)
+
+    def forbid_thread_replies(self, chat_id: str) -> None:
+        """A chat that does not take replies in a thread: reply_in_thread=true fails with 230071."""
+        with self.lock:
+            self.chats.setdefault(chat_id, {"chat_id": chat_id})["no_thread_replies"] = True
+
+    def _reachable(self, chat_id: str, thread_id: str | None, *, in_thread: bool) -> None:
+        chat = self.chats.get(chat_id) or {}
+        if chat.get("chat_status") == "dissolved":
+            raise FeishuError(232009)
+        if thread_id and thread_id in self.gone_threads:
+            raise FeishuError(230019)
+        if in_thread and chat.get("no_thread_replies"):
+            raise FeishuError(230071)
 
     def _resolve_chat(self, receive_id_type: str, receive_id: Any) -> str:
         if not isinstance(receive_id, str) or not receive_id:
