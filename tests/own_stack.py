@@ -27,21 +27,27 @@ class OwnStack:
     procs: list[Proc] = field(default_factory=list)
 
     @classmethod
-    def start(cls, env: dict[str, str], workdir: Path, prefix: str, **overrides: str) -> OwnStack:
+    def start(cls, env: dict[str, str], workdir: Path, prefix: str, clock: datetime | None = None,
+              **overrides: str) -> OwnStack:
+        """`clock`: the service clock reads this from before the first process starts (no test step then depends
+        on the real hour or date)."""
         own = {k: v for k, v in {**env, "BOT_PROFILE": unique(prefix), **overrides}.items() if v != ""}  # "" = unset
         stack = cls(WebServer(settings_from(own)), own, workdir)
+        if clock is not None:
+            stack.set_clock(redis.Redis.from_url(own["REDIS_URL"], decode_responses=True), clock)
         stack.start_processes()
         state = redis.Redis.from_url(own["REDIS_URL"], decode_responses=True)
         wait_for(lambda: state.get(stack.keys.bot_open_id), timeout=60, what="the sweeper to learn the bot's id")
         return stack
 
     @classmethod
-    def with_items(cls, env: dict[str, str], workdir: Path, feishu: Any, prefix: str, **overrides: str) -> OwnStack:
+    def with_items(cls, env: dict[str, str], workdir: Path, feishu: Any, prefix: str, clock: datetime | None = None,
+                   **overrides: str) -> OwnStack:
         """A stack with the items table of tests/test_items.py (created first: the sweeper checks it at start)."""
         from tests.test_items import APP, TABLE
 
         feishu.add_table(APP, TABLE)
-        return cls.start(env, workdir, prefix, BITABLE_APP_TOKEN=APP, BITABLE_TABLE_ID=TABLE, **overrides)
+        return cls.start(env, workdir, prefix, clock, BITABLE_APP_TOKEN=APP, BITABLE_TABLE_ID=TABLE, **overrides)
 
     def ready_for_test(self, feishu: Any) -> None:
         """Before each test: the emulator was reset (the table again), and a process a test killed is back."""

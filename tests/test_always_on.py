@@ -1,8 +1,9 @@
 """Digests and quiet triage through the real stack (issue 17 A3, A4).
 
-Digest: at DIGEST_CRON (default weekdays 09:30, BOT_TIMEZONE) each chat of DIGEST_CHATS gets one card listing
-its open items read from Bitable (来源群 = the chat, 状态 not closed); nothing when none are open; once per day,
-also across a restart of every process. A slot the service slept through by more than 12 h is skipped.
+Digest: at each DIGEST_CRON slot (here weekdays 09:30 and 17:30, BOT_TIMEZONE) each chat of DIGEST_CHATS gets one
+card listing its open items read from Bitable (来源群 = the chat, 状态 not closed); nothing when none are open; once
+per slot, also across a restart of every process; an empty slot does not use up the day (issue 23 A6). A slot the
+service slept through by more than 12 h is skipped. The service clock is pinned before the stack starts.
 
 Triage: the labelled set (tests/data/triage_set.jsonl, 200 messages over 12 topics, 9 linked to items) is
 posted into a TRIAGE_CHATS chat without addressing the bot, 9 messages per topic per round, the service clock
@@ -36,6 +37,8 @@ from tests.test_items import APP, TABLE, open_topic, topic_rk
 TZ = ZoneInfo("Asia/Shanghai")
 DATA = Path(__file__).parent / "data"
 DIGEST_CHAT, EMPTY_CHAT, OTHER_CHAT = unique("oc_dg"), unique("oc_dg_empty"), unique("oc_dg_other")
+SLOT_CHAT = unique("oc_dg_slots")
+MONDAY_8 = datetime(2026, 11, 30, 8, 0, tzinfo=TZ)
 TRIAGE_CHAT, QUIET_CHAT = unique("oc_tri"), unique("oc_tri_not_opted")
 QUIET, POST_PERIOD = 300, 600
 PER_ROUND = 9  # messages per topic per quiet period: the set's 16–17 per topic in two rounds
@@ -44,7 +47,8 @@ PER_ROUND = 9  # messages per topic per quiet period: the set's 16–17 per topi
 @pytest.fixture(scope="module")
 def stack(env: dict[str, str], workdir: Path, feishu: Any) -> Iterator[OwnStack]:
     s = OwnStack.with_items(env, workdir, feishu, "ao", WORKER_CONCURRENCY="4", ADMIN_TOKEN="ao-admin",
-                            TIMER_CHECK_SECONDS="0.2", DIGEST_CHATS=f"{DIGEST_CHAT},{EMPTY_CHAT}",
+                            TIMER_CHECK_SECONDS="0.2", DIGEST_CHATS=f"{DIGEST_CHAT},{EMPTY_CHAT},{SLOT_CHAT}",
+                            DIGEST_CRON="30 9,17 * * 1-5", clock=MONDAY_8,
                             TRIAGE_CHATS=TRIAGE_CHAT, TRIAGE_MODEL="claude-haiku-5",
                             TRIAGE_QUIET_SECONDS=str(QUIET), TRIAGE_POST_PERIOD_SECONDS=str(POST_PERIOD))
     yield s
@@ -88,7 +92,7 @@ def test_the_digest_lists_exactly_the_chats_open_items_once_per_day_across_resta
     [first] = wait_for(lambda: _digest_timers(r, stack, DIGEST_CHAT), 60, what="the sweeper's first digest timer")
     stack.add_sweeper()  # two schedulers from here on
     stack.set_clock(r, datetime(2026, 12, 7, 9, 29, 50, tzinfo=TZ))  # a Monday, just before 09:30
-    wait_for(lambda: [t for t in _digest_timers(r, stack, DIGEST_CHAT) if t.id.endswith("2026-12-07")], 30,
+    wait_for(lambda: [t for t in _digest_timers(r, stack, DIGEST_CHAT) if t.id.endswith("2026-12-07T0930")], 30,
              what="Monday's digest timer")
     posted = wait_for(lambda: cards(feishu, DIGEST_CHAT), 30, what="the digest card")
     text = reply_text(posted[0])
@@ -98,14 +102,14 @@ def test_the_digest_lists_exactly_the_chats_open_items_once_per_day_across_resta
     content = posted[0]["body"]["content"]
     assert "ou_owner" in content and "ou_liu" in content  # owners are mentioned
     today = wait_for(lambda: [t for t in _digest_timers(r, stack, DIGEST_CHAT)  # the run notes it after the card
-                              if t.id.endswith("2026-12-07") and t.fired_note], 30, what="the digest run's note")
+                              if t.id.endswith("2026-12-07T0930") and t.fired_note], 30, what="the digest run's note")
     assert today[0].state == "fired" and today[0].fired_note.startswith("posted")
     if first.id < f"dg_{DIGEST_CHAT}_2026-12-06":  # the slot set at real time, slept through by days: skipped
         stale = wait_for(lambda: [t for t in _digest_timers(r, stack, DIGEST_CHAT)
                                   if t.id == first.id and t.fired_note], 30, what="the stale slot's run")
         assert stale[0].fired_note.startswith("nothing posted") and "late" in stale[0].fired_note
     empty = wait_for(lambda: [t for t in _digest_timers(r, stack, EMPTY_CHAT)
-                              if t.id.endswith("2026-12-07") and t.fired_note], 30)
+                              if t.id.endswith("2026-12-07T0930") and t.fired_note], 30)
     assert empty[0].fired_note == "nothing posted: no open items" and not feishu.bot_messages(EMPTY_CHAT)
     assert not feishu.bot_messages(OTHER_CHAT)  # a chat that did not opt in
     time.sleep(1.0)  # both schedulers (every 0.2 s) have passed the slot several times
@@ -114,11 +118,28 @@ def test_the_digest_lists_exactly_the_chats_open_items_once_per_day_across_resta
     later(r, stack, 3600)
     time.sleep(1.5)
     assert len(cards(feishu, DIGEST_CHAT)) == 1
-    # the next weekday morning: the next digest
-    stack.set_clock(r, datetime(2026, 12, 8, 9, 29, 58, tzinfo=TZ))
+    # the next weekday morning: the next digest (Monday's 17:30 slot, slept through by 16 h, is skipped)
+    stack.set_clock(r, datetime(2026, 12, 8, 9, 29, 50, tzinfo=TZ))  # the schedulers (every 1 s) see it before
     wait_for(lambda: len(cards(feishu, DIGEST_CHAT)) == 2, 30, what="Tuesday's digest")
     time.sleep(1.0)
     assert len(cards(feishu, DIGEST_CHAT)) == 2
+
+
+def test_each_cron_slot_of_a_day_gets_its_digest_even_after_an_empty_one(stack, feishu, r) -> None:
+    """Issue 23 A6: `30 9,17 * * 1-5` is two digests a day; a 09:30 slot with nothing open does not use up the day."""
+    feishu.add_chat(SLOT_CHAT)
+    stack.set_clock(r, datetime(2026, 12, 9, 9, 29, 50, tzinfo=TZ))  # a Wednesday, nothing open in the chat yet
+    morning = wait_for(lambda: [t for t in _digest_timers(r, stack, SLOT_CHAT)
+                                if t.id.endswith("2026-12-09T0930") and t.fired_note], 30, what="the 09:30 run")
+    assert morning[0].fired_note == "nothing posted: no open items" and not cards(feishu, SLOT_CHAT)
+    record(feishu, "下午才报上来的问题", SLOT_CHAT, "待处理")
+    stack.set_clock(r, datetime(2026, 12, 9, 17, 29, 55, tzinfo=TZ))
+    [posted] = wait_for(lambda: cards(feishu, SLOT_CHAT), 30, what="the 17:30 digest")
+    assert "下午才报上来的问题" in reply_text(posted) and "17:30" in posted["body"]["content"]
+    time.sleep(1.0)  # the schedulers pass the slot several times
+    assert len(cards(feishu, SLOT_CHAT)) == 1
+    slots = [t.id.rsplit("_", 1)[-1] for t in _digest_timers(r, stack, SLOT_CHAT) if t.state == "fired"]
+    assert {"2026-12-09T0930", "2026-12-09T1730"} <= set(slots)
 
 
 # -- A4: quiet triage on the labelled set -----------------------------------------------------------------------

@@ -222,10 +222,12 @@ def test_cancel_is_for_the_creator_the_items_owner_or_reporter_and_admins(stack,
     first, second, third = sorted(pending(r, stack, rk), key=lambda t: t.due)
     _, refused = ask(stack, feishu, f"/cancel {first.id}", sender_open_id="ou_stranger", **where)
     assert "只有设提醒的人" in refused
-    _, done = ask(stack, feishu, f"/cancel {first.id}", sender_open_id="ou_reporter", **where)
-    assert "已取消提醒" in done and first.id in done
+    env, done = ask(stack, feishu, f"/cancel {first.id}", sender_open_id="ou_reporter", **where)
+    assert "已取消" in done and first.id in done
+    told = json.loads(feishu.replies_to(message_id(env))[0]["body"]["content"])["text"]
+    assert '<at user_id="ou_asker">' in told  # somebody else's follow-up: its creator is told (issue 23 A2)
     _, done = ask(stack, feishu, f"/cancel {second.id}", sender_open_id="ou_admin", **where)
-    assert "已取消提醒" in done
+    assert "已取消" in done
     _, unknown = ask(stack, feishu, "/cancel f_0000000000", sender_open_id="ou_asker", **where)
     assert "没有编号为 f_0000000000" in unknown
     idle(r, stack.keys, rk)

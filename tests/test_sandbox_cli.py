@@ -99,6 +99,8 @@ def test_topic_edit_record_and_approval_through_the_cli(rig, cli, feishu, r) -> 
 def test_a_followup_set_with_say_is_watched_firing_with_clock(rig, cli, r) -> None:
     """Issue 17: `python -m sandbox clock +1d` moves every process's clock and prints what the bot then posts."""
     chat = unique("oc_cli_fu")
+    code, out = cli("clock", "2026-11-30T21:30", "--wait", "0")  # pinned: the test reads alike at any real hour
+    assert code == 0 and "service time: 2026-11-30 21:30" in out, out
     code, out = cli("say", "--chat", chat, "明天上午提醒我看报表")
     assert code == 0 and "已设提醒" in out and "10:00" in out
     code, out = cli("clock", "+1d", "--wait", "20")

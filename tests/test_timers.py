@@ -1,5 +1,6 @@
 """The timer store and the scheduler on the real Redis, without workers: exactly one inbox event per (timer, due)
-whatever the number of schedulers, idempotent adds, per-route caps, a reset's cancel counted once.
+whatever the number of schedulers, idempotent adds, caps (route, person, person on a route, in all), the
+generation fence, a reset's cancel counted once, and the follow-up tool's checks (the asking message, the instant).
 """
 
 from __future__ import annotations
@@ -7,13 +8,18 @@ from __future__ import annotations
 import json
 import threading
 import time
+from dataclasses import replace
+from datetime import datetime
 
+import pytest
 import redis
 
-from bot.edge.envelope import dumps
+from bot.edge.envelope import Inbound, dumps
 from jobs.runtime import Runtime
 from jobs.timers import scheduler
 from jobs.timers.model import FIRED, FOLLOWUP, PENDING, Timer, dedupe_key
+from jobs.timers.store import Caps
+from jobs.timers.tool import FollowupContext, footer, schedule
 from tests.harness import settings_from, unique
 
 
@@ -79,42 +85,128 @@ def test_adds_are_idempotent_capped_per_route_and_a_resets_cancel_counts_once(en
     rt = runtime(env, profile)
     rk = f"feishu:{profile}:p2p:oc_cap"
     later = rt.clock.now() + 3600
-    assert rt.timers.add(followup(1, rk, later), cap=2) == 1
-    assert rt.timers.add(followup(1, rk, later), cap=2) == 0  # a rerun of the turn that set it
-    assert rt.timers.add(followup(2, rk, later), cap=2) == 1
-    assert rt.timers.add(followup(3, rk, later), cap=2) == -1  # the route is full
+    cap = Caps(route=2)
+    assert rt.timers.add(followup(1, rk, later), caps=cap) == 1
+    assert rt.timers.add(followup(1, rk, later), caps=cap) == 0  # a rerun of the turn that set it
+    assert rt.timers.add(followup(2, rk, later), caps=cap) == 1
+    assert rt.timers.add(followup(3, rk, later), caps=cap) == -1  # the route is full
     assert [t.id for t in rt.timers.of_source("om_1")] == ["f_0000000001"]
     ledger = rt.keys.sent(rk, "batch-reset")
-    assert rt.timers.cancel_route(rk, ledger, "followups_cancelled", "reset", time.time()) == 2
-    assert rt.timers.cancel_route(rk, ledger, "followups_cancelled", "reset", time.time()) == 2  # the rerun says 2
+    ids = ["f_0000000001", "f_0000000002", "f_0000000009"]  # one that does not exist
+    assert rt.timers.cancel_many(rk, ids, ledger, "followups_cancelled", "reset", time.time()) == ids[:2]
+    assert rt.timers.cancel_many(rk, ids, ledger, "followups_cancelled", "reset", time.time()) == ids[:2]  # rerun
     assert rt.timers.pending_of(rk) == [] and rt.timers.pending_count() == 0
+    assert rt.timers.pending_of_person("ou_a") == 0  # the person index follows every end
     assert {t.state for t in rt.timers.many(["f_0000000001", "f_0000000002"])} == {"cancelled"}
-    assert rt.timers.add(followup(3, rk, later), cap=2) == 1  # room again
+    assert rt.timers.add(followup(3, rk, later), caps=cap) == 1  # room again
     t = rt.timers.get("f_0000000003")
     assert t is not None and t.state == PENDING
     assert r.ttl(rt.keys.timer("f_0000000001")) > 0  # ended timers expire; pending ones do not
     assert r.ttl(rt.keys.timer("f_0000000003")) == -1
 
 
-def test_a_rerun_of_the_turn_sets_nothing_new_and_states_the_first_runs_time(env, r) -> None:
-    """The tool's timer id is (route, batch, call): a turn rerun after a crash — whose model may read the time
-    differently — finds the first run's timer and the reply states that one."""
-    from bot.edge.envelope import Inbound
-    from jobs.timers.tool import FollowupContext, footer, schedule
+def mine(n: int, rk: str, due: float, who: str) -> Timer:
+    return replace(followup(n, rk, due), id=f"f_{who}_{n:04d}", created_by=who, source_message_id=f"om_{who}_{n}")
 
+
+def test_caps_per_person_across_routes_per_person_on_a_route_and_in_all(env, r) -> None:
+    """Issue 23 A4: one sender cannot hold hundreds of reminders across topics, nor fill a shared topic's cap."""
+    profile = unique("tm")
+    rt = runtime(env, profile)
+    later = rt.clock.now() + 3600
+    caps = Caps(route=6, person=5, route_person=3, total=0)
+    topic = f"feishu:{profile}:topic:oc_t:omt_shared"
+    assert [rt.timers.add(mine(n, topic, later, "ou_spam"), caps=caps) for n in range(4)] == [1, 1, 1, -3]
+    assert [rt.timers.add(mine(n, topic, later, "ou_bob"), caps=caps) for n in range(3)] == [1, 1, 1]  # room left
+    others = [f"feishu:{profile}:topic:oc_t:omt_{i}" for i in range(5)]
+    assert [rt.timers.add(mine(10 + i, rk, later, "ou_spam"), caps=caps) for i, rk in enumerate(others)] == \
+        [1, 1, -2, -2, -2]  # five in all, wherever they are
+    assert rt.timers.pending_of_person("ou_spam") == 5
+    [one] = [t for t in rt.timers.pending_of(others[0])]
+    assert rt.timers.end(one, "cancelled", "test", time.time())
+    assert rt.timers.add(mine(20, others[4], later, "ou_spam"), caps=caps) == 1  # a cancel frees a place
+    total = Caps(total=rt.timers.pending_count())
+    assert rt.timers.add(mine(1, others[1], later, "ou_carol"), caps=total) == -4  # the deployment's bound
+
+
+def test_a_timer_set_by_a_turn_a_reset_overtook_is_refused(env, r) -> None:
+    """A reset moves the route's generation at once; the overtaken turn's follow-up must not outlive its turn."""
+    profile = unique("tm")
+    rt = runtime(env, profile)
+    rk = f"feishu:{profile}:p2p:oc_gen"
+    r.hset(rt.keys.route_state(rk), "gen", 2)
+    later = rt.clock.now() + 3600
+    assert rt.timers.add(replace(followup(1, rk, later), gen=1), fence_gen=True) == -5
+    assert rt.timers.add(replace(followup(1, rk, later), gen=2), fence_gen=True) == 1
+
+
+def inbound(mid: str, who: str, text: str, chat: str = "oc_rerun") -> Inbound:
+    return Inbound(event_id=f"ev_{mid}", message_id=mid, chat_id=chat, chat_type="group", sender_open_id=who,
+                   sender_type="user", message_type="text", text=text, content="{}")
+
+
+def test_a_rerun_of_the_turn_sets_nothing_new_and_states_the_first_runs_time(env, r) -> None:
+    """The tool's timer id is (route, batch, call): a turn rerun after a crash — whose model may resolve the time
+    differently — finds the first run's timer and the reply states that one."""
     profile = unique("tm")
     rt = runtime(env, profile)
     rk = f"feishu:{profile}:p2p:oc_rerun"
-    asker = Inbound(event_id="ev1", message_id="om_ask", chat_id="oc_rerun", chat_type="p2p", sender_open_id="ou_a",
-                    sender_type="user", message_type="text", text="明天上午提醒我看日志", content="{}")
+    asker = [inbound("om_ask", "ou_a", "明天上午提醒我看日志")]
+    at = iso(rt, days=1)
     first = FollowupContext(rk, "batch-1", asker, gen=0)
-    said = schedule(rt, first, {"when": "明天上午", "what": "看日志"})
+    said = schedule(rt, first, {"message_id": "om_ask", "at": at, "what": "看日志"})
     again = FollowupContext(rk, "batch-1", asker, gen=0)
-    assert schedule(rt, again, {"when": "后天下午", "what": "别的事"}) == said
-    assert footer(again, "x") == footer(first, "x") and "10:00" in footer(first, "提醒")
+    assert schedule(rt, again, {"message_id": "om_ask", "at": iso(rt, days=2), "what": "别的事"}) == said
+    assert footer(again, "x") == footer(first, "x") and at[11:16] in footer(first, "提醒")
     assert len(rt.timers.pending_of(rk)) == 1
     other = FollowupContext(rk, "batch-2", asker, gen=0)  # another turn: its own timer
-    schedule(rt, other, {"when": "后天下午", "what": "别的事"})
+    schedule(rt, other, {"message_id": "om_ask", "at": iso(rt, days=2), "what": "别的事"})
     assert len(rt.timers.pending_of(rk)) == 2
     bad = FollowupContext(rk, "batch-3", asker, gen=0)
-    assert schedule(rt, bad, {"when": "昨天", "what": "x"}).startswith("not set:") and not bad.set
+    assert schedule(rt, bad, {"message_id": "om_ask", "at": iso(rt, days=-1), "what": "x"}).startswith("not set:")
+    assert not bad.set
+
+
+def iso(rt: Runtime, days: float = 0, naive: bool = False) -> str:
+    at = datetime.fromtimestamp(rt.clock.now() + days * 86400, rt.settings.tz).replace(second=0, microsecond=0)
+    return at.replace(tzinfo=None).isoformat() if naive else at.isoformat()
+
+
+def test_the_follow_up_is_the_asking_messages_sender_s_and_names_a_message_of_the_batch(env, r) -> None:
+    """Issue 23 A1: Alice asks, Bob's message lands in the same batch: the timer is Alice's, under her message."""
+    profile = unique("tm")
+    rt = runtime(env, profile)
+    rk = f"feishu:{profile}:topic:oc_ab:omt_ab"
+    batch = [inbound("om_alice", "ou_alice", "明天上午提醒我核对账单"), inbound("om_bob", "ou_bob", "我先看看日志")]
+    ctx = FollowupContext(rk, "batch-ab", batch, gen=0)
+    assert "ou_alice" in schedule(rt, ctx, {"message_id": "om_alice", "at": iso(rt, 1), "what": "核对账单"})
+    [t] = rt.timers.pending_of(rk)
+    assert (t.created_by, t.source_message_id) == ("ou_alice", "om_alice")
+    assert "@ou_alice" in footer(ctx, "提醒")  # several people spoke: the footer says whose it is
+    unnamed = FollowupContext(rk, "batch-ab2", batch, gen=0)  # two people: the message must be named
+    out = schedule(rt, unnamed, {"at": iso(rt, 1), "what": "x"})
+    assert out.startswith("not set: message_id") and "om_alice (from ou_alice)" in out and not unnamed.set
+    stranger = FollowupContext(rk, "batch-ab3", batch, gen=0)  # not a message of this batch
+    assert schedule(rt, stranger, {"message_id": "om_other", "at": iso(rt, 1), "what": "x"}).startswith("not set:")
+    alone = FollowupContext(rk, "batch-c", [inbound("om_c", "ou_c", "提醒我")], gen=0)  # one message: no naming
+    assert "ou_c" in schedule(rt, alone, {"at": iso(rt, 1), "what": "y"})
+
+
+@pytest.mark.parametrize(("at", "why"), [
+    ("tomorrow 10am", "ISO 8601"), ("", "ISO 8601"), ("2026-13-01T10:00:00+08:00", "ISO 8601"),
+])
+def test_the_time_must_be_an_iso_instant_with_an_offset_ahead_and_within_a_year(env, r, at: str, why: str) -> None:
+    rt = runtime(env, unique("tm"))
+    ctx = FollowupContext(f"feishu:{rt.settings.bot_profile}:p2p:oc_t", "b", [inbound("om_t", "ou_t", "x")], gen=0)
+    assert why in schedule(rt, ctx, {"message_id": "om_t", "at": at, "what": "x"})
+
+
+def test_instants_naive_past_and_too_far_are_refused_and_others_stated_in_the_bots_zone(env, r) -> None:
+    rt = runtime(env, unique("tm"))
+    ctx = FollowupContext(f"feishu:{rt.settings.bot_profile}:p2p:oc_t", "b", [inbound("om_t", "ou_t", "x")], gen=0)
+    assert "needs a UTC offset" in schedule(rt, ctx, {"message_id": "om_t", "at": iso(rt, 1, True), "what": "x"})
+    assert "not in the future" in schedule(rt, ctx, {"message_id": "om_t", "at": iso(rt, -0.001), "what": "x"})
+    assert "too far ahead" in schedule(rt, ctx, {"message_id": "om_t", "at": iso(rt, 367), "what": "x"})
+    ctx = FollowupContext(ctx.rk, "b2", ctx.batch, gen=0)
+    year = schedule(rt, ctx, {"message_id": "om_t", "at": iso(rt, 366), "what": "x"})  # 366 days: allowed
+    assert year.startswith("set:")

@@ -1,8 +1,9 @@
-"""`python -m sandbox clock [+2d | 90m | reset]`: move the service clock (sandbox mode only).
+"""`python -m sandbox clock [2026-11-30T09:00 | +2d | 90m | reset]`: set or move the service clock (sandbox only).
 
 Every process of the service reads the offset from Redis (bot/clock.py), so advancing it makes due
-follow-ups, digests and triage quiet periods fire as if that time had passed. Without an argument it
-prints the service time.
+follow-ups, digests and triage quiet periods fire as if that time had passed. A date-time (BOT_TIMEZONE when it
+has no offset) sets the clock to it, so a walk-through reads the same whatever the real hour. Without an
+argument it prints the service time.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ def clock(args: argparse.Namespace) -> int:
         c.reset()
     elif args.span:
         try:
-            c.advance(parse_span(args.span))
+            at = _instant(args.span, settings.tz)
+            c.advance(at - c.now() if at is not None else parse_span(args.span))
         except ValueError as exc:
             print(exc)
             return 2
@@ -41,6 +43,14 @@ def clock(args: argparse.Namespace) -> int:
     if args.span and args.span != "reset" and args.wait > 0:
         _watch(settings.feishu_domain, since_ms, args.wait)
     return 0
+
+
+def _instant(text: str, tz: Any) -> float | None:
+    """An ISO date-time ("2026-11-30T09:00", "2026-11-30 09:00+08:00") as epoch seconds; None for a span."""
+    if "-" not in text[1:] or ":" not in text:
+        return None
+    at = datetime.fromisoformat(text)
+    return (at if at.tzinfo else at.replace(tzinfo=tz)).timestamp()
 
 
 def _watch(base: str, since_ms: int, wait: float) -> None:
@@ -67,7 +77,7 @@ def _watch(base: str, since_ms: int, wait: float) -> None:
 
 
 def add_commands(sub: Any) -> None:
-    p = sub.add_parser("clock", help="show or move the service clock (e.g. +2d, 90m, reset)")
-    p.add_argument("span", nargs="?", default="", help="+2d, 3h, 90m, 45s, or reset")
+    p = sub.add_parser("clock", help="show, set or move the service clock (e.g. 2026-11-30T09:00, +2d, 90m, reset)")
+    p.add_argument("span", nargs="?", default="", help="a date-time to set it to, +2d, 3h, 90m, 45s, or reset")
     p.add_argument("--wait", type=float, default=8.0, help="seconds to print what the bot posts (0: don't wait)")
     p.set_defaults(func=clock)
