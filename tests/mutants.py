@@ -139,9 +139,9 @@ MUTANTS: tuple[Mutant, ...] = (
         ("if (not v) or string.sub(v, 1, 2) == 'k:' or v == ('d:' .. ARGV[1]) then", "if true then"),),
         ("tests/test_protocol.py::test_protocol_never_strands_an_event",)),
     Mutant("C7", "only the reporter may decide an approval", "jobs/items/approvals.py", (
-        ('    return who in record.users(schema.name("owner")) + record.users(schema.name("reporter"))',
-         '    return who in record.users(schema.name("reporter"))'),
-        ("    if who in rt.settings.item_admins:\n        return True\n", "")),
+        ('                                record.users(schema.name("owner")) + record.users(schema.name("reporter")))',
+         '                                record.users(schema.name("reporter")))'),
+        ("    if authority.may_decide(who, rt.settings.item_admins, ()):\n        return True\n", "")),
         ("tests/test_items_attack.py::test_the_records_owner_and_an_item_admin_may_approve",)),
     # Issue 15: materials
     Mutant("D1", "a document is used whatever the asker may view", "documents/context.py", (
@@ -224,7 +224,8 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/test_timers.py::test_two_schedulers_racing_push_each_due_timer_exactly_once",
          "tests/test_timers.py::test_a_crash_between_the_push_and_the_end_pushes_no_second_event")),
     Mutant("F2", "/reset leaves the route's follow-ups pending", "jobs/turn/session.py", (
-        ("        cancelled = timer_commands.cancel_on_reset(rt, rk, batch_id)", "        cancelled = 0"),),
+        ("        followups = timer_commands.on_reset(rt, rk, message, batch_id)",
+         "        followups = timer_commands.Said('')"),),
         ("tests/test_followups.py::test_reset_cancels_the_routes_pending_followups_and_says_how_many",)),
     Mutant("F3", "a recalled request keeps its follow-up", "bot/edge/side_events.py", (
         ("        cancelled = self._cancel_followups(message_id)", "        cancelled: list[str] = []"),),
@@ -235,17 +236,18 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("F5", "a follow-up of a closed item still reminds", "jobs/timers/followup.py", (
         ('        void = "the item is closed"', '        void = ""'),),
         ("tests/test_followups.py::test_a_closed_item_needs_no_reminder_and_costs_no_model_call",)),
-    Mutant("F6", "anyone may cancel a follow-up", "jobs/timers/commands.py", (
-        ("    if who == t.created_by or who in rt.settings.item_admins:", "    if who:"),),
-        ("tests/test_followups.py::test_cancel_is_for_the_creator_the_items_owner_or_reporter_and_admins",)),
+    Mutant("F6", "anyone may cancel a follow-up", "jobs/timers/authority.py", (
+        ("    return who == creator or who in admins or who in item_people", "    return True"),),
+        ("tests/test_authority_machine.py::TestSeams::runTest",
+         "tests/test_followups.py::test_cancel_is_for_the_creator_the_items_owner_or_reporter_and_admins")),
     Mutant("F7", "the digest lists closed items", "jobs/timers/digest.py", (
         ("if _in_chat(r, chat, chat_id) and r.text(status).strip() not in closed_set]",
          "if _in_chat(r, chat, chat_id)]"),
         ('    also: list[Match] = [(status, "isNot", [s]) for s in sorted(closed)[:MAX_CONDITIONS - 1]]',
          "    also: list[Match] = []")),
         ("tests/test_always_on.py::test_the_digest_lists_exactly_the_chats_open_items_once_per_day_across_restarts",)),
-    Mutant("F8", "a digest timer per process instead of per chat and date", "jobs/timers/model.py", (
-        ('    return f"dg_{chat_id}_{date}"', '    import os\n    return f"dg_{chat_id}_{date}_{os.getpid()}"'),),
+    Mutant("F8", "a digest timer per process instead of per chat and slot", "jobs/timers/model.py", (
+        ('    return f"dg_{chat_id}_{slot}"', '    import os\n    return f"dg_{chat_id}_{slot}_{os.getpid()}"'),),
         ("tests/test_always_on.py::test_the_digest_lists_exactly_the_chats_open_items_once_per_day_across_restarts",)),
     Mutant("F9", "triage posts again within the post period", "jobs/triage/run.py", (
         ("    if posted_by != firing and ago < rt.settings.triage_post_period_seconds:",
@@ -260,8 +262,8 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/test_always_on.py::test_a_topic_gets_at_most_one_unasked_post_per_period_and_only_where_opted_in",)),
     Mutant("F13", "a follow-up's reminder keyed by the batch: a replay after an applied-but-refused post repeats it",
            "jobs/timers/followup.py", (
-               ("    ids = rt.outbox.reply(rk, run_key(t), t.source_message_id,",
-                "    ids = rt.outbox.reply(rk, batch_id, t.source_message_id,"),),
+               ("        return reply(t.source_message_id, run_key(t), topic)",
+                "        import uuid\n        return reply(t.source_message_id, uuid.uuid4().hex, topic)"),),
         ("tests/test_followups.py::test_a_reminder_feishu_applied_but_refused_is_not_repeated_by_the_replay",)),
     Mutant("F14", "triage's post period taken by no firing in particular: a replayed firing is capped by itself",
            "jobs/triage/run.py", (
@@ -272,6 +274,88 @@ MUTANTS: tuple[Mutant, ...] = (
         ("    if not worth_triage(m.text):", "    if False:"),),
         ("tests/test_always_on.py::test_a_topic_gets_at_most_one_unasked_post_per_period_and_only_where_opted_in",)),
     # -- issue 23: several people, long horizons (timers, follow-ups, digests, the worker supervisor): G* ------
+    Mutant("G1", "a follow-up is credited to the batch's last sender, not the message asking", "jobs/timers/tool.py", (
+        ('    m = ctx.asking(str(args.get("message_id") or "").strip())', "    m = ctx.batch[-1]"),),
+        ("tests/test_seams.py::test_a_reminder_asked_in_a_shared_batch_is_the_askers",
+         "tests/test_timers.py::test_the_follow_up_is_the_asking_messages_sender_s_and_names_a_message_of_the_batch")),
+    Mutant("G2", "the stand-in acts on the batch's last message only", "sandbox/claude/followups.py", (
+        ("for n, (_sender, mid, words) in enumerate(_MESSAGE.findall(text)):",
+         "for n, (_sender, mid, words) in enumerate(_MESSAGE.findall(text)[-1:]):"),),
+        ("tests/test_seams.py::test_a_reminder_asked_in_a_shared_batch_is_the_askers",)),
+    Mutant("G3", "/reset in a shared topic cancels everyone's follow-ups", "jobs/timers/authority.py", (
+        ("        (cancel if may_cancel(t.created_by, who, admins, people) else keep).append(t)",
+         "        cancel.append(t)"),),
+        ("tests/test_authority_machine.py::TestSeams::runTest",
+         "tests/test_seams.py::test_reset_in_a_shared_topic_cancels_only_what_the_resetter_may_and_tells_the_creators")),
+    Mutant("G4", "creators are not told when someone else's reset cancels theirs", "jobs/timers/authority.py", (
+        ("        if t.created_by and t.created_by != who:", "        if False:"),),
+        ("tests/test_authority_machine.py::TestSeams::runTest",
+         "tests/test_seams.py::test_reset_in_a_shared_topic_cancels_only_what_the_resetter_may_and_tells_the_creators")),
+    Mutant("G5", "creators are not told when someone else cancels their follow-up", "jobs/timers/commands.py", (
+        ("    if t.created_by and t.created_by != message.sender_id:", "    if False:"),),
+        ("tests/test_authority_machine.py::TestSeams::runTest",
+         "tests/test_followups.py::test_cancel_is_for_the_creator_the_items_owner_or_reporter_and_admins")),
+    Mutant("G6", "a firing reads the route's (expired) generation and drops the follow-up", "jobs/timers/followup.py", (
+        ("    if t.source_message_id and withdrawn.any_recalled(",
+         "    if t.gen != state.generation:\n        return 'reset'\n"
+         "    if t.source_message_id and withdrawn.any_recalled("),),
+        ("tests/test_seams.py::test_a_followup_months_ahead_fires_after_the_routes_state_expired",)),
+    Mutant("G7", "one person may fill a shared conversation's follow-ups", "jobs/timers/store.py", (
+        ("  if mine >= tonumber(ARGV[6]) then return -3 end", "  if false then return -3 end"),),
+        ("tests/test_timers.py::test_caps_per_person_across_routes_per_person_on_a_route_and_in_all",
+         "tests/test_seams.py::test_one_person_cannot_fill_a_shared_topic_or_hold_reminders_everywhere")),
+    Mutant("G8", "no cap on one person's follow-ups across routes", "jobs/timers/store.py", (
+        ("redis.call('ZCARD', KEYS[5]) >= tonumber(ARGV[5]) then return -2 end",
+         "redis.call('ZCARD', KEYS[5]) < 0 then return -2 end"),),
+        ("tests/test_timers.py::test_caps_per_person_across_routes_per_person_on_a_route_and_in_all",
+         "tests/test_seams.py::test_one_person_cannot_fill_a_shared_topic_or_hold_reminders_everywhere")),
+    Mutant("G9", "an ended follow-up keeps its place in its creator's cap", "jobs/timers/store.py", (
+        ("local by = redis.call('HGET', KEYS[1], 'created_by')\n"
+         "if by and by ~= '' then redis.call('ZREM', KEYS[4] .. by, ARGV[1]) end\n", ""),),
+        ("tests/test_timers.py::test_caps_per_person_across_routes_per_person_on_a_route_and_in_all",)),
+    Mutant("G10", "no bound on the deployment's pending timers", "jobs/timers/store.py", (
+        ("redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[7]) then return -4 end",
+         "redis.call('ZCARD', KEYS[2]) < 0 then return -4 end"),),
+        ("tests/test_timers.py::test_caps_per_person_across_routes_per_person_on_a_route_and_in_all",)),
+    Mutant("G11", "RQ workers outlive their killed supervisor", "jobs/worker.py", (
+        ("    if parent:\n        die_with(parent)\n", ""),),
+        ("tests/test_seams.py::test_killing_the_worker_supervisor_takes_its_workers_with_it",)),
+    Mutant("G12", "one digest per chat and day whatever the cron says", "jobs/timers/scheduler.py", (
+        ('digest_id(chat_id, slot.strftime("%Y-%m-%dT%H%M"))', 'digest_id(chat_id, slot.strftime("%Y-%m-%d"))'),),
+        ("tests/test_always_on.py::test_each_cron_slot_of_a_day_gets_its_digest_even_after_an_empty_one",)),
+    Mutant("G13", "a turn a reset overtook leaves its follow-ups standing", "jobs/turn/answer.py", (
+        ("        tool.void_turn(rt, route_key, batch_id)  # nobody was told of its follow-ups: they do not stand\n",
+         ""),
+        ("    except Superseded:\n        tool.void_turn(rt, route_key, batch_id)\n        raise\n",
+         "    except Superseded:\n        raise\n")),
+        ("tests/test_seams.py::test_a_reset_that_overtakes_a_turn_leaves_none_of_its_followups",)),
+    Mutant("G14", "the tool sets a follow-up after a reset moved the route on", "jobs/timers/tool.py", (
+        ("    added = rt.timers.add(t, caps=caps(rt), now=now, fence_gen=True)",
+         "    added = rt.timers.add(t, caps=caps(rt), now=now, fence_gen=False)"),),
+        ("tests/test_seams.py::test_a_reset_that_overtakes_a_turn_leaves_none_of_its_followups",)),
+    Mutant("G15", "a follow-up time without an offset is taken in the server's zone", "jobs/timers/instant.py", (
+        ("    if at.tzinfo is None or at.utcoffset() is None:", "    if False:"),),
+        ("tests/test_timers.py::test_instants_naive_past_and_too_far_are_refused_and_others_stated_in_the_bots_zone",)),
+    Mutant("G16", "the model is not told the current time and zone", "jobs/turn/answer.py", (
+        ('batch_text + "\\n" + now_line(now)', "batch_text"),),
+        ("tests/test_followups.py::test_a_followup_set_on_monday_fires_once_on_wednesday_in_its_topic_after_restarts",)),
+    Mutant("G17", "a reminder whose topic or chat is gone is dead-lettered", "jobs/timers/followup.py", (
+        ("        gone = GONE.get(str(exc.code))", "        gone = None"),),
+        ("tests/test_seams.py::test_a_followup_in_a_topic_whose_place_is_gone_posts_where_it_can_or_says_why",)),
+    Mutant("G18", "a reminder whose request is gone is dead-lettered", "jobs/timers/followup.py", (
+        ("        if code not in REQUEST_GONE:", "        if True:"),),
+        ("tests/test_seams.py::test_a_followup_in_a_topic_whose_place_is_gone_posts_where_it_can_or_says_why",
+         "tests/test_seams.py::test_a_followup_in_a_private_chat_whose_request_is_gone_posts_into_the_chat")),
+    Mutant("G19", "a chat without thread replies dead-letters the reminder", "jobs/timers/followup.py", (
+        ("        if code == NO_THREAD_REPLIES:", "        if False:"),),
+        ("tests/test_seams.py::test_a_followup_in_a_topic_whose_place_is_gone_posts_where_it_can_or_says_why",)),
+    Mutant("G20", "anyone may approve a record change", "jobs/items/authority.py", (
+        ("    return bool(who) and (who in admins or who in record_people)", "    return bool(who)"),),
+        ("tests/test_authority_machine.py::TestSeams::runTest",
+         "tests/test_items_attack.py::test_the_records_owner_and_an_item_admin_may_approve")),
+    Mutant("G21", "anyone may link a record to a topic", "jobs/items/authority.py", (
+        ("    return bool(who) and any(member_of(chat_id, who) for chat_id in record_chats)", "    return bool(who)"),),
+        ("tests/test_authority_machine.py::TestSeams::runTest",)),
     # (end of G)
 
     # -- issue 23: documents, permissions, doctor rows, error codes: H* ----------------------------------------

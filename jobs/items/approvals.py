@@ -19,6 +19,7 @@ from bitable.index import Item
 from bot.edge.envelope import Inbound
 from bot.feishu.cards import approval_card
 from bot.texts import say
+from jobs.items import authority
 from jobs.runtime import Runtime
 from jobs.turn.outbox import LeaseLost
 from routing.keys import kind_of
@@ -143,7 +144,7 @@ def decide(rt: Runtime, rk: str, click: Inbound, batch_id: str, fence: Callable[
 
 def _may_decide(rt: Runtime, p: dict[str, str], who: str) -> bool:
     """The record's owner or reporter (read now, not when proposed) or an admin from ITEM_ADMINS."""
-    if who in rt.settings.item_admins:
+    if authority.may_decide(who, rt.settings.item_admins, ()):
         return True
     bt = rt.bitable
     if bt is None or not p.get("record_id"):
@@ -152,7 +153,8 @@ def _may_decide(rt: Runtime, p: dict[str, str], who: str) -> bool:
     if record is None:
         return False
     schema = bt.schema()
-    return who in record.users(schema.name("owner")) + record.users(schema.name("reporter"))
+    return authority.may_decide(who, rt.settings.item_admins,
+                                record.users(schema.name("owner")) + record.users(schema.name("reporter")))
 
 
 def _write(rt: Runtime, p: dict[str, str], fence: Callable[[], bool], rk: str) -> None:

@@ -20,6 +20,7 @@ from bot.edge.commands import link_argument
 from bot.edge.envelope import Inbound, dumps
 from bot.errors import Permanent
 from bot.texts import say
+from jobs.items import authority
 from jobs.items.context import is_member
 from jobs.items.first_answer import guard_ttl
 from jobs.runtime import Runtime
@@ -116,12 +117,10 @@ def may_link(rt: Runtime, record: Record, who: str) -> bool:
     """Linking shows the record to this chat and makes it the item's home: only the record's owner or reporter
     (read now), an item admin, or a member of the record's 来源群 may do it."""
     assert rt.bitable is not None
-    if who in rt.settings.item_admins:
-        return True
     schema = rt.bitable.schema()
-    if who in record.users(schema.name("owner")) + record.users(schema.name("reporter")):
-        return True
-    return any(is_member(rt, chat_id, who) for chat_id in record.chats(schema.name("chat")))
+    return authority.may_link(who, rt.settings.item_admins,
+                              record.users(schema.name("owner")) + record.users(schema.name("reporter")),
+                              record.chats(schema.name("chat")), lambda chat_id, person: is_member(rt, chat_id, person))
 
 
 def link_topic(rt: Runtime, record: Record, *, thread_id: str, chat_id: str, root_id: str, reporter: str,
