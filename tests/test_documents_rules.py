@@ -31,8 +31,14 @@ def test_collaborators_count_by_open_id_or_chat_membership_and_unknown_facts_let
     assert may_view(acl, "ou_a", _nobody)
     assert may_view(acl, "ou_b", lambda chat, who: (chat, who) == ("oc_team", "ou_b"))
     assert not may_view(acl, "ou_b", _nobody)
-    assert not may_view(Acl(link_share="tenant_readable", users=["ou_a"], known=False), "ou_a", _nobody)
+    assert not may_view(Acl(missing=["share", "members", "owner"]), "ou_a", _nobody)  # nothing read: nobody
     assert not may_view(Acl(link_share="closed", unresolved=3), "ou_dept_member", _nobody)  # departments: not as app
+
+
+def test_an_acl_read_in_part_is_complete_only_when_a_tenant_wide_link_made_the_rest_moot() -> None:
+    assert Acl(link_share="closed").complete and not Acl(users=["ou_a"], missing=["owner"]).complete
+    assert Acl(link_share="tenant_readable", missing=["members", "owner"]).complete
+    assert not Acl(missing=["share"]).complete
 
 
 def test_a_sheet_range_is_read_as_linked_and_otherwise_the_first_sheet_bounded() -> None:
