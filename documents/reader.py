@@ -30,7 +30,8 @@ from memory.keys import Keys
 SHEET_ROWS, SHEET_COLS = 200, 26  # the bounded table of a sheet linked without a range
 READABLE = ("docx", "sheet")  # read whole; other kinds are named only
 MAX_SYNCED = 10  # reference synced blocks read from other documents per document (each one call, paced)
-NOT_A_GRID = {"BITABLE_BLOCK": "an embedded bitable", "bitable": "an embedded bitable"}
+NOT_A_GRID = {"BITABLE_BLOCK": "an embedded bitable", "bitable": "an embedded bitable",
+              "#UNSUPPORTED_TYPE": "a kind of tab the API does not read"}
 
 
 @dataclass

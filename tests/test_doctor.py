@@ -102,7 +102,8 @@ def test_scope_rows_follow_the_documented_lists(env, feishu) -> None:
 
 def test_the_three_permission_facts_have_a_row_each(env, feishu) -> None:
     """Issue 23 B1: link share, collaborators and the owner (drive metas) are three APIs with their own scopes."""
-    facts = {"link-share check": "docs:permission.setting:read", "collaborator check": "docs:permission.member:retrieve",
+    facts = {"link-share check": "docs:permission.setting:read",
+             "collaborator check": "docs:permission.member:retrieve",
              "names of linked drive files": "drive:drive.metadata:readonly"}
     rows = {n.feature: n for n in needs(settings_from(env))}
     for feature, scope in facts.items():

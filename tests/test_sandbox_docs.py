@@ -13,9 +13,9 @@ import lark_oapi as lark
 import pytest
 from lark_oapi.api.application.v6 import ListScopeRequest
 from lark_oapi.api.docx.v1 import GetDocumentBlockChildrenRequest, GetDocumentRequest, ListDocumentBlockRequest
-from lark_oapi.api.im.v1 import ListMessageRequest
 from lark_oapi.api.drive.v1 import BatchQueryMetaRequest, ListPermissionMemberRequest, MetaRequest, RequestDoc
 from lark_oapi.api.drive.v2 import GetPermissionPublicRequest
+from lark_oapi.api.im.v1 import ListMessageRequest
 from lark_oapi.api.wiki.v2 import GetNodeSpaceRequest
 from lark_oapi.core.cache import LocalCache
 from lark_oapi.core.token.manager import TokenManager
@@ -39,8 +39,8 @@ print("hi")
 | a | 1 |
 | b | 2 |
 """
-DOC_OPS = ("doc_meta", "doc_blocks", "doc_children", "wiki_node", "sheet_meta", "sheet_values", "perm_public", "perm_members",
-           "drive_metas", "drive_download")
+DOC_OPS = ("doc_meta", "doc_blocks", "doc_children", "wiki_node", "sheet_meta", "sheet_values", "perm_public",
+           "perm_members", "drive_metas", "drive_download")
 
 
 @pytest.fixture
