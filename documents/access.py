@@ -88,7 +88,7 @@ def _fetch(docs: DocsApi, kind: str, token: str) -> Acl:
             acl.chats.append(member_id)
         else:
             acl.unresolved += 1
-    if kind != "wiki":  # a wiki node's owner is its document's; its members list already holds who was added
+    if kind != "wiki":  # a wiki node counts its link share and collaborators only (its owner is not looked up)
         meta = _read(acl, "owner", kind, token, lambda: docs.meta(token, doc_type)) or {}
         owner = str(meta.get("owner_id") or "")
         if owner:

@@ -30,6 +30,7 @@ from memory.keys import Keys
 SHEET_ROWS, SHEET_COLS = 200, 26  # the bounded table of a sheet linked without a range
 READABLE = ("docx", "sheet")  # read whole; other kinds are named only
 MAX_SYNCED = 10  # reference synced blocks read from other documents per document (each one call, paced)
+SYNCED_CACHE_S = 300.0  # how long a rendering showing other documents' synced blocks is reused
 NOT_A_GRID = {"BITABLE_BLOCK": "an embedded bitable", "bitable": "an embedded bitable",
               "#UNSUPPORTED_TYPE": "a kind of tab the API does not read"}
 
@@ -60,6 +61,16 @@ class Doc:
 
     def headings(self) -> list[Heading]:
         return [Heading(level=lv, text=t, offset=o) for lv, t, o in self.outline]
+
+
+@dataclass
+class Synced:
+    """What a document's reference synced blocks show: block_id → the source block and its descendants."""
+
+    content: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    foreign: set[str] = field(default_factory=set)  # those read from another document
+    sources: list[str] = field(default_factory=list)  # those documents
+    elsewhere: int = 0  # reference synced blocks whose source is elsewhere (read or not)
 
 
 @dataclass
@@ -117,10 +128,10 @@ class Reader:
         raw = self.r.get(self.keys.doc_content(kind, token, revision, part))
         return Doc(**json.loads(raw)) if raw else None
 
-    def _store(self, doc: Doc) -> None:
+    def _store(self, doc: Doc, ttl_s: float | None = None) -> None:
         body = {**asdict(doc), "downloaded": False}
         self.r.set(self.keys.doc_content(doc.kind, doc.token, doc.revision, doc.part),
-                   json.dumps(body, ensure_ascii=False), ex=max(1, int(self.ttl_s)))
+                   json.dumps(body, ensure_ascii=False), ex=max(1, int(min(self.ttl_s, ttl_s or self.ttl_s))))
 
     def _docx(self, token: str) -> Doc:
         meta = self.docs.docx_meta(token)  # the revision check: one cheap call
@@ -129,41 +140,44 @@ class Reader:
         if hit:
             return hit
         blocks = self.docs.docx_blocks(token)
-        synced, sources = self._synced(token, blocks)
-        rendered = docx_markdown(blocks, synced)
+        synced = self._synced(token, blocks)
+        rendered = docx_markdown(blocks, synced.content)
         doc = Doc(kind="docx", token=token, title=str(meta.get("title") or token), revision=revision,
                   text=rendered.text, outline=[(h.level, h.text, h.offset) for h in rendered.outline],
-                  read_at=time.time(), downloaded=True, sources=sources)
-        if sources:
-            bare = docx_markdown(blocks, {b: v for b, v in synced.items() if v and _source_of(v[0]) == token})
+                  read_at=time.time(), downloaded=True, sources=synced.sources)
+        if synced.sources:
+            bare = docx_markdown(blocks, {b: v for b, v in synced.content.items() if b not in synced.foreign})
             doc.bare, doc.bare_outline = bare.text, [(h.level, h.text, h.offset) for h in bare.outline]
-        self._store(doc)
+        # A source's edits do not bump this document's revision: its rendering is kept only briefly.
+        self._store(doc, SYNCED_CACHE_S if synced.elsewhere else self.ttl_s)
         return doc
 
-    def _synced(self, token: str, blocks: list[dict[str, Any]]) -> tuple[dict[str, list[dict[str, Any]]], list[str]]:
+    def _synced(self, token: str, blocks: list[dict[str, Any]]) -> Synced:
         """The content of each reference synced block the list shows without children: a source block in this
         document is taken from the list; one in another document is read from there (the app needs read access
         to it, as the docx FAQ says), at most MAX_SYNCED. Unreadable ones stay out (a placeholder says so)."""
         by_id = {str(b.get("block_id")): b for b in blocks}
-        out: dict[str, list[dict[str, Any]]] = {}
-        sources: list[str] = []
+        found = Synced()
         for block in blocks:
-            ref = block.get("reference_synced")
+            ref, key = block.get("reference_synced"), str(block.get("block_id"))
             if not isinstance(ref, dict) or block.get("children"):
                 continue
             source, source_block = str(ref.get("source_document_id") or ""), str(ref.get("source_block_id") or "")
             if source == token and source_block in by_id:
-                out[str(block.get("block_id"))] = _subtree(by_id, source_block, token)
-            elif source and source_block and source != token and len(sources) < MAX_SYNCED:
-                try:
-                    items = self.docs.docx_descendants(source, source_block)
-                except Paused:
-                    raise
-                except AdapterError:  # no access to the source, gone, a missing scope, Feishu down: not shown
-                    continue
-                out[str(block.get("block_id"))] = [{**items[0], "_source": source}, *items[1:]] if items else []
-                sources += [source] if source not in sources else []
-        return out, sources
+                found.content[key] = _subtree(by_id, source_block)
+                continue
+            found.elsewhere += 1
+            if not source or not source_block or found.elsewhere > MAX_SYNCED:
+                continue
+            try:
+                found.content[key] = self.docs.docx_descendants(source, source_block)
+            except Paused:
+                raise
+            except AdapterError:  # no access to the source, gone, a missing scope, Feishu down: not shown
+                continue
+            found.foreign.add(key)
+            found.sources += [source] if source not in found.sources else []
+        return found
 
     def _sheet(self, token: str, wanted: str) -> Doc:
         meta = self.docs.sheet_meta(token)
@@ -224,11 +238,7 @@ def other_tabs(sheets: list[dict[str, Any]], chosen: dict[str, Any]) -> str:
     return f"\n(tabs that are not grids, not read: {', '.join(named)})" if named else ""
 
 
-def _source_of(block: dict[str, Any]) -> str:
-    return str(block.get("_source") or "")
-
-
-def _subtree(by_id: dict[str, dict[str, Any]], root: str, token: str) -> list[dict[str, Any]]:
+def _subtree(by_id: dict[str, dict[str, Any]], root: str) -> list[dict[str, Any]]:
     """A block and its descendants from the list, in preorder (as `with_descendants` answers), bounded."""
     out: list[dict[str, Any]] = []
     stack, seen = [root], set()
@@ -239,7 +249,7 @@ def _subtree(by_id: dict[str, dict[str, Any]], root: str, token: str) -> list[di
         seen.add(key)
         out.append(by_id[key])
         stack.extend(reversed([c for c in by_id[key].get("children") or [] if isinstance(c, str)]))
-    return [{**out[0], "_source": token}, *out[1:]] if out else []
+    return out
 
 
 def _range_of(wanted: str, sheets: list[dict[str, Any]]) -> tuple[str, str]:
