@@ -318,6 +318,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("H12", "topic history needs only the read scope", "bot/feishu/capabilities.py", (
         ('               also=("im:message.group_msg",)),', "               also=()),"),),
         ("tests/test_doctor.py::test_scope_rows_follow_the_documented_lists",)),
+    Mutant("H13", "a synced block's source is checked for one sender of a batch only", "documents/context.py", (
+        ("for source in sources for s in self.senders)", "for source in sources for s in self.senders[-1:])"),),
+        ("tests/test_documents_grants.py::test_a_batch_of_several_senders_sees_synced_content_only_if_every_sender_may",)),
     # (end of H)
 
     # -- issue 23: streaming cards and rendered answers: S* ----------------------------------------------------

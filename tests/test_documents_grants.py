@@ -12,8 +12,8 @@ import pytest
 
 from bot.feishu.capabilities import CAPABILITIES
 from sandbox.feishu.rules import OP_SCOPES
-from tests.harness import model_requests_with, reply_text
-from tests.test_documents import Chat, link, ops, text_of
+from tests.harness import deliver, model_requests_with, reply_text, wait_for, wait_route_idle
+from tests.test_documents import AT_BOT, Chat, link, ops, text_of
 
 ASKER = "ou_grant_asker"
 DOC_OPS = ("doc_meta", "doc_blocks", "doc_children", "wiki_node", "sheet_meta", "sheet_values", "perm_public",
@@ -141,6 +141,35 @@ def test_a_reference_synced_block_shows_its_source_to_those_who_may_view_the_sou
     Chat(service, feishu, r, keys).ask(f"看看第三份（应用无权） {link('docx', page3)}", sender=ASKER)
     third = text_of(model_requests_with(claude, "看看第三份（应用无权）")[0])
     assert "CANARY-PAGE-7005" in third and "CANARY-SYNCED-7001" not in third and "not shown" in third
+
+
+def test_a_batch_of_several_senders_sees_synced_content_only_if_every_sender_may(service, feishu, claude, r,
+                                                                                  keys) -> None:
+    """Attack row "several people": one batch, an insider and an outsider of the synced block's source: the page
+    (tenant-wide) is shown, the source's content is not; the insider alone, later, sees it."""
+    private = feishu.add_doc("内部条款", "开头", members=[("openid", "ou_insider", "view")])
+    secret = feishu.add_synced_source(private, "CANARY-SYNCED-BATCH-7101")
+    page = feishu.add_doc("对外说明", "正文 CANARY-PAGE-7102", link_share="tenant_readable")
+    feishu.add_synced_reference(page, private, secret)
+    topic = Chat(service, feishu, r, keys, kind="topic")
+    claude.set_delay(1.5)  # the first turn holds the route while the two others write: they form one batch
+    try:
+        first = threading.Thread(target=topic.ask, args=("先问一个别的（占位）",), kwargs={"sender": "ou_first"})
+        first.start()
+        wait_for(lambda: model_requests_with(claude, "先问一个别的（占位）"), 20, what="the first turn")
+        for sender, text in (("ou_insider", f"内部人看看（批） {link('docx', page)}"), (ASKER, "外人也看看（批）")):
+            deliver(service, feishu, chat_id=topic.chat, chat_type="group", thread_id=topic.thread,
+                    sender_open_id=sender, text=f"@_user_1 {text}", mentions=AT_BOT)
+        first.join(60)
+        wait_for(lambda: model_requests_with(claude, "外人也看看（批）"), 60, what="the batch's turn")
+        wait_route_idle(r, keys, topic.rk(ASKER))
+    finally:
+        claude.set_delay(0)
+    batch = text_of(model_requests_with(claude, "外人也看看（批）")[0])
+    assert "内部人看看（批）" in batch and "CANARY-PAGE-7102" in batch
+    assert "CANARY-SYNCED-BATCH-7101" not in batch and "not shown" in batch
+    Chat(service, feishu, r, keys).ask(f"只有内部人（单） {link('docx', page)}", sender="ou_insider")
+    assert "CANARY-SYNCED-BATCH-7101" in text_of(model_requests_with(claude, "只有内部人（单）")[0])
 
 
 def test_the_docx_limit_holds_across_workers_and_file_sizes_are_not_asked_twice(service, feishu, claude, r,
