@@ -36,12 +36,17 @@ class Need:
     names: tuple[str, ...]  # any one is enough
     required: bool
     fix: str
+    also: tuple[str, ...] = ()  # and one of these too (an API documented to need two grants)
+
+    @property
+    def shown(self) -> str:
+        return " | ".join(self.names) + (" + " + " | ".join(self.also) if self.also else "")
 
 
 def needs(settings: Settings) -> list[Need]:
     """Everything the enabled features need. Pure."""
     rows = [
-        Need("reply in chats and topics", "scope", ("im:message:send_as_bot", "im:message"), True,
+        Need("reply in chats and topics", "scope", ("im:message:send_as_bot", "im:message", "im:message:send"), True,
              f"{CONSOLE} → 权限管理: grant im:message:send_as_bot, then publish a new version"),
         Need("receive private messages", "scope", ("im:message.p2p_msg:readonly", "im:message.p2p_msg"), True,
              "grant im:message.p2p_msg:readonly"),
@@ -52,7 +57,7 @@ def needs(settings: Settings) -> list[Need]:
         Need("recalled and edited messages", "event", ("im.message.recalled_v1", "im.message.updated_v1"), False,
              "add im.message.recalled_v1 and im.message.updated_v1 (event configuration)"),
     ]
-    rows += [Need(cap.what, "scope", cap.scopes, False, f"grant {cap.scopes[0]} (then publish a new version)")
+    rows += [Need(cap.what, "scope", cap.scopes, False, _grant(cap.scopes, cap.also), cap.also)
              for cap in CAPABILITIES.values() if _enabled(cap.name, settings)]
     if settings.items_enabled:
         rows += [
@@ -77,6 +82,11 @@ def needs(settings: Settings) -> list[Need]:
     return rows
 
 
+def _grant(names: tuple[str, ...], also: tuple[str, ...]) -> str:
+    both = f"grant {names[0]} and {also[0]}" if also else f"grant {names[0]}"
+    return both + " (then publish a new version)"
+
+
 def _enabled(capability: str, settings: Settings) -> bool:
     """Rows for capabilities whose feature is on: record events need items, streaming needs REPLY_STREAMING=card."""
     if capability == "record_events":
@@ -87,14 +97,16 @@ def _enabled(capability: str, settings: Settings) -> bool:
 
 
 def granted_scopes(api: FeishuApi) -> set[str] | None:
-    """The app's granted tenant scopes; None when Feishu would not say (then every scope row is unknown)."""
+    """The app's granted tenant scopes; None when Feishu would not say (then every scope row is unknown).
+    The list also holds user-identity scopes (`scope_type` "user"): a grant the app's own calls cannot use."""
     try:
         resp = api._call(api.client.application.v6.scope.list, ListScopeRequest.builder().build())
     except AdapterError:
         return None
     body = json.loads(resp.raw.content) or {}
     scopes = (body.get("data") or {}).get("scopes") or []
-    return {str(s.get("scope_name")) for s in scopes if isinstance(s, dict) and s.get("grant_status") == 1}
+    return {str(s.get("scope_name")) for s in scopes
+            if isinstance(s, dict) and s.get("grant_status") == 1 and (s.get("scope_type") or "tenant") == "tenant"}
 
 
 def verdict(need: Need, granted: set[str] | None, fields_error: str | None) -> str:
@@ -102,7 +114,8 @@ def verdict(need: Need, granted: set[str] | None, fields_error: str | None) -> s
     if need.kind == "scope":
         if granted is None:
             return UNKNOWN
-        return PRESENT if any(n in granted for n in need.names) else MISSING
+        also = not need.also or any(n in granted for n in need.also)
+        return PRESENT if also and any(n in granted for n in need.names) else MISSING
     if need.kind == "fields":
         return UNKNOWN if fields_error is None else (PRESENT if fields_error == "" else MISSING)
     if need.kind == "config":  # listed only when the configuration lacks it
@@ -112,7 +125,7 @@ def verdict(need: Need, granted: set[str] | None, fields_error: str | None) -> s
 
 def check(settings: Settings, api: FeishuApi, fields_error: str | None = None) -> list[dict[str, Any]]:
     granted = granted_scopes(api)
-    return [{"feature": n.feature, "kind": n.kind, "needs": " | ".join(n.names), "required": n.required,
+    return [{"feature": n.feature, "kind": n.kind, "needs": n.shown, "required": n.required,
              "verdict": verdict(n, granted, fields_error), "fix": n.fix} for n in needs(settings)]
 
 

@@ -20,7 +20,7 @@ import logging
 import re
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from bot.errors import CapabilityOff, Paused, Permanent, Retryable
@@ -157,11 +157,14 @@ class Materials:
             return use
         del self.uses[use.key]
         use.key, use.title, use.revision, use.token, use.wiki = doc.key, doc.title, doc.revision, doc.token, doc.wiki
-        use.length, use.fetched = len(doc.text), doc.downloaded
+        use.fetched = doc.downloaded
         self.uses[use.key] = use
         if not self._allowed(ref, use):
-            use.status = "refused"
+            use.length, use.status = len(doc.text), "refused"
             return use
+        if doc.sources and not self._sources_allowed(doc.sources):  # synced content from elsewhere: not for them
+            doc = replace(doc, text=doc.bare, outline=doc.bare_outline, sources=[])
+        use.length = len(doc.text)
         self.docs[use.key] = doc
         use.status = "named" if doc.named_only else "included"
         last = before.get(use.key)
@@ -183,6 +186,12 @@ class Materials:
         kind, token = (ref.kind, ref.token) if ref.kind == "wiki" else use.key.split("!")[0].split(":", 1)
         acl = self.env.acl_of(kind, token)
         return all(may_view(acl, s, self.env.member_of) for s in self.senders)
+
+    def _sources_allowed(self, sources: Sequence[str]) -> bool:
+        """Every sender may view every document a synced block of this one shows (its item rule does not reach
+        them: only the listed document is the item's material)."""
+        return bool(self.senders) and all(may_view(self.env.acl_of("docx", source), s, self.env.member_of)
+                                          for source in sources for s in self.senders)
 
     def _unavailable(self, ref: DocRef, use: Use) -> str:
         url = self._url(ref)

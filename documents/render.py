@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -39,8 +39,10 @@ BLOCK_TYPES = {
     30: "sheet", 31: "table", 32: "table_cell", 33: "view", 34: "quote_container", 35: "task", 36: "okr",
     37: "okr_objective", 38: "okr_key_result", 39: "okr_progress", 40: "add_ons", 41: "jira_issue",
     42: "wiki_catalog", 43: "board", 44: "agenda", 45: "agenda_item", 46: "agenda_item_title",
-    47: "agenda_item_content", 48: "link_preview", 999: "undefined",
+    47: "agenda_item_content", 48: "link_preview", 49: "source_synced", 50: "reference_synced", 51: "sub_page_list",
+    52: "ai_template", 999: "undefined",
 }
+NOT_SYNCED = "[synced block from another document: not shown]"
 _BODY_KEYS = frozenset(BLOCK_TYPES.values())
 # CodeLanguage 1-75 as documented (1 PlainText, 2 ABAP, ... 49 Python, ... 75 TOML), as Markdown fence tags.
 LANGUAGES = (
@@ -64,9 +66,13 @@ _Line = tuple[str, tuple[int, str] | None]  # text, and (level, plain text) when
 _Style = tuple[bool, bool, bool, bool, str]  # bold, italic, strikethrough, inline code, link
 
 
-def docx_markdown(blocks: Sequence[dict]) -> Rendered:
-    """The document as Markdown, walked from the page block in `children` order; orphans come last."""
-    walk = _Walk(blocks if isinstance(blocks, (list, tuple)) else [])
+def docx_markdown(blocks: Sequence[dict], synced: Mapping[str, Sequence[dict]] | None = None) -> Rendered:
+    """The document as Markdown, walked from the page block in `children` order; orphans come last.
+
+    Synced blocks (block types 49 source_synced, 50 reference_synced): a source shows its children; a reference
+    shows its own children when the list gives them, else `synced[its block_id]` (the source block and its
+    descendants, read from the source document), else a placeholder saying its content is not shown."""
+    walk = _Walk(blocks if isinstance(blocks, (list, tuple)) else [], synced or {})
     lines: list[_Line] = []
     root = next((key for key in walk.order if _kind(walk.blocks[key]) == "page"), None)
     if root is not None:
@@ -80,7 +86,8 @@ def docx_markdown(blocks: Sequence[dict]) -> Rendered:
 
 
 class _Walk:
-    def __init__(self, blocks: Sequence[Any]) -> None:
+    def __init__(self, blocks: Sequence[Any], synced: Mapping[str, Sequence[dict]]) -> None:
+        self.synced = synced
         self.blocks: dict[str, dict] = {}
         self.order: list[str] = []
         self.seen: set[str] = set()
@@ -133,6 +140,8 @@ class _Walk:
             return _list_item(kind, body, number, self.render_ids(_children(block), depth + 1, loose=False))
         if kind == "table":
             return self._table(block, body, depth)
+        if kind == "reference_synced" and not _children(block):
+            return self._synced(block, depth)
         nested = self.render_ids(_children(block), depth + 1, loose=True)
         if kind.startswith("heading") and kind[7:].isdigit():
             plain = " ".join(_inline(body, plain=True).split())
@@ -149,6 +158,16 @@ class _Walk:
         if kind in ("callout", "quote_container"):
             return _quoted(nested)
         return _then(_leaf(kind, body), nested)
+
+    def _synced(self, block: dict, depth: int) -> list[_Line]:
+        """A reference synced block's content from its source: the source block's children, walked apart."""
+        items = self.synced.get(_str(block.get("block_id")))
+        if not items or not isinstance(items[0], dict):
+            return [(NOT_SYNCED, None)]
+        source = _Walk(items, {})
+        root = source.order[0]
+        source.seen.add(root)
+        return source.render_ids(_children(source.blocks[root]), depth + 1, loose=True)
 
     def _table(self, block: dict, body: dict, depth: int) -> list[_Line]:
         listed = body.get("cells")

@@ -220,6 +220,10 @@ class Keys:
         """STRING (JSON, expiring): what a wiki node points at (obj_token, obj_type, title)."""
         return f"{self.prefix}:wiki_node:{token}"
 
+    def doc_file_size(self, token: str, modified: str) -> str:
+        """STRING (expiring): a drive file's size in bytes at one modification time (a download asked it once)."""
+        return f"{self.prefix}:doc_size:{token}:{modified}"
+
     def doc_acl(self, kind: str, token: str) -> str:
         """STRING (JSON, expiring): who may view a document (link share, collaborators, owner), cached briefly."""
         return f"{self.prefix}:doc_acl:{kind}:{token}"

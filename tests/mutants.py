@@ -359,6 +359,52 @@ MUTANTS: tuple[Mutant, ...] = (
     # (end of G)
 
     # -- issue 23: documents, permissions, doctor rows, error codes: H* ----------------------------------------
+    Mutant("H1", "one permission fact that could not be read refuses everyone (the old all-or-nothing check)",
+           "documents/access.py", (
+               ("    if not sender:\n        return False",
+                "    if not sender or acl.missing:\n        return False"),),
+        ("tests/test_documents_grants.py::test_each_scope_missing_alone_withholds_only_what_it_proves",)),
+    Mutant("H2", "a partly read permission answer is cached", "documents/access.py", (
+        ("if ttl_s > 0 and acl.complete:", "if ttl_s > 0:"),),
+        ("tests/test_documents_grants.py::test_a_fact_that_could_not_be_read_is_asked_again_once_the_scope_is_granted",)),
+    Mutant("H3", "the doctor counts users' grants as the app's", "bot/doctor.py", (
+        (' and (s.get("scope_type") or "tenant") == "tenant"}', "}"),),
+        ("tests/test_doctor.py::test_scope_rows_follow_the_documented_lists",
+         "tests/test_doctor.py::test_triage_needs_the_group_message_scope_and_digests_need_items")),
+    Mutant("H4", "a row needing two grants is present with one", "bot/doctor.py", (
+        ("also = not need.also or any(n in granted for n in need.also)", "also = True"),),
+        ("tests/test_doctor.py::test_scope_rows_follow_the_documented_lists",)),
+    Mutant("H5", "metas' failed_list is ignored", "bot/feishu/docs.py", (
+        ('raise unavailable(code, f"drive metas', 'return {} or unavailable(code, f"drive metas'),),
+        ("tests/test_documents_grants.py::test_a_file_the_app_cannot_see_is_said_to_be_not_shared_with_the_app",)),
+    Mutant("H6", "NOTEXIST and an edit error read as no access", "bot/feishu/docs.py", (
+        ("NO_ACCESS = {1770032, 131006, 1310213, 1063002, 91403, 970003}",
+         "NO_ACCESS = {1770032, 131006, 1310213, 1063002, 91403, 970003, 91402, 1770029}"),),
+        ("tests/test_documents_rules.py::test_feishu_error_codes_map_to_what_the_person_is_told",)),
+    Mutant("H7", "the first tab is read as cells though it is no grid", "documents/reader.py", (
+        ("sorted((s for s in sheets if is_grid(s))", "sorted((s for s in sheets)"),),
+        ("tests/test_documents_grants.py::test_a_spreadsheet_whose_first_tab_is_not_a_grid_reads_its_first_grid_and_names_the_rest",
+         "tests/test_documents_rules.py::test_a_tab_that_is_not_a_grid_is_never_the_range_read_and_is_named")),
+    Mutant("H8", "a reference synced block's content vanishes", "documents/render.py", (
+        ('if kind == "reference_synced" and not _children(block):', "if False:"),),
+        ("tests/test_documents_grants.py::test_a_reference_synced_block_shows_its_source_to_those_who_may_view_the_source",
+         "tests/test_documents_rules.py::test_synced_blocks_show_their_content")),
+    Mutant("H9", "synced content from a document the asker may not view is shown", "documents/context.py", (
+        ("if doc.sources and not self._sources_allowed(doc.sources):", "if False:"),),
+        ("tests/test_documents_grants.py::test_a_reference_synced_block_shows_its_source_to_those_who_may_view_the_source",)),
+    Mutant("H10", "docx reads are not paced", "bot/feishu/docs.py", (
+        ("            with self.pacer.slot(pace):\n", "            if True:\n"),),
+        ("tests/test_documents_grants.py::test_the_docx_limit_holds_across_workers_and_file_sizes_are_not_asked_twice",)),
+    Mutant("H11", "a file's size is downloaded again every turn", "documents/reader.py", (
+        ("        key = self.keys.doc_file_size(token, modified)\n        cached = self.r.get(key)",
+         "        key = self.keys.doc_file_size(token, modified)\n        cached = None"),),
+        ("tests/test_documents_grants.py::test_the_docx_limit_holds_across_workers_and_file_sizes_are_not_asked_twice",)),
+    Mutant("H12", "topic history needs only the read scope", "bot/feishu/capabilities.py", (
+        ('               also=("im:message.group_msg",)),', "               also=()),"),),
+        ("tests/test_doctor.py::test_scope_rows_follow_the_documented_lists",)),
+    Mutant("H13", "a synced block's source is checked for one sender of a batch only", "documents/context.py", (
+        ("for source in sources for s in self.senders)", "for source in sources for s in self.senders[-1:])"),),
+        ("tests/test_documents_grants.py::test_a_batch_of_several_senders_sees_synced_content_only_if_every_sender_may",)),
     # (end of H)
 
     # -- issue 23: streaming cards and rendered answers: S* ----------------------------------------------------

@@ -25,13 +25,13 @@ def test_a_full_grant_passes_and_lists_what_only_the_console_shows(env, feishu) 
 
 
 def test_missing_scopes_are_named_with_their_fix_and_a_missing_reply_scope_fails(env, feishu) -> None:
-    feishu.deny_scopes({"im:resource", "im:message:readonly", "im:message"})
+    feishu.deny_scopes({"im:message.history:readonly", "im:message:readonly", "im:message"})
     try:
         out = _doctor(env)
         assert out.returncode == 0, out.stdout + out.stderr  # optional: the bot still answers
         row = next(line for line in out.stdout.splitlines() if line.startswith("images and files"))
-        assert "missing" in row and "grant im:resource" in row
-        feishu.deny_scopes({"im:message:send_as_bot", "im:message"})
+        assert "missing" in row and "grant im:message:readonly" in row
+        feishu.deny_scopes({"im:message:send_as_bot", "im:message", "im:message:send"})
         out = _doctor(env)
         assert out.returncode == 1 and "1 required missing" in out.stdout
     finally:
@@ -71,5 +71,49 @@ def test_triage_needs_the_group_message_scope_and_digests_need_items(env, feishu
         out = _doctor(on)
         row = next(line for line in out.stdout.splitlines() if line.startswith("quiet triage"))
         assert "missing" in row and "grant im:message.group_msg" in row and out.returncode == 1
+    finally:
+        feishu.deny_scopes(())
+
+
+def _row(out: subprocess.CompletedProcess[str], feature: str) -> str:
+    return next(line for line in out.stdout.splitlines() if line.startswith(feature))
+
+
+def test_scope_rows_follow_the_documented_lists(env, feishu) -> None:
+    """Issue 23 B10: message resources take a message-read scope (not im:resource alone); a reply may also use
+    im:message:send; a topic's history needs a read scope AND im:message.group_msg; the app's scopes are its
+    tenant grants only (the list also shows users' grants)."""
+    rows = {n.feature: n for n in needs(settings_from(env))}
+    assert "im:resource" not in rows["images and files in messages"].names
+    assert "im:message:send" in rows["reply in chats and topics"].names
+    history = next(n for f, n in rows.items() if f.startswith("topic history"))
+    assert history.also == ("im:message.group_msg",) and verdict(history, {"im:message:readonly"}, None) == MISSING
+    assert verdict(history, {"im:message:readonly", "im:message.group_msg"}, None) == PRESENT
+    feishu.deny_scopes({"im:message.group_msg"})
+    try:
+        out = _doctor(env)
+        assert "missing" in _row(out, "topic history") and "im:message.group_msg" in _row(out, "topic history")
+        assert "present" in _row(out, "images and files")
+        feishu.deny_scopes({"docx:document:readonly", "docx:document"})  # users may still hold them: not the app
+        assert "missing" in _row(_doctor(env), "reading linked docx")
+    finally:
+        feishu.deny_scopes(())
+
+
+def test_the_three_permission_facts_have_a_row_each(env, feishu) -> None:
+    """Issue 23 B1: link share, collaborators and the owner (drive metas) are three APIs with their own scopes."""
+    facts = {"link-share check": "docs:permission.setting:read",
+             "collaborator check": "docs:permission.member:retrieve",
+             "names of linked drive files": "drive:drive.metadata:readonly"}
+    rows = {n.feature: n for n in needs(settings_from(env))}
+    for feature, scope in facts.items():
+        assert scope in next(n for f, n in rows.items() if f.startswith(feature)).names
+    assert "drive:drive:readonly" not in next(n for f, n in rows.items() if f.startswith("collaborator")).names
+    feishu.deny_scopes({"docs:permission.member:retrieve", "docs:doc", "drive:drive", "sheets:spreadsheet",
+                        "wiki:wiki", "bitable:app", "bitable:bitable"})
+    try:
+        out = _doctor(env)
+        assert "missing" in _row(out, "collaborator check") and "present" in _row(out, "link-share check")
+        assert "present" in _row(out, "names of linked drive files")
     finally:
         feishu.deny_scopes(())

@@ -4,15 +4,18 @@ lark-oapi client: documented shapes, real paging, revisions, permission errors, 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote
 
 import lark_oapi as lark
 import pytest
-from lark_oapi.api.docx.v1 import GetDocumentRequest, ListDocumentBlockRequest
+from lark_oapi.api.application.v6 import ListScopeRequest
+from lark_oapi.api.docx.v1 import GetDocumentBlockChildrenRequest, GetDocumentRequest, ListDocumentBlockRequest
 from lark_oapi.api.drive.v1 import BatchQueryMetaRequest, ListPermissionMemberRequest, MetaRequest, RequestDoc
 from lark_oapi.api.drive.v2 import GetPermissionPublicRequest
+from lark_oapi.api.im.v1 import ListMessageRequest
 from lark_oapi.api.wiki.v2 import GetNodeSpaceRequest
 from lark_oapi.core.cache import LocalCache
 from lark_oapi.core.token.manager import TokenManager
@@ -20,7 +23,7 @@ from lark_oapi.core.token.manager import TokenManager
 from sandbox.cli.commands import main
 from sandbox.feishu.docs_blocks import parse_range
 from sandbox.feishu.emulator import FeishuEmulator
-from sandbox.feishu.rules import OP_SCOPES, FeishuError
+from sandbox.feishu.rules import ALL_SCOPES, OP_SCOPES, FeishuError
 from tests.harness import APP_ID, APP_SECRET, service_env
 
 BODY = """# 概览
@@ -36,13 +39,17 @@ print("hi")
 | a | 1 |
 | b | 2 |
 """
-DOC_OPS = ("doc_meta", "doc_blocks", "wiki_node", "sheet_meta", "sheet_values", "perm_public", "perm_members",
-           "drive_metas", "drive_download")
+DOC_OPS = ("doc_meta", "doc_blocks", "doc_children", "wiki_node", "sheet_meta", "sheet_values", "perm_public",
+           "perm_members", "drive_metas", "drive_download")
 
 
 @pytest.fixture
 def client(feishu: FeishuEmulator, monkeypatch: pytest.MonkeyPatch) -> lark.Client:
+    """lark-oapi as a bare client (unpaced): the docx reads' and the download's own limits are lifted here;
+    test_the_docx_reads_and_the_download_keep_their_own_limits puts them back."""
     monkeypatch.setattr(TokenManager, "cache", LocalCache())
+    for op in ("doc_meta", "doc_blocks", "doc_children", "drive_download"):
+        feishu.set_doc_limit(op, per_second=100_000)
     builder = lark.Client.builder().app_id(APP_ID).app_secret(APP_SECRET).domain(feishu.url)
     return builder.log_level(lark.LogLevel.CRITICAL).build()
 
@@ -264,6 +271,112 @@ def test_a_drive_files_size_is_read_with_a_range_download(client, feishu) -> Non
     hidden = feishu.add_drive_file("密.pdf", "pdf", 10, app_access=False)
     denied = raw_get(client, f"/open-apis/drive/v1/files/{hidden}/download")
     assert denied.raw.status_code == 403 and body(denied)["code"] == 1061004
+
+
+def test_each_permission_fact_is_refused_alone_by_its_own_documented_scopes(client, feishu) -> None:
+    """B1: link share, members and metas are three APIs with three scope lists; a tenant without one list's
+    scopes is refused that call alone (99991672 naming them) and still gets the other two."""
+    assert OP_SCOPES["drive_metas"] == ("drive:drive.metadata:readonly", "drive:drive")  # meta/batch_query page
+    assert "drive:drive:readonly" not in OP_SCOPES["perm_members"]  # permission-member/list page
+    assert {"docs:permission.setting:read", "drive:drive:readonly", "docx:document"} <= set(OP_SCOPES["perm_public"])
+    token = feishu.add_doc("三问", "x", owner="ou_owner", members=[("openid", "ou_amy", "view")])
+    req = MetaRequest.builder().request_docs([RequestDoc.builder().doc_token(token).doc_type("docx").build()]).build()
+    calls = {
+        "perm_public": lambda: client.drive.v2.permission_public.get(
+            GetPermissionPublicRequest.builder().token(token).type("docx").build()),
+        "perm_members": lambda: client.drive.v1.permission_member.list(
+            ListPermissionMemberRequest.builder().token(token).type("docx").build()),
+        "drive_metas": lambda: client.drive.v1.meta.batch_query(BatchQueryMetaRequest.builder().request_body(req)
+                                                                .build()),
+    }
+    for denied in calls:
+        feishu.deny_scopes(OP_SCOPES[denied])
+        answers = {op: call() for op, call in calls.items()}
+        assert answers[denied].code == 99991672 and OP_SCOPES[denied][0] in answers[denied].msg
+        assert all(a.success() for op, a in answers.items() if op != denied), denied
+    feishu.deny_scopes(())
+
+
+def test_a_tab_that_is_not_a_grid_carries_block_info_and_has_no_cells(client, feishu) -> None:
+    token = feishu.add_sheet("项目", {"看板": "BITABLE_BLOCK", "明细": [["a", "b"]]})
+    meta = body(raw_get(client, f"/open-apis/sheets/v2/spreadsheets/{token}/metainfo"))["data"]
+    board, grid = meta["sheets"]
+    assert board["blockInfo"]["blockType"] == "BITABLE_BLOCK" and "_tbl" in board["blockInfo"]["blockToken"]
+    assert (board["index"], board["rowCount"], board["columnCount"]) == (0, 0, 0) and "blockInfo" not in grid
+    assert raw_get(client, f"/open-apis/sheets/v2/spreadsheets/{token}/values/{board['sheetId']}!A1:B2").code == 1310211
+
+
+def test_a_reference_synced_block_lists_its_source_and_its_content_is_read_there(client, feishu) -> None:
+    source = feishu.add_doc("源文档", "开头")
+    block = feishu.add_synced_source(source, "## 同步标题\n同步内容 CANARY")
+    target = feishu.add_doc("引用文档", "正文")
+    ref = feishu.add_synced_reference(target, source, block)
+    listed = {b["block_id"]: b for b in blocks(client, target, 500)[0]}
+    assert listed[ref]["block_type"] == 50 and "children" not in listed[ref]
+    assert listed[ref]["reference_synced"] == {"source_document_id": source, "source_block_id": block}
+    deep = body(client.docx.v1.document_block_children.get(
+        GetDocumentBlockChildrenRequest.builder().document_id(source).block_id(block).with_descendants(True)
+        .build()))["data"]["items"]
+    assert [b["block_type"] for b in deep] == [49, 4, 2] and text_of(deep[2]) == "同步内容 CANARY"
+    assert deep[1]["parent_id"] == block
+    shallow = body(client.docx.v1.document_block_children.get(
+        GetDocumentBlockChildrenRequest.builder().document_id(source).block_id(block).build()))["data"]["items"]
+    assert [b["block_type"] for b in shallow] == [4, 2]
+    feishu.set_doc_access(source, app_access=False)  # the app needs read access to the source document
+    denied = client.docx.v1.document_block_children.get(
+        GetDocumentBlockChildrenRequest.builder().document_id(source).block_id(block).with_descendants(True).build())
+    assert (denied.code, denied.raw.status_code) == (1770032, 403)
+
+
+def test_the_docx_reads_and_the_download_keep_their_own_limits(client, feishu) -> None:
+    """B9: docx get / blocks list / block children 5 a second per app (HTTP 400, 99991400), the download 5 a
+    second and 10,000 a day (1061045). The emulator's clock is stopped: every call lands in one second."""
+    feishu.doc_limits.reset()  # the documented limits, not the lifted ones of `client`
+    feishu.doc_limits.clock = lambda: 1000.0
+    token = feishu.add_doc("限频", "x")
+    file_token = feishu.add_drive_file("a.zip", "zip", 10)
+    try:
+        gets = [client.docx.v1.document.get(GetDocumentRequest.builder().document_id(token).build()) for _ in range(6)]
+        assert all(g.success() for g in gets[:5]) and (gets[5].code, gets[5].raw.status_code) == (99991400, 400)
+        assert blocks(client, token, 500)[1] == 1  # each op has its own 5
+        downloads = [raw_get(client, f"/open-apis/drive/v1/files/{file_token}/download") for _ in range(6)]
+        assert [d.raw.status_code for d in downloads] == [200] * 5 + [400] and body(downloads[5])["code"] == 1061045
+        feishu.doc_limits.clock = lambda: 1002.0
+        feishu.set_doc_limit("drive_download", per_day=6)
+        assert raw_get(client, f"/open-apis/drive/v1/files/{file_token}/download").raw.status_code == 200
+        assert body(raw_get(client, f"/open-apis/drive/v1/files/{file_token}/download"))["code"] == 1061045
+        assert feishu.doc_rejections == {"doc_meta": 1, "drive_download": 2}
+    finally:
+        feishu.doc_limits.clock = time.monotonic
+
+
+def test_the_scope_list_holds_user_grants_beside_the_tenants(client, feishu) -> None:
+    """application/v6/scopes: grant_status 1 granted, 2 not; `scope_type` tells the tenant's grants from users'."""
+    feishu.deny_scopes({"docx:document:readonly"})
+    scopes = body(client.application.v6.scope.list(ListScopeRequest.builder().build()))["data"]["scopes"]
+    rows = {(s["scope_name"], s["scope_type"]): s["grant_status"] for s in scopes}
+    assert rows[("docx:document:readonly", "tenant")] == 2 and rows[("docx:document:readonly", "user")] == 1
+    assert {name for name, _ in rows} == ALL_SCOPES
+    feishu.deny_scopes(())
+
+
+def test_a_groups_history_needs_a_read_scope_and_the_group_message_scope(client, feishu) -> None:
+    """获取会话历史消息: a read scope, and for a group chat im:message.group_msg too; p2p needs only the first."""
+    feishu.add_message("om_g1", "oc_hist_group", text="群消息")
+    feishu.add_message("om_p1", "oc_hist_p2p", text="单聊", chat_mode="p2p")
+
+    def listed(chat: str) -> Any:
+        return client.im.v1.message.list(ListMessageRequest.builder().container_id_type("chat").container_id(chat)
+                                         .build())
+
+    feishu.deny_scopes({"im:message.group_msg"})
+    refused = listed("oc_hist_group")
+    assert refused.code == 99991672 and "im:message.group_msg" in refused.msg
+    assert listed("oc_hist_p2p").success()
+    feishu.deny_scopes({"im:message", "im:message:readonly", "im:message.history:readonly"})
+    assert listed("oc_hist_group").code == 99991672 and listed("oc_hist_p2p").code == 99991672
+    feishu.deny_scopes(())
+    assert listed("oc_hist_group").success()
 
 
 # -- the plumbing every op shares: recording, faults, scopes --------------------------------------------------------

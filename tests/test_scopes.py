@@ -56,6 +56,6 @@ def test_a_tenant_without_optional_scopes_gets_every_message_answered(narrow_ten
     assert ready["status"] == "degraded" and ready["paused"] == {}
     off = ready["capabilities_off"]
     assert {"resources", "reactions", "thread_history"} <= set(off)
-    assert "im:resource" in off["resources"]["scopes"]
+    assert "im:message:readonly" in off["resources"]["scopes"]  # get-message-resource: im:resource is no help
     alerts = [json.loads(a)["text"] for a in r.lrange(keys.alerts, 0, -1)]
-    assert len([a for a in alerts if "im:resource" in a]) == 1  # one alert per capability, not per message
+    assert len([a for a in alerts if "im:message.history:readonly" in a and "images" in a]) == 1  # one per capability

@@ -30,26 +30,43 @@ class Capability:
     name: str
     scopes: tuple[str, ...]  # any one of them is enough (as Feishu documents each API's scopes)
     what: str  # what stops working without it
+    also: tuple[str, ...] = ()  # and one of these too (an API whose documentation asks for two grants)
+
+    def granted(self, scopes: set[str]) -> bool:
+        """Whether a tenant that granted `scopes` may make the calls. Pure."""
+        return any(s in scopes for s in self.scopes) and (not self.also or any(s in scopes for s in self.also))
 
 
+# Each list is the API reference's "权限要求" (open.feishu.cn server docs; the pages are named in
+# sandbox/feishu/rules.py, which makes the emulator refuse by the same lists).
+READ_MESSAGES = ("im:message:readonly", "im:message", "im:message.history:readonly")
 CAPABILITIES = {c.name: c for c in (
     Capability("reactions", ("im:message.reactions:write_only", "im:message"), "progress reactions (OnIt, CrossMark)"),
-    Capability("resources", ("im:resource", "im:message:readonly", "im:message"), "images and files in messages"),
+    Capability("resources", READ_MESSAGES, "images and files in messages"),
     Capability("message_read", ("im:message:readonly", "im:message"), "forwarded bundles, quoted and single messages"),
-    Capability("thread_history", ("im:message.group_msg:readonly", "im:message.group_msg"),
-               "topic history: bootstrap, read_thread, first-answer materials"),
+    # 获取会话历史消息: a read scope, and for group chats (every topic is in one) im:message.group_msg as well.
+    Capability("thread_history", READ_MESSAGES, "topic history: bootstrap, read_thread, first-answer materials",
+               also=("im:message.group_msg",)),
     Capability("chat_members", ("im:chat.members:read", "im:chat:readonly", "im:chat"),
                "membership checks (item references, /item link)"),
     Capability("record_events", ("bitable:app", "drive:drive"), "Bitable record events (records naming a topic)"),
     Capability("documents", ("docx:document:readonly", "docx:document"), "reading linked docx documents"),
-    Capability("drive_files", ("drive:drive.metadata:readonly", "drive:drive:readonly", "drive:drive"),
-               "names of linked drive files and document owners"),
+    Capability("drive_files", ("drive:drive.metadata:readonly", "drive:drive"),
+               "names of linked drive files and document owners (without it an owner counts only through the other "
+               "checks)"),
+    Capability("file_size", ("drive:file:readonly", "drive:file:download", "drive:file", "drive:drive:readonly",
+                             "drive:drive"), "sizes of linked drive files (named without a size)"),
     Capability("wiki", ("wiki:wiki:readonly", "wiki:wiki", "wiki:node:read"), "resolving linked wiki pages"),
     Capability("sheets", ("sheets:spreadsheet:readonly", "sheets:spreadsheet", "drive:drive:readonly", "drive:drive"),
                "reading linked sheets"),
-    Capability("doc_permissions", ("docs:permission.member:retrieve", "docs:permission.setting:read",
-                                   "drive:drive:readonly", "drive:drive"),
-               "checking who may view a linked document (without it only item materials are used)"),
+    Capability("doc_share", ("docs:permission.setting:read", "docs:doc", "docx:document", "drive:drive",
+                             "drive:drive:readonly", "drive:file", "sheets:spreadsheet", "wiki:wiki",
+                             "bitable:bitable"),
+               "link-share check of linked documents (without it a tenant-wide link lets nobody in)"),
+    Capability("doc_members", ("docs:permission.member:retrieve", "docs:doc", "drive:drive", "sheets:spreadsheet",
+                               "wiki:wiki", "bitable:app", "bitable:bitable"),
+               "collaborator check of linked documents (without it collaborators count only through the other "
+               "checks)"),
     Capability("streaming", ("cardkit:card:write",), "streaming answers in a typewriter card (plain replies instead)"),
 )}
 _SCOPES_IN_MESSAGE = re.compile(r"\[([a-z0-9_:., -]+)\]", re.I)

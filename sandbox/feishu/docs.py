@@ -2,15 +2,20 @@
 
 Each handler gets the request record and answers the documented JSON (or raises the documented FeishuError).
 Sources (request URIs and response fields as lark-oapi 1.7.5 models them, errors as the Open API reference lists):
-- docx v1 document get / blocks list: lark_oapi/api/docx/v1/model/{get_document,list_document_block}_request.py,
-  document.py, block.py; errors 404 1770002 not found, 400 1770022 invalid page token, 403 1770032 forbidden
-  (docx error table, open.feishu.cn …/document-docx/docx-v1/…; real answers spell it "forBidden").
+- docx v1 document get / blocks list / block children get (…/document-docx/docx-v1/document-block-children/get,
+  `with_descendants`: the block and every descendant in preorder): lark_oapi/api/docx/v1/model/{get_document,
+  list_document_block,get_document_block_children}_request.py, document.py, block.py; errors 404 1770002 not
+  found, 400 1770022 invalid page token, 403 1770032 forbidden (docx error table, open.feishu.cn
+  …/document-docx/docx-v1/…; real answers spell it "forBidden"). Their 5/s per app: sandbox/feishu/doc_limits.py.
 - wiki v2 get_node: open.feishu.cn/document/ukTMukTMukTM/uUDN04SN0QjL1QDN/wiki-v2/space/get_node (scopes
   wiki:node:read | wiki:wiki | wiki:wiki:readonly), lark_oapi/api/wiki/v2/model/node.py; errors 400 131005 not
   found, 400 131006 permission denied (wiki error table).
-- sheets v2 metainfo and "读取单个范围" (open.feishu.cn/document/ukTMukTMukTM/ugTMzUjL4EzM14COxMTN, "返回数据限制为
-  10M"); errors 400 1310213 Permission Fail, 1310214 SpreadSheet Not Found, 1310215 Sheet Id Not Found,
-  1310202 Wrong Range, 1310221 Response Too Large (sheets error tables).
+- sheets v2 metainfo (…/ukTMukTMukTM/uETMzUjLxEzM14SMxMTN: a tab that is not a grid carries `blockInfo`
+  {blockToken, blockType}, e.g. BITABLE_BLOCK with "<app_token>_<table_id>" as bitable-overview shows) and
+  "读取单个范围" (open.feishu.cn/document/ukTMukTMukTM/ugTMzUjL4EzM14COxMTN, "返回数据限制为10M"); errors 400
+  1310213 Permission Fail, 1310214 SpreadSheet Not Found, 1310215 Sheet Id Not Found, 1310202 Wrong Range,
+  1310221 Response Too Large (sheets error tables). Reading cells of a tab that is not a grid is not documented:
+  the emulator answers 1310211 Wrong Sheet Id (an assumption; the bot never asks).
 - drive v2 permission_public get (…/permission/permission-public/get-2), drive v1 permission members list
   (…/permission/permission-member/list): 400 1063001 Invalid parameter (token/type mismatch, no such document),
   403 1063002 Permission denied, 404 1063005 Resource is deleted; lark_oapi/api/drive/{v2/model/permission_public,
@@ -38,6 +43,7 @@ from sandbox.feishu.docs_blocks import (
     block_changes,
     byte_range,
     column_letters,
+    descendants,
     markdown_blocks,
     new_token,
     page_offset,
@@ -45,6 +51,8 @@ from sandbox.feishu.docs_blocks import (
     page_token,
     parse_range,
     query_int,
+    synced_reference,
+    synced_source,
 )
 from sandbox.feishu.items_api import ok
 from sandbox.feishu.rules import FeishuError
@@ -163,6 +171,21 @@ class DocsStore:
             sheet["rows"] = [list(r) for r in rows]
             return self._edited(doc, body, 1, editor)
 
+    def add_synced(self, token: str, block: list[dict[str, Any]], editor: str | None) -> str:
+        """Append blocks (a synced block first) to the end of a docx's page; returns the first one's block_id."""
+        with self.lock:
+            doc = self.get(token, "docx")
+            body = copy.deepcopy(doc.body)
+            body[0].setdefault("children", []).append(block[0]["block_id"])
+            self._edited(doc, body + copy.deepcopy(block), len(block), editor)
+            return str(block[0]["block_id"])
+
+    def add_synced_source(self, token: str, markdown: str, editor: str | None) -> str:
+        return self.add_synced(token, synced_source(token, markdown), editor)
+
+    def add_synced_reference(self, token: str, source: str, source_block: str, editor: str | None) -> str:
+        return self.add_synced(token, [synced_reference(token, source, source_block)], editor)
+
     def _edited(self, doc: Doc, body: Any, step: int, editor: str | None) -> int:
         doc.body, doc.revision = body, doc.revision + max(1, step)
         doc.history[doc.revision] = copy.deepcopy(body)
@@ -221,6 +244,20 @@ class DocsStore:
         more = start + size < len(blocks)
         return ok({"items": page, "page_token": page_token(doc.token, start + size) if more else "", "has_more": more})
 
+    def doc_children(self, record: dict[str, Any]) -> dict[str, Any]:
+        """Block children get: one block's children, or (with_descendants=true) it and all below, paged."""
+        query = record["query"]
+        size = page_size(query.get("page_size"), BLOCK_PAGE_MAX)
+        # lark-oapi sends a bool query as str(True) → "True"; Feishu's gateway reads it as a bool either way.
+        deep = (query.get("with_descendants") or "").lower() in ("true", "t", "1")
+        with self.lock:
+            doc = self._docx(record["params"]["document_id"])
+            items = descendants(doc.history[doc.revision], record["params"]["block_id"], deep)
+            start = page_offset(query.get("page_token"), doc.token)
+            page = copy.deepcopy(items[start:start + size])
+        more = start + size < len(items)
+        return ok({"items": page, "page_token": page_token(doc.token, start + size) if more else "", "has_more": more})
+
     # -- wiki --------------------------------------------------------------------------------------------------
 
     def wiki_node(self, record: dict[str, Any]) -> dict[str, Any]:
@@ -257,7 +294,8 @@ class DocsStore:
             book = self._book(record["params"]["token"])
             sheets = [{"sheetId": s["sheetId"], "title": s["title"], "index": i, "rowCount": len(s["rows"]),
                        "columnCount": max((len(r) for r in s["rows"]), default=0), "frozenRowCount": 0,
-                       "frozenColCount": 0} for i, s in enumerate(book.body)]
+                       "frozenColCount": 0, **({"blockInfo": s["block"]} if s.get("block") else {})}
+                      for i, s in enumerate(book.body)]
             props = {"title": book.title, "revision": book.revision, "sheetCount": len(sheets), "ownerUser": 0,
                      "ownerUserID": book.access.owner}
             return ok({"properties": props, "sheets": sheets, "spreadsheetToken": book.token})
@@ -269,6 +307,8 @@ class DocsStore:
             sheet = next((s for s in book.body if s["sheetId"] == sheet_id), None)
             if sheet is None:
                 raise FeishuError(1310215)
+            if sheet.get("block"):  # not a grid of cells (undocumented answer: see the module's docstring)
+                raise FeishuError(1310211, "Wrong Sheet Id")
             rows = sheet["rows"]
             width = max((len(r) for r in rows), default=0)
             last_row = min(len(rows) - 1 if row1 is None else row1, len(rows) - 1)

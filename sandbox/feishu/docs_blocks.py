@@ -3,7 +3,13 @@
 Block shapes follow the docx v1 block data structure (lark_oapi/api/docx/v1/model/block.py, text.py,
 text_style.py, text_element_style.py, table.py, table_property.py; open.feishu.cn "块的数据结构"): block_type 1
 page, 2 text, 3-11 heading1-9, 12 bullet, 13 ordered, 14 code, 15 quote, 17 todo, 22 divider, 31 table,
-32 table_cell; code languages as the TextStyle.language enum (1 PlainText … 49 Python … 75 TOML).
+32 table_cell, 49 source_synced, 50 reference_synced; code languages as the TextStyle.language enum (1 PlainText …
+49 Python … 75 TOML).
+
+Synced blocks (block.md SourceSynced / ReferenceSynced, docx FAQ "如何获取引用同步块的内容"): a source synced
+block holds its content as children; a reference synced block pasted into another document carries only
+{source_document_id, source_block_id} and no children (riba2534/feishu-cli#177 saw the same: cross-document
+references list no children); its content is read with block children get `with_descendants=true` on the source.
 """
 
 from __future__ import annotations
@@ -20,7 +26,8 @@ from sandbox.feishu.rules import FeishuError
 
 ALPHABET = string.ascii_letters + string.digits
 KINDS = {1: "page", 2: "text", 12: "bullet", 13: "ordered", 14: "code", 15: "quote", 17: "todo", 22: "divider",
-         31: "table", 32: "table_cell", **{2 + level: f"heading{level}" for level in range(1, 10)}}
+         31: "table", 32: "table_cell", 49: "source_synced", 50: "reference_synced",
+         **{2 + level: f"heading{level}" for level in range(1, 10)}}
 LANGUAGES = {  # TextStyle.language: the names a fence is likely to carry
     "": 1, "text": 1, "plaintext": 1, "bash": 7, "sh": 60, "shell": 60, "c#": 8, "csharp": 8, "c++": 9, "cpp": 9,
     "c": 10, "css": 12, "dockerfile": 18, "go": 22, "html": 24, "http": 26, "json": 28, "java": 29,
@@ -131,6 +138,38 @@ def markdown_blocks(document_id: str, title: str, markdown: str) -> list[dict[st
         _line(out, line)
         i += 1
     return out.blocks
+
+
+def synced_source(document_id: str, markdown: str) -> list[dict[str, Any]]:
+    """A source synced block (under the page `document_id`) and its content's blocks, in list order."""
+    inner = markdown_blocks(document_id, "", markdown)
+    source = {"block_id": new_token(), "block_type": 49, "parent_id": document_id,
+              "children": list(inner[0].get("children") or []), "source_synced": {"elements": [], "align": 1}}
+    for block in inner[1:]:
+        if block["parent_id"] == document_id:
+            block["parent_id"] = source["block_id"]
+    return [source, *inner[1:]]
+
+
+def synced_reference(document_id: str, source_document: str, source_block: str) -> dict[str, Any]:
+    """A reference synced block (under the page `document_id`): the source's ids, no children."""
+    return {"block_id": new_token(), "block_type": 50, "parent_id": document_id,
+            "reference_synced": {"source_document_id": source_document, "source_block_id": source_block}}
+
+
+def descendants(blocks: list[dict[str, Any]], block_id: str, deep: bool) -> list[dict[str, Any]]:
+    """Block children get: the block's children, or (`deep`) the block and all its descendants in preorder."""
+    by_id = {b["block_id"]: b for b in blocks}
+    if block_id not in by_id:
+        raise FeishuError(1770002, http_status=404)
+    if not deep:
+        return [by_id[c] for c in by_id[block_id].get("children") or [] if c in by_id]
+    out, stack = [], [block_id]
+    while stack:
+        block = by_id[stack.pop()]
+        out.append(block)
+        stack.extend(reversed([c for c in block.get("children") or [] if c in by_id]))
+    return out
 
 
 def _line(out: _Builder, line: str) -> None:

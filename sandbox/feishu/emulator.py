@@ -16,10 +16,11 @@ from sandbox.faults import Fault, FaultBook
 from sandbox.feishu.bitable import BitableStore
 from sandbox.feishu.cardkit import CardKitStore
 from sandbox.feishu.control import register_control
+from sandbox.feishu.doc_limits import DocLimits
 from sandbox.feishu.docs import DocsStore
 from sandbox.feishu.emulator_controls import OPS, CardKitControls, Controls, DocControls, Hook
 from sandbox.feishu.items_api import ItemsApi, ok
-from sandbox.feishu.rules import ALL_SCOPES, FeishuError, Resource, make_fault, scope_error
+from sandbox.feishu.rules import ALL_SCOPES, GROUP_HISTORY, FeishuError, Resource, make_fault, scope_error
 from sandbox.feishu.store import FeishuStore
 from sandbox.feishu.ws import WsEndpoint, register_ws
 from sandbox.server import (
@@ -52,6 +53,7 @@ class FeishuEmulator(Controls, DocControls, CardKitControls, ItemsApi, LoopbackS
         self.store = FeishuStore(app_id, app_secret, clock)
         self.bitable = BitableStore(self.store.lock, self.store.person, self.store.chat_name, self.sleep, clock)
         self.docs = DocsStore(self.store.lock, self._name_of, clock)
+        self.doc_limits = DocLimits()  # the docx reads' and the download's own per-app limits
         self.cardkit = CardKitStore(self.store.lock, clock)
         self.store.entities = self.cardkit
         self._lock = threading.RLock()
@@ -79,6 +81,7 @@ class FeishuEmulator(Controls, DocControls, CardKitControls, ItemsApi, LoopbackS
         self.store.reset(keep_tokens=keep_tokens)
         self.bitable.reset()
         self.docs.reset()
+        self.doc_limits.reset()
         self.cardkit.reset()
         self._faults.clear()
         with self._lock:
@@ -215,6 +218,7 @@ class FeishuEmulator(Controls, DocControls, CardKitControls, ItemsApi, LoopbackS
             if missing is not None:
                 raise missing
             self._per_minute(op)
+            self.doc_limits.check(op)
             fault = self._faults.take(op)
             if fault is None or fault.after:  # an "after" fault applies the request first
                 body, status = handler(record), 200
@@ -283,6 +287,8 @@ class FeishuEmulator(Controls, DocControls, CardKitControls, ItemsApi, LoopbackS
             (f"{BITABLE}/records/<record_id>", "PUT", "bitable_update", self._bitable_update),
             ("/open-apis/docx/v1/documents/<document_id>", "GET", "doc_meta", self.docs.doc_meta),
             ("/open-apis/docx/v1/documents/<document_id>/blocks", "GET", "doc_blocks", self.docs.doc_blocks),
+            ("/open-apis/docx/v1/documents/<document_id>/blocks/<block_id>/children", "GET", "doc_children",
+             self.docs.doc_children),
             ("/open-apis/wiki/v2/spaces/get_node", "GET", "wiki_node", self.docs.wiki_node),
             (f"{SHEETS}/metainfo", "GET", "sheet_meta", self.docs.sheet_meta),
             (f"{SHEETS}/values/<path:range>", "GET", "sheet_values", self.docs.sheet_values),
@@ -319,9 +325,12 @@ class FeishuEmulator(Controls, DocControls, CardKitControls, ItemsApi, LoopbackS
         return {"code": 0, "msg": "ok", "bot": bot}
 
     def _scopes(self, record: dict[str, Any]) -> dict[str, Any]:
-        """GET application/v6/scopes: the app's tenant scopes, grant_status 1 granted / 0 not (deny_scopes)."""
-        scopes = [{"scope_name": s, "grant_status": 0 if s in self.denied_scopes else 1, "scope_type": "tenant"}
+        """GET application/v6/scopes (application-v6/scope/list): grant_status 1 granted / 2 not (deny_scopes);
+        lark-oapi 1.7.5's Scope also has `scope_type`: the tenant's grants, and user-identity grants listed beside
+        them (granted here even where the tenant's is not: they never let the app's own calls through)."""
+        scopes = [{"scope_name": s, "grant_status": 2 if s in self.denied_scopes else 1, "scope_type": "tenant"}
                   for s in sorted(ALL_SCOPES)]
+        scopes += [{"scope_name": s, "grant_status": 1, "scope_type": "user"} for s in sorted(ALL_SCOPES)]
         return ok({"scopes": scopes})
 
     def _reply(self, record: dict[str, Any]) -> dict[str, Any]:
@@ -335,7 +344,14 @@ class FeishuEmulator(Controls, DocControls, CardKitControls, ItemsApi, LoopbackS
         return ok(self.store.get(record["params"]["message_id"], with_sender_name=with_names))
 
     def _list(self, record: dict[str, Any]) -> dict[str, Any]:
-        return ok(self.store.list(record["query"]))
+        query = record["query"]
+        with self.store.lock:
+            mode = self.store.chats.get(query.get("container_id", ""), {}).get("chat_mode", "p2p")
+        if query.get("container_id_type") == "thread" or mode != "p2p":
+            missing = scope_error("list", self.denied_scopes, GROUP_HISTORY)  # a group's history: both grants
+            if missing is not None:
+                raise missing
+        return ok(self.store.list(query))
 
     def _chat(self, record: dict[str, Any]) -> dict[str, Any]:
         return ok(self.store.chat(record["params"]["chat_id"]))

@@ -17,6 +17,7 @@ from sandbox.feishu.rules import check_ops, error_body, fault_kinds_for, fault_o
 
 if TYPE_CHECKING:
     from sandbox.feishu.cardkit import CardKitStore
+    from sandbox.feishu.doc_limits import DocLimits
     from sandbox.feishu.docs import DocsStore
     from sandbox.feishu.store import FeishuStore
 
@@ -25,7 +26,7 @@ OPS = (
     "chat_members",
     "drive_subscribe", "bitable_fields", "bitable_search", "bitable_batch_get", "bitable_create", "bitable_update",
     "reaction_add", "reaction_remove", "reaction_list",
-    "doc_meta", "doc_blocks", "wiki_node", "sheet_meta", "sheet_values", "perm_public", "perm_members",
+    "doc_meta", "doc_blocks", "doc_children", "wiki_node", "sheet_meta", "sheet_values", "perm_public", "perm_members",
     "drive_metas", "drive_download",
     "card_create", "card_content", "card_update", "card_settings",
 )
@@ -195,6 +196,7 @@ class DocControls:
 
     if TYPE_CHECKING:
         docs: DocsStore
+        doc_limits: DocLimits
 
     def add_doc(self, title: str, markdown: str, *, token: str | None = None, link_share: str = "closed",
                 members: Iterable[Any] = (), app_access: bool = True, owner: str = DOC_OWNER) -> str:
@@ -206,16 +208,38 @@ class DocControls:
         """Replace the body; returns the new revision_id (one step per changed block, at least one)."""
         return self.docs.edit_docx(token, markdown, editor)
 
+    def add_synced_source(self, token: str, markdown: str, *, editor: str | None = None) -> str:
+        """Append a source synced block holding `markdown` to a docx; returns its block_id."""
+        return self.docs.add_synced_source(token, markdown, editor)
+
+    def add_synced_reference(self, token: str, source: str, source_block: str, *, editor: str | None = None) -> str:
+        """Paste the synced block `source_block` of docx `source` at the end of docx `token` (a reference synced
+        block: no children of its own); returns its block_id."""
+        return self.docs.add_synced_reference(token, source, source_block, editor)
+
+    def set_doc_limit(self, op: str, *, per_second: int | None = None, per_day: int | None = None) -> None:
+        """The documented per-app limits (doc_meta, doc_blocks, doc_children 5/s; drive_download 5/s and 10,000 a
+        day), lowered for a test; `doc_rejections` counts the calls refused for them."""
+        self.doc_limits.set(op, per_second=per_second, per_day=per_day)
+
+    @property
+    def doc_rejections(self) -> dict[str, int]:
+        with self.doc_limits.lock:
+            return dict(self.doc_limits.rejections)
+
     def add_wiki_node(self, obj_token: str, obj_type: str = "docx", *, node_token: str | None = None,
                       title: str | None = None) -> str:
         """Mount a document in the wiki space; returns the node_token (its access is the document's)."""
         return self.docs.add_node(obj_token, obj_type, node_token, title)
 
-    def add_sheet(self, title: str, sheets: Mapping[str, list[list[Any]]], *, token: str | None = None,
+    def add_sheet(self, title: str, sheets: Mapping[str, list[list[Any]] | str], *, token: str | None = None,
                   link_share: str = "closed", members: Iterable[Any] = (), app_access: bool = True,
                   owner: str = DOC_OWNER) -> str:
-        """A spreadsheet with one sheet per entry (first sheet first, sheetIds generated); returns its token."""
-        body = [{"sheetId": new_token(6), "title": name, "rows": [list(r) for r in rows]}
+        """A spreadsheet with one sheet per entry (first sheet first, sheetIds generated); returns its token.
+        A tab given as a string is not a grid but an embedded block of that blockType (e.g. "BITABLE_BLOCK")."""
+        body = [{"sheetId": new_token(6), "title": name, "rows": [list(r) for r in rows]} if not isinstance(rows, str)
+                else {"sheetId": new_token(6), "title": name, "rows": [],
+                      "block": {"blockToken": f"{new_token()}_tbl{new_token(13)}", "blockType": rows}}
                 for name, rows in sheets.items()]
         return self.docs.add("sheet", title, body, token, Access(link_share, members_of(members), app_access, owner))
 

@@ -256,31 +256,37 @@ def _check_post_element(element: Any) -> None:
             raise FeishuError(230001, f"invalid message content: post tag {tag!r} needs a {name!r} string")
 
 
-# The scopes each emulated operation accepts (any one of them), as the Open API reference lists them per API;
+# The scopes each emulated operation accepts (any one of them), as the Open API reference lists them per API
+# ("权限要求": im-v1/message/{reply,create,get-message-resource,list}, message-card/patch, …);
 # an app without any of them gets 99991672 with the scopes named in the message, as Feishu answers.
+READ_MESSAGES = ("im:message", "im:message:readonly", "im:message.history:readonly")
+# Listing a group chat's or a topic's messages needs a read scope above AND this one (获取会话历史消息:
+# "获取群聊消息 需先申请单聊场景的任一权限，此外应用还必须开启 获取群组中所有消息（im:message.group_msg）").
+GROUP_HISTORY = ("im:message.group_msg",)
 OP_SCOPES: dict[str, tuple[str, ...]] = {
-    "reply": ("im:message:send_as_bot", "im:message"),
-    "create": ("im:message:send_as_bot", "im:message"),
-    "message_patch": ("im:message:send_as_bot", "im:message"),
+    "reply": ("im:message:send_as_bot", "im:message", "im:message:send"),
+    "create": ("im:message:send_as_bot", "im:message", "im:message:send"),
+    "message_patch": ("im:message:send_as_bot", "im:message", "im:message:update"),
     "reaction_add": ("im:message.reactions:write_only", "im:message"),
     "reaction_remove": ("im:message.reactions:write_only", "im:message"),
     "reaction_list": ("im:message.reactions:read", "im:message"),
-    "resource": ("im:resource", "im:message:readonly", "im:message"),
+    "resource": READ_MESSAGES,
     "get": ("im:message:readonly", "im:message"),
-    "list": ("im:message.group_msg:readonly", "im:message.group_msg"),
+    "list": READ_MESSAGES,
     "chat_members": ("im:chat.members:read", "im:chat:readonly", "im:chat"),
     "drive_subscribe": ("bitable:app", "drive:drive"),
     # documents: each API reference's "权限要求" list (sandbox/feishu/docs.py names the pages)
     "doc_meta": ("docx:document:readonly", "docx:document"),
     "doc_blocks": ("docx:document:readonly", "docx:document"),
+    "doc_children": ("docx:document:readonly", "docx:document"),
     "wiki_node": ("wiki:node:read", "wiki:wiki", "wiki:wiki:readonly"),
     "sheet_meta": ("sheets:spreadsheet:readonly", "sheets:spreadsheet", "drive:drive:readonly", "drive:drive"),
     "sheet_values": ("sheets:spreadsheet:readonly", "sheets:spreadsheet", "drive:drive:readonly", "drive:drive"),
-    "perm_public": ("docs:permission.setting:read", "docs:doc", "drive:drive", "drive:drive:readonly", "drive:file",
-                    "sheets:spreadsheet", "wiki:wiki", "bitable:bitable"),
+    "perm_public": ("docs:permission.setting:read", "docs:doc", "docx:document", "drive:drive", "drive:drive:readonly",
+                    "drive:file", "sheets:spreadsheet", "wiki:wiki", "bitable:bitable"),
     "perm_members": ("docs:permission.member:retrieve", "docs:doc", "drive:drive", "sheets:spreadsheet",
                      "wiki:wiki", "bitable:app", "bitable:bitable"),
-    "drive_metas": ("drive:drive.metadata:readonly", "drive:drive", "drive:drive:readonly"),
+    "drive_metas": ("drive:drive.metadata:readonly", "drive:drive"),
     "drive_download": ("drive:file:download", "drive:file:readonly", "drive:file", "drive:drive:readonly",
                        "drive:drive"),
     # CardKit card entities: 创建与更新卡片 (cardkit-v1 card/create, card-element/content, card/update, card/settings)
@@ -290,15 +296,16 @@ OP_SCOPES: dict[str, tuple[str, ...]] = {
     "card_settings": ("cardkit:card:write",),
 }
 # What the emulated app asks for: every scope above plus the event scopes (receiving messages).
-ALL_SCOPES = frozenset({s for scopes in OP_SCOPES.values() for s in scopes} | {
-    "im:message.p2p_msg:readonly", "im:message.group_at_msg:readonly"})
-OPTIONAL_SCOPES = frozenset(s for op, scopes in OP_SCOPES.items()
-                            if op not in ("reply", "create", "message_patch") for s in scopes) - {"im:message"}
+ALL_SCOPES = frozenset({s for scopes in OP_SCOPES.values() for s in scopes} | set(GROUP_HISTORY) | {
+    "im:message.p2p_msg:readonly", "im:message.group_at_msg:readonly", "im:message.group_msg:readonly"})
+OPTIONAL_SCOPES = frozenset({s for op, scopes in OP_SCOPES.items()
+                             if op not in ("reply", "create", "message_patch") for s in scopes} | set(GROUP_HISTORY)
+                            ) - {"im:message"}
 
 
-def scope_error(op: str, denied: frozenset[str]) -> FeishuError | None:
-    """99991672 when every scope `op` accepts is denied to the app."""
-    accepted = OP_SCOPES.get(op)
+def scope_error(op: str, denied: frozenset[str], accepted: tuple[str, ...] | None = None) -> FeishuError | None:
+    """99991672 when every scope `op` accepts (or `accepted`) is denied to the app."""
+    accepted = accepted or OP_SCOPES.get(op)
     if not accepted or not set(accepted) <= denied:
         return None
     listed = ", ".join(accepted)
