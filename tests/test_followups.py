@@ -36,7 +36,7 @@ TOKEN = "followups-admin"
 
 @pytest.fixture(scope="module")
 def stack(env: dict[str, str], workdir: Path, feishu: Any) -> Iterator[OwnStack]:
-    s = OwnStack.with_items(env, workdir, feishu, "fu", WORKER_CONCURRENCY="3", ADMIN_TOKEN=TOKEN,
+    s = OwnStack.with_items(env, workdir, feishu, "fu", clock=MONDAY, WORKER_CONCURRENCY="3", ADMIN_TOKEN=TOKEN,
                             ITEM_ADMINS="ou_admin", TIMER_CHECK_SECONDS="0.2", RUN_RETRY_DELAYS="1,1,1,1,1",
                             DEAD_LETTER_AFTER="3")
     yield s

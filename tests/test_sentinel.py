@@ -213,7 +213,8 @@ def test_failover_mid_load_loses_nothing_and_answers_once(ha: SentinelRig, feish
         assert info["sentinels_reachable"] == 3
         assert info["last_failover"]["to"] == f"{third[0]}:{third[1]}"
         assert info["last_failover"]["from"] == f"{second[0]}:{second[1]}"
-        assert [f["epoch"] for f in info["failovers"]][-2:] == [1, 2]
+        first_epoch, second_epoch = [f["epoch"] for f in info["failovers"]][-2:]
+        assert 1 <= first_epoch < second_epoch  # two failovers; an election the sentinels retried skips an epoch
         assert ready["status"] == "degraded" and info["replicas_connected"] == 0  # the old ones are dead
         print(f"\nfailovers {[(round(s, 2)) for *_, s in ha.failovers]} s; {len(load.sent)} messages, "
               f"{load.refused} deliveries refused, {len(load.redelivered)} events redelivered")
