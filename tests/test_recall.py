@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -262,3 +263,58 @@ def test_a_tight_request_never_gets_a_thread_page_that_shows_nothing(tight: OwnS
         head = re.search(r'cursor="([^"]*)" next_cursor="([^"]*)"', page)
         assert head and head.group(1) != head.group(2), page[:300]  # the cursor moved
         assert re.search(r"<(thread_message|spilled_message|message_part) ", page), page[:300]  # something shown
+
+
+def test_a_read_that_finds_the_request_full_ends_the_tool_rounds(env, feishu, claude, redis_url) -> None:
+    """Issue 23 A7: when not even the head of the next message fits, read_thread says the request is full (the
+    cursor stays) and the next request forbids tools: the model answers instead of reading nothing again."""
+    from jobs.runtime import Runtime
+    from jobs.turn import recall, rotation
+    from jobs.turn.thread import PAGE_END, message_part, page_head
+    from tests.harness import settings_from
+
+    chat, thread, root = unique("oc_topic"), unique("omt"), unique("om_root")
+    feishu.add_message(root, chat, text=LONG_ROOT, thread_id=thread, sender_open_id="ou_owner")
+    rk = route_key("topic", chat, thread)
+    rt = Runtime(settings_from({**env, "BOT_PROFILE": unique("full"), "CONTEXT_BUDGET_TOKENS": "3000"}), redis_url)
+    b, system, tools = rotation.budget_of(rt), [{"type": "text", "text": "You answer."}], recall.tools_for(rk)
+    assert b.factor == 1.0  # a profile of its own: no calibration yet, so the arithmetic below is exact
+    uses = [{"type": "tool_use", "id": "toolu_read", "name": "read_thread", "input": {}},
+            {"type": "tool_use", "id": "toolu_hist", "name": "read_history", "input": {}}]
+    smallest = b.cost(page_head(thread, "", "skip:1:", True) + PAGE_END) + b.cost(message_part(root, LONG_ROOT, 0, 40))
+    # Each of the two reads gets 80% of half the room the step leaves: 20 tokens less than the smallest page.
+    room = math.ceil((smallest - 20) * 2 / 0.8) + b.cost(json.dumps(uses, ensure_ascii=False))
+
+    def ask(pad: int) -> list[dict[str, Any]]:
+        return [{"role": "user", "content": "请看看之前的讨论" + "x" * pad}]
+
+    pad = 0
+    while b.input_room(b.request_cost(system, ask(pad + 3), tools)) >= room:
+        pad += 3
+
+    def responder(body: dict[str, Any]) -> Any:
+        return "好的，先回答。" if (body.get("tool_choice") or {}).get("type") == "none" else uses
+
+    claude.set_responder(responder)
+    talk = recall.converse(rt, rk, "s_none", system, ask(pad), tools, previous={})
+    requests = [q["body"] for q in claude.requests if "请看看之前的讨论" in json.dumps(q["body"], ensure_ascii=False)]
+    assert len(requests) == 2 and requests[1].get("tool_choice") == {"type": "none"}
+    results = [x["content"] for x in requests[1]["messages"][-1]["content"] if x.get("type") == "tool_result"]
+    assert 'reason="request_full"' in results[0] and LONG_ROOT[:10] not in results[0]
+    assert talk.completion.text == "好的，先回答。" and talk.completion.recall["cursor"]["thread"] is None
+
+
+def test_the_stand_in_reads_the_thread_only_when_a_person_asks() -> None:
+    """The service's own note on where reading stopped ("An earlier turn read the thread partway") is no request
+    to read: the stand-in answers as a model would, reading only when the user asks."""
+    from sandbox.claude.recall import recall_reply
+
+    note = ("\n<recall_state>\nAn earlier turn read the thread partway; read_thread without a cursor continues "
+            "there.\n</recall_state>")
+    asked = '<message sender="ou_a" message_id="om_1">\n{}\n</message>' + note
+    body: dict[str, Any] = {"tools": [{"name": "read_thread"}], "messages": [
+        {"role": "user", "content": asked.format("周报什么时候发？")}]}
+    assert recall_reply(body) is None
+    body["messages"][0]["content"] = asked.format("继续看")
+    reply = recall_reply(body)
+    assert isinstance(reply, list) and reply[1]["name"] == "read_thread"

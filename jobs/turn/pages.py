@@ -54,10 +54,8 @@ def _reset_note(hidden: int) -> str:
             "pre-reset messages (cross_reset=true).")
 
 
-def _request_full(thread_id: str, cursor: str) -> str:
-    return (f'<thread_unread thread_id="{html.escape(thread_id)}" next_cursor="{html.escape(cursor)}" '
-            'reason="request_full"/> This request has no room left for thread messages: answer with what you have '
-            "now; read_thread in a later turn continues from here.")
+REQUEST_FULL = ('<thread_unread reason="request_full"/> No room left in this request for thread messages: answer '
+                "now; a later read continues here.")
 
 
 def _joined(parts: Sequence[str]) -> str:
@@ -111,7 +109,7 @@ class Pages:
             self.cursor, self.has_more = page.next_token, page.has_more
         if stuck:  # not even the head of the next message fits: this request is full, the model answers now
             self.full = True
-            return _request_full(thread_id, self.cursor or "")
+            return REQUEST_FULL
         return page_head(thread_id, cursor or "", self.cursor or "", bool(self.has_more), note) + body + PAGE_END
 
     def _after_reset(self, items: Sequence[dict[str, Any]], cross: bool) -> tuple[list[dict[str, Any]], int]:
@@ -130,6 +128,7 @@ class Pages:
         A page always makes progress: when not one unseen message fits whole, the head of the first is shown
         (read_message reads on from its offset). Stuck: not even that head fits, so nothing new is shown."""
         parts, used, new = [], 0, 0
+        reserve = self.b.cost(_not_shown(len(items)))  # the line naming what is left, when something is
         for i, item in enumerate(items):
             mid = str(item.get("message_id"))
             _unique(self.fetched, mid)
@@ -139,7 +138,7 @@ class Pages:
                 used += self.b.cost(ref)
                 continue
             xml, whole = render(item)
-            if used + self.b.cost(xml) <= room:
+            if used + self.b.cost(xml) <= room - (reserve if i + 1 < len(items) else 0):
                 parts.append(xml)
                 used += self.b.cost(xml)
                 new += 1
@@ -150,6 +149,9 @@ class Pages:
                 _unique(self.fetched, str(other.get("message_id")))
             if new:
                 return _joined([*parts, _not_shown(len(items) - i)]), i, False
+            if used + self.b.cost(xml) <= room:  # alone it fits: whole, with no line naming the rest
+                self.staged.update({mid: xml} if whole else {})
+                return _joined([*parts, xml]), i + 1, False
             head = self._head(item, mid, room - used)  # the page's has_more says more follows
             return (_joined(parts), i, True) if head is None else (_joined([*parts, head]), i + 1, False)
         return _joined(parts), len(items), False
