@@ -62,7 +62,7 @@ def _joined(parts: Sequence[str]) -> str:
     return "\n" + "\n".join(parts) if parts else ""
 
 
-def _unique(ids: list[str], new: str) -> None:
+def add_once(ids: list[str], new: str) -> None:
     if new not in ids:
         ids.append(new)
 
@@ -131,9 +131,9 @@ class Pages:
         reserve = self.b.cost(_not_shown(len(items)))  # the line naming what is left, when something is
         for i, item in enumerate(items):
             mid = str(item.get("message_id"))
-            _unique(self.fetched, mid)
+            add_once(self.fetched, mid)
             if in_context(mid, context) or mid in self.staged or mid in self.included:
-                _unique(self.included, mid)  # its whole text is in this request already: not repeated
+                add_once(self.included, mid)  # its whole text is in this request already: not repeated
                 parts.append(ref := f'<already_in_context ref="{html.escape(mid)}"/>')
                 used += self.b.cost(ref)
                 continue
@@ -146,7 +146,7 @@ class Pages:
                     self.staged[mid] = xml
                 continue
             for other in items[i:]:
-                _unique(self.fetched, str(other.get("message_id")))
+                add_once(self.fetched, str(other.get("message_id")))
             if new:
                 return _joined([*parts, _not_shown(len(items) - i)]), i, False
             if used + self.b.cost(xml) <= room:  # alone it fits: whole, with no line naming the rest

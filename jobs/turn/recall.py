@@ -20,7 +20,7 @@ from documents.context import READ_DOCUMENT, Materials
 from jobs.runtime import Runtime
 from jobs.timers.tool import SCHEDULE_FOLLOWUP, FollowupContext, schedule
 from jobs.turn import rotation
-from jobs.turn.pages import Pages
+from jobs.turn.pages import Pages, add_once
 from jobs.turn.thread import (
     DATA_NOTE,
     RouteScope,
@@ -194,11 +194,6 @@ def request_text(messages: Sequence[dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
-def _unique(ids: list[str], new: str) -> None:
-    if new not in ids:
-        ids.append(new)
-
-
 class Reader(Pages):
     """Runs the tools for one turn and keeps what it fetched, what entered a request, and the cursor."""
 
@@ -224,7 +219,7 @@ class Reader(Pages):
     def sent(self, messages: Sequence[dict[str, Any]] = ()) -> None:
         """The request carrying the staged tool results went out: their messages are now used."""
         for mid in self.staged:
-            _unique(self.included, mid)
+            add_once(self.included, mid)
         self.staged.clear()
         if self.materials is not None:
             self.materials.sent(request_text(messages))
@@ -310,7 +305,7 @@ class Reader(Pages):
         item = get_message(self.rt.feishu, mid) if mid else None
         if item is None or not self.scope.allows(item):
             return "No such message in this conversation."
-        _unique(self.fetched, mid)
+        add_once(self.fetched, mid)
         if offset:
             return self._message_from(item, mid, offset, room)
         xml, _ = render(item, inline_chars=10**9)
@@ -351,7 +346,7 @@ class Reader(Pages):
                 break
             parts.append(xml)
             used += self.b.cost(xml)
-            _unique(self.fetched, f"{target.id}#{n}")
+            add_once(self.fetched, f"{target.id}#{n}")
             self.staged[f"{target.id}#{n}"] = xml
             n += 1
         more = f' next_offset="{n}"' if n < len(entries) else ""
