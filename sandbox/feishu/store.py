@@ -214,9 +214,9 @@ class FeishuStore(CardsAndPeople, MessageReads, Reactions):
         return {**copy.deepcopy(msg), "message_app_link": self.app_links[msg["message_id"]]}
 
     def _mint_link(self, msg: dict[str, Any]) -> None:
-        """What Feishu answers (seen in the wild; the field's form is not documented): a message in a topic
-        opens the topic at its position (`client/thread/open`, both spellings of the ids, as larksuite/cli's
-        thread_app_link), any other message its chat at its position (`client/chat/open`)."""
+        """The link's form as seen in the wild (the docs reachable here name the field, not its form; larksuite/cli
+        assembles the same ones in shortcuts/im/convert_lib/app_link.go): a message in a topic opens the topic at
+        its position (`client/thread/open`, both spellings of the ids), any other its chat (`client/chat/open`)."""
         chat_id, thread_id = msg["chat_id"], msg.get("thread_id")
         if thread_id:
             query = {"open_chat_id": chat_id, "open_thread_id": thread_id, "openchatid": chat_id,
