@@ -214,7 +214,7 @@ class FeishuStore(CardsAndPeople, MessageReads, Reactions):
         return {**copy.deepcopy(msg), "message_app_link": self.app_links[msg["message_id"]]}
 
     def _mint_link(self, msg: dict[str, Any]) -> None:
-        """The link's form as seen in the wild (the docs reachable here name the field, not its form; larksuite/cli
+        """The link's form as seen in the wild (lark-oapi 1.7.5 names the field, not its form; larksuite/cli
         assembles the same ones in shortcuts/im/convert_lib/app_link.go): a message in a topic opens the topic at
         its position (`client/thread/open`, both spellings of the ids), any other its chat (`client/chat/open`)."""
         chat_id, thread_id = msg["chat_id"], msg.get("thread_id")
