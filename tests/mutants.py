@@ -328,6 +328,13 @@ MUTANTS: tuple[Mutant, ...] = (
         ('        return {**copy.deepcopy(msg), "message_app_link": self.app_links[msg["message_id"]]}',
          "        return copy.deepcopy(msg)"),),
         ("tests/test_sandbox_emulators.py::test_sends_and_replies_answer_with_the_messages_app_link",)),
+    Mutant("L12", "issue 23 A7 as it was: a fixed frame reserve, and a page with no room shows nothing and stays put",
+           "jobs/turn/pages.py", (
+        ('        frame = self.b.cost(page_head(thread_id, cursor or "", longest, True, note) + PAGE_END)',
+         "        frame = 220 + self.b.cost(note)"),
+        ("            return (_joined(parts), i, True) if head is None else (_joined([*parts, head]), i + 1, False)",
+         "            return _joined([*parts, _not_shown(len(items) - i)]), i, False"),),
+        ("tests/test_recall.py::test_a_tight_request_never_gets_a_thread_page_that_shows_nothing",)),
     # (end of L)
 )
 
