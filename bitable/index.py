@@ -102,6 +102,7 @@ class Item:
     created_at: float
     answer_message_id: str
     analysis: str  # "" | queued | done | failed
+    answer_link: str = ""  # the message_app_link Feishu answered the first answer's post with
 
     @classmethod
     def of(cls, raw: dict[str, str]) -> Item:
@@ -109,7 +110,7 @@ class Item:
                    thread_id=raw.get("thread_id", ""), root_id=raw.get("root_id", ""),
                    reporter=raw.get("reporter", ""), origin=raw.get("origin", ""),
                    created_at=float(raw.get("created_at") or 0), answer_message_id=raw.get("answer_message_id", ""),
-                   analysis=raw.get("analysis", ""))
+                   analysis=raw.get("analysis", ""), answer_link=raw.get("answer_link", ""))
 
 
 class Items:

@@ -6,7 +6,7 @@ Only ids are ever resolved; a title or a name never identifies an item.
 from __future__ import annotations
 
 import re
-from urllib.parse import parse_qs, quote, urlsplit
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 THREAD = re.compile(r"\bomt_[A-Za-z0-9]{4,64}\b")
 ITEM = re.compile(r"\bitm_[0-9a-f]{12}\b")
@@ -60,15 +60,53 @@ def record_link(origin: str, app_token: str, table_id: str, record_id: str) -> s
     return f"{origin.rstrip('/')}/base/{app_token}?table={table_id}&record={record_id}"
 
 
-APPLINK_CHAT = "https://applink.feishu.cn/client/chat/open?openChatId={chat_id}"  # Feishu's documented AppLink
+# AppLinks that open a topic. Sources: larksuite/cli shortcuts/im/convert_lib/app_link.go (thread_app_link: path
+# /client/thread/open with open_chat_id / open_thread_id and openchatid / openthreadid, "desktop and mobile clients
+# use different spellings of these keys"; applink.feishu.cn for Feishu, applink.larksuite.com for Lark), and the
+# message_app_link Feishu answers a send or reply with (lark-oapi 1.7.5 Create/ReplyMessageResponseBody; links seen in
+# public repositories for messages in a topic have this form plus thread_position). A chat AppLink
+# (`client/chat/open?openChatId=`) opens the chat only: a client ignores the fragment, so `#thread_id=…` never led
+# into the topic.
+APPLINK_HOSTS = ("applink.feishu.cn", "applink.larksuite.com")
+SAFE_LINK = re.compile(r"https://[^\s<>()\[\]\"'`\\]{1,1000}")
 
 
-def topic_link(origin: str, chat_id: str, thread_id: str, message_id: str = "") -> str:
-    """A link that opens the topic's chat in Feishu (the documented AppLink `client/chat/open`), naming the topic
-    (and a message) in its fragment: the client never sends a fragment anywhere, and `thread_ids` reads the id
-    back. Records written before carry `<origin>/client/thread/open?...&thread_id=…`; those still read back."""
-    fragment = f"thread_id={thread_id}" + (f"&message_id={message_id}" if message_id else "")
-    return APPLINK_CHAT.format(chat_id=quote(chat_id, safe="")) + "#" + fragment
+def applink_origin(origin: str) -> str:
+    """Where a tenant's AppLinks live: Lark's (larksuite.com) on applink.larksuite.com, Feishu's on
+    applink.feishu.cn."""
+    host = urlsplit(origin).hostname or ""
+    lark = host == "larksuite.com" or host.endswith(".larksuite.com")
+    return f"https://{APPLINK_HOSTS[1] if lark else APPLINK_HOSTS[0]}"
+
+
+def topic_link(origin: str, chat_id: str, thread_id: str) -> str:
+    """The AppLink that opens the topic itself (`client/thread/open`), naming the chat and the topic in both
+    spellings the clients read; `thread_ids` reads the topic back from it."""
+    query = urlencode({"open_chat_id": chat_id, "open_thread_id": thread_id, "openchatid": chat_id,
+                       "openthreadid": thread_id})
+    return f"{applink_origin(origin)}/client/thread/open?{query}"
+
+
+def answer_link(app_link: str, origin: str, chat_id: str, thread_id: str) -> str:
+    """A first answer's link: the message_app_link Feishu answered its post with (it opens the topic at the
+    answer), else the topic's AppLink."""
+    return app_link if SAFE_LINK.fullmatch(app_link or "") else topic_link(origin, chat_id, thread_id)
+
+
+def openable(url: str) -> str:
+    """A link as a record holds it, in a form that opens the topic: the links this service wrote before (the
+    chat AppLink naming the topic in its fragment, and `<origin>/client/thread/open?chat_id=…&thread_id=…`)
+    become the topic's AppLink; any other link is kept as written. Pure."""
+    parts = urlsplit(url)
+    if parts.path == "/client/chat/open" and parts.hostname in APPLINK_HOSTS:
+        chat, thread = parse_qs(parts.query).get("openChatId"), parse_qs(parts.fragment).get("thread_id")
+    elif parts.path == "/client/thread/open" and "open_thread_id" not in parse_qs(parts.query):
+        chat, thread = parse_qs(parts.query).get("chat_id"), parse_qs(parts.query).get("thread_id")
+    else:
+        return url
+    if not (chat and thread and chat[0].startswith("oc_") and THREAD.fullmatch(thread[0])):
+        return url
+    return topic_link(f"https://{parts.hostname}", chat[0], thread[0])
 
 
 def _unique(values: list[str]) -> list[str]:

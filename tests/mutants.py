@@ -109,10 +109,11 @@ MUTANTS: tuple[Mutant, ...] = (
         ("markdown_to_post_ast(guard_tildes(text),", "markdown_to_post_ast((text),"),),
         ("tests/test_render.py::test_tildes_in_post_prose_cannot_pair_into_an_underline",
          "tests/test_progress.py::test_markdown_answer_is_posted_rendered_and_logged_as_markdown")),
-    Mutant("B7", "topic links in the record use the undocumented client/thread/open form", "bitable/refs.py", (
-        ('    return APPLINK_CHAT.format(chat_id=quote(chat_id, safe="")) + "#" + fragment',
-         '    return f"{origin}/client/thread/open?chat_id={chat_id}&" + fragment'),),
-        ("tests/test_segments.py::test_topic_links_use_feishus_applink_and_still_name_the_topic",
+    Mutant("B7", "topic links in the record open the chat (the topic only in the fragment), not the topic",
+           "bitable/refs.py", (
+        ('    return f"{applink_origin(origin)}/client/thread/open?{query}"',
+         '    return f"{applink_origin(origin)}/client/chat/open?openChatId={chat_id}#thread_id={thread_id}"'),),
+        ("tests/test_segments.py::test_topic_links_open_the_topic_and_still_name_it",
          "tests/test_items_attack.py::test_a_record_create_whose_answer_was_lost_makes_one_record")),
     Mutant("B4", "images of forwarded children are requested", "bot/feishu/materials.py", (
         ("            if forwarded:\n", "            if False:\n"),),
@@ -411,6 +412,59 @@ MUTANTS: tuple[Mutant, ...] = (
     # (end of S)
 
     # -- issue 23: links to topics and answers, read_thread progress: L* ---------------------------------------
+    Mutant("L1", "a thread page with no room for a whole message shows nothing (no head, no offset)",
+           "jobs/turn/pages.py", (
+        ("            head = self._head(item, mid, room - used)  # the page's has_more says more follows",
+         "            head = None"),),
+        ("tests/test_recall.py::test_a_page_in_a_tiny_room_shows_the_head_of_its_first_message_and_moves_on",)),
+    Mutant("L2", "a thread page reserves a fixed 220 tokens for its frame instead of measuring it",
+           "jobs/turn/pages.py", (
+        ('        frame = self.b.cost(page_head(thread_id, cursor or "", longest, True, note) + PAGE_END)',
+         "        frame = 220 + self.b.cost(note)"),),
+        ("tests/test_recall.py::test_a_page_in_a_tiny_room_shows_the_head_of_its_first_message_and_moves_on",)),
+    Mutant("L3", "a read that found the request full does not end the tool rounds", "jobs/turn/recall.py", (
+        ("        final = n == MAX_ROUNDS or room < MIN_ROOM or reader.full",
+         "        final = n == MAX_ROUNDS or room < MIN_ROOM"),),
+        ("tests/test_recall.py::test_a_read_that_finds_the_request_full_ends_the_tool_rounds",)),
+    Mutant("L4", "the stand-in takes the service's recall note for the user asking to read the thread",
+           "sandbox/claude/recall.py", (
+        ('            question = _RECALL_STATE.sub("", block_text(message.get("content") or ""))',
+         '            question = block_text(message.get("content") or "")'),),
+        ("tests/test_recall.py::test_the_stand_in_reads_the_thread_only_when_a_person_asks",)),
+    Mutant("L5", "首答链接 is the topic's AppLink even when Feishu answered the card's post with its own link",
+           "jobs/items/first_answer.py", (
+        ('            values["answer_link"] = answer_link(self.item.answer_link, self.rt.settings.feishu_web_origin,',
+         '            values["answer_link"] = answer_link("", self.rt.settings.feishu_web_origin,'),),
+        ("tests/test_items_attack.py::test_the_records_links_open_the_topic_and_the_first_answer",)),
+    Mutant("L6", "the first answer's message_app_link is not kept with the item", "jobs/items/first_answer.py", (
+        ("answer_message_id=sent.message_id, answer_link=sent.app_link)", "answer_message_id=sent.message_id)"),),
+        ("tests/test_items_attack.py::test_the_records_links_open_the_topic_and_the_first_answer",)),
+    Mutant("L7", "a link whose host or scheme Feishu did not vouch for is written as 首答链接", "bitable/refs.py", (
+        ('    return app_link if SAFE_LINK.fullmatch(app_link or "") else', "    return app_link if app_link else"),),
+        ("tests/test_segments.py::test_the_first_answers_link_is_feishus_message_app_link_or_the_topics",)),
+    Mutant("L8", "the chat AppLinks written before are not read as the topic's", "bitable/refs.py", (
+        ('    if parts.path == "/client/chat/open" and parts.hostname in APPLINK_HOSTS:', "    if False:"),),
+        ("tests/test_segments.py::test_links_written_before_are_read_as_the_topics_applink",
+         "tests/test_digest_pure.py::test_a_title_links_to_the_topic_even_when_the_record_holds_an_old_chat_link",
+         "tests/test_items_attack.py::test_a_record_naming_a_topic_by_an_old_chat_link_is_linked_and_rewritten")),
+    Mutant("L9", "a record's old chat link to its topic is kept when the record is linked", "jobs/items/claim.py", (
+        ("            or any(openable(link) != link for link in links):", "            or False:"),),
+        ("tests/test_items_attack.py::test_a_record_naming_a_topic_by_an_old_chat_link_is_linked_and_rewritten",)),
+    Mutant("L10", "the digest links a title to the link as the record holds it", "jobs/timers/digest.py", (
+        ('        topic_link=openable(links[0] if links else record.text(name("topic_link")).strip()),',
+         '        topic_link=(links[0] if links else record.text(name("topic_link")).strip()),'),),
+        ("tests/test_digest_pure.py::test_a_title_links_to_the_topic_even_when_the_record_holds_an_old_chat_link",)),
+    Mutant("L11", "the emulator's send and reply answers carry no message_app_link", "sandbox/feishu/store.py", (
+        ('        return {**copy.deepcopy(msg), "message_app_link": self.app_links[msg["message_id"]]}',
+         "        return copy.deepcopy(msg)"),),
+        ("tests/test_sandbox_emulators.py::test_sends_and_replies_answer_with_the_messages_app_link",)),
+    Mutant("L12", "issue 23 A7 as it was: a fixed frame reserve, and a page with no room shows nothing and stays put",
+           "jobs/turn/pages.py", (
+        ('        frame = self.b.cost(page_head(thread_id, cursor or "", longest, True, note) + PAGE_END)',
+         "        frame = 220 + self.b.cost(note)"),
+        ("            return (_joined(parts), i, True) if head is None else (_joined([*parts, head]), i + 1, False)",
+         "            return _joined([*parts, _not_shown(len(items) - i)]), i, False"),),
+        ("tests/test_recall.py::test_a_tight_request_never_gets_a_thread_page_that_shows_nothing",)),
     # (end of L)
 )
 

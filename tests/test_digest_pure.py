@@ -242,3 +242,20 @@ def test_a_refused_status_filter_falls_back_to_filtering_here(feishu: FeishuEmul
     monkeypatch.setattr(bt, "search", picky)
     assert [r.record_id for r in open_items(bt, "oc_a", CLOSED)] == [open_id]
     assert calls == [len(CLOSED), 0]
+
+
+def test_a_title_links_to_the_topic_even_when_the_record_holds_an_old_chat_link(feishu: FeishuEmulator,
+                                                                                  bt: Bitable, table_id: str) -> None:
+    """Issue 23 B3: records written before hold the chat AppLink with the topic in its fragment (it opened the
+    chat, not the topic). The digest links such a title to the topic's AppLink; other links are kept as written."""
+    from bitable.refs import topic_link
+
+    old = "https://applink.feishu.cn/client/chat/open?openChatId=oc_a#thread_id=omt_topic7&message_id=om_x1"
+    mine = "https://x.feishu.cn/wiki/abc"
+    feishu.add_record(APP, table_id, record("oc_a", "处理中", 7, 话题链接={"text": "话题", "link": old}))
+    feishu.add_record(APP, table_id, record("oc_a", "处理中", 8, 话题链接={"text": "话题", "link": mine}))
+    rows = {r.item_id: r for r in open_items(bt, "oc_a", CLOSED)}
+    topic = topic_link("https://feishu.cn", "oc_a", "omt_topic7")
+    assert rows["IT-7"].topic_link == topic and rows["IT-8"].topic_link == mine
+    shown = "\n".join(blocks(card_of([rows["IT-7"]])))
+    assert f"]({topic})" in shown and "client/chat/open" not in shown

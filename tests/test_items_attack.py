@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 from bitable.index import Items
+from bitable.refs import topic_link
 from jobs import deadletter
 from jobs.runtime import Runtime
 from sandbox.feishu.events import bitable_record_changed_event
@@ -203,11 +204,9 @@ def test_a_record_create_whose_answer_was_lost_makes_one_record(rig, feishu, r) 
     assert creates  # the first create's answer was lost
     rows = [x for x in feishu.records(APP, TABLE) if _text(x["fields"].get("事项ID")) == item.item_id]
     assert [x["record_id"] for x in rows] == [item.record_id]
-    # B7: the links written to the record open in Feishu (the documented AppLink), naming the topic and the card
-    link = json.dumps(rows[0]["fields"].get("话题链接"), ensure_ascii=False)
-    assert "applink.feishu.cn/client/chat/open?openChatId=" in link and item.thread_id in link
-    answer = json.dumps(rows[0]["fields"].get("首答链接"), ensure_ascii=False)
-    assert "applink.feishu.cn" in answer and item.answer_message_id in answer
+    # B7 (issue 23 B3): the links written to the record open the topic, and the card where Feishu put it
+    assert rows[0]["fields"]["话题链接"]["link"] == topic_link("https://feishu.cn", item.chat_id, item.thread_id)
+    assert rows[0]["fields"]["首答链接"]["link"] == feishu.app_link(item.answer_message_id)
 
 
 def test_the_records_owner_and_an_item_admin_may_approve(rig, feishu, r) -> None:  # noqa: F811
@@ -242,3 +241,44 @@ def test_a_refused_record_subscription_is_named_in_readyz_and_items_still_work(r
     assert item.record_id and records_of(feishu, item.item_id)
     assert table_check.run(_runtime(own)) is True  # granted meanwhile: the next check clears it
     assert requests.get(f"{web.url}/readyz", timeout=10).json()["bitable"]["subscription"] == "ok"
+
+
+# -- issue 23 B3: the record's links open the topic and the first answer, not the chat --------------------------
+
+def test_the_records_links_open_the_topic_and_the_first_answer(rig, feishu, r) -> None:  # noqa: F811
+    """话题链接 is the topic's AppLink (`client/thread/open`); 首答链接 is the message_app_link Feishu answered the
+    first-answer card's post with. Neither is the chat AppLink, which opened the chat and not the topic."""
+    web, keys, _ = rig
+    chat, thread, _root, item = open_topic(web, feishu, r, keys)
+    fields = records_of(feishu, item.item_id)[0]["fields"]
+    answer = feishu.app_link(item.answer_message_id)
+    assert "/client/thread/open?" in answer and f"open_thread_id={thread}" in answer  # the card, in its topic
+    assert item.answer_link == answer and fields["首答链接"]["link"] == answer
+    assert fields["话题链接"]["link"] == topic_link("https://feishu.cn", chat, thread)
+    assert "client/chat/open" not in json.dumps(fields, ensure_ascii=False)
+
+
+def test_a_record_naming_a_topic_by_an_old_chat_link_is_linked_and_rewritten(rig, feishu, r) -> None:  # noqa: F811
+    """Records written before hold the chat AppLink with the topic in its fragment: such a record still names its
+    topic (it is linked to it), and its 话题链接 is rewritten to the topic's AppLink."""
+    web, keys, _ = rig
+    chat, thread = unique("oc_items"), unique("omt")
+    feishu.add_message(unique("om"), chat, sender_open_id="ou_tester", thread_id=thread,
+                       content=json.dumps({"text": "登录页偶发 502"}))
+    old = f"https://applink.feishu.cn/client/chat/open?openChatId={chat}#thread_id={thread}&message_id=om_x1"
+    rec = feishu.add_record(APP, TABLE, {"标题": "登录页偶发 502", "提出人": [{"id": "ou_tester"}],
+                                         "话题链接": {"text": "话题", "link": old}})
+    event = bitable_record_changed_event(APP, TABLE, rec["record_id"], "record_added", "ou_tester",
+                                         after=feishu.record_change_values(APP, TABLE, rec["record_id"]),
+                                         token=VERIFICATION_TOKEN, app_id=APP_ID)
+    assert web.post(event).status_code == 200
+    items = Items(r, keys)
+    item = wait_for(lambda: items.by_thread(thread), 30, what="the record's topic linked")
+    assert item.record_id == rec["record_id"]
+    new = topic_link("https://feishu.cn", chat, thread)
+
+    def link_now() -> str:
+        row = next(x for x in feishu.records(APP, TABLE) if x["record_id"] == rec["record_id"])
+        return str(row["fields"]["话题链接"]["link"])
+
+    wait_for(lambda: link_now() == new, 30, what="the topic link rewritten")

@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import html
 import json
+import math
+import re
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 from sandbox.feishu.events import mention
 from tests.harness import (
@@ -16,6 +23,7 @@ from tests.harness import (
     unique,
     wait_route_idle,
 )
+from tests.own_stack import OwnStack
 
 AT_BOT = [mention(BOT_OPEN_ID, "助手")]
 
@@ -168,3 +176,145 @@ def test_read_thread_after_a_reset_leaves_out_what_was_said_before_it(service, f
     assert "before_user_reset" in results[-1]
     rk = route_key("topic", topic["chat_id"], topic["thread_id"])
     assert all("早先消息" not in json.dumps(e, ensure_ascii=False) for e in session_log(r, keys, rk))
+
+
+def _reader(env: dict[str, str], redis_url: str, topic: dict[str, str], b: Any) -> Any:
+    from jobs.runtime import Runtime
+    from jobs.turn.recall import Reader
+    from tests.harness import settings_from
+
+    return Reader(Runtime(settings_from(env), redis_url), route_key("topic", topic["chat_id"], topic["thread_id"]),
+                  "s_none", b)
+
+
+LONG_ROOT = "根消息：月度报表导出失败，" + "导出任务日志显示第三步超时后重试三次仍失败" * 17  # 387 chars: inline
+
+
+@pytest.mark.parametrize("room", [120, 200, 260, 340, 500])
+def test_a_page_in_a_tiny_room_shows_the_head_of_its_first_message_and_moves_on(env, feishu, redis_url,
+                                                                               room: int) -> None:
+    """Issue 23 A7: a page whose room holds no whole message still shows the head of the first unseen one, with
+    the offset read_message reads on from, and its cursor moves past it. Only a room that cannot hold even that
+    head is full: the cursor stays where it was and the model answers with what it has."""
+    from memory.budget import Budget
+
+    chat, thread, root = unique("oc_topic"), unique("omt"), unique("om_root")
+    feishu.add_message(root, chat, text=LONG_ROOT, thread_id=thread, sender_open_id="ou_owner")
+    feishu.add_message(unique("om_e"), chat, text="早先消息 01", thread_id=thread, sender_open_id="ou_other")
+    b = Budget(4000, 500)
+    reader = _reader(env, redis_url, {"chat_id": chat, "thread_id": thread}, b)
+    use = {"type": "tool_use", "id": "toolu_1", "name": "read_thread", "input": {"page_size": 50}}
+    [result] = reader.run([use], room, context="")
+    page = result["content"]
+    assert b.cost(page) <= room
+    if 'reason="request_full"' in page:
+        # A single read gets 80% of the room (its JSON framing costs the rest); the page's frame and a 40-character
+        # head take ~190 tokens of that.
+        assert room * 0.8 < 200 and reader.full and reader.cursor is None  # nothing shown, nothing skipped
+        assert LONG_ROOT[:10] not in page
+        return
+    assert not reader.full and "<message_part" in page and 'offset="0"' in page
+    offset = int(re.search(r"read on with read_message offset=(\d+)", page).group(1))  # type: ignore[union-attr]
+    assert 40 <= offset < len(LONG_ROOT) and LONG_ROOT[:offset] in html.unescape(page)
+    assert 'next_cursor="skip:1:"' in page and reader.cursor == "skip:1:"  # past the message shown in part
+    reader.sent()
+    record = reader.record()
+    assert root in record["pending"] and root not in record["included"]  # not read whole yet
+    rest = {"type": "tool_use", "id": "toolu_2", "name": "read_message", "input": {"message_id": root,
+                                                                                   "offset": offset}}
+    [more] = reader.run([rest], 2000, context=page)
+    assert LONG_ROOT[offset:] in html.unescape(more["content"])
+    nxt = {"type": "tool_use", "id": "toolu_3", "name": "read_thread", "input": {}}
+    [after] = reader.run([nxt], 2000, context=page)
+    assert "早先消息 01" in after["content"] and "<message_part" not in after["content"]
+
+
+@pytest.fixture(scope="module")
+def tight(env: dict[str, str], workdir: Path) -> Iterator[OwnStack]:
+    """A deployment whose requests leave little room for tool results (a budget like the items rig's)."""
+    stack = OwnStack.start(env, workdir, "room", CONTEXT_BUDGET_TOKENS="2600", MAX_OUTPUT_TOKENS="256")
+    yield stack
+    stack.stop()
+
+
+def test_a_tight_request_never_gets_a_thread_page_that_shows_nothing(tight: OwnStack, feishu, claude, r) -> None:
+    """Issue 23 A7, as it was seen: in a request with little room left (here a 2,600-token budget, requests of
+    ~1,600 tokens), the model's second read_thread got a page with no message and the cursor it was given
+    (`<not_shown count="17" reason="no room"/>`, next_cursor = cursor). Every page must show at least one message,
+    or part of one, and move its cursor; a read that finds the request full ends the tool rounds."""
+    chat, thread, root = unique("oc_room"), unique("omt"), unique("om_root")
+    feishu.add_message(root, chat, text="根消息：月度报表导出失败", thread_id=thread, sender_open_id="ou_owner")
+    for i in range(1, 30):
+        feishu.add_message(unique("om_e"), chat, text=f"早先消息 {i:02d}" + "。补充说明" * 20, thread_id=thread,
+                           sender_open_id="ou_other")
+    topic = {"chat_id": chat, "chat_type": "group", "thread_id": thread, "root_id": root, "parent_id": root}
+    env = deliver(tight.web, feishu, sender_open_id="ou_alice", text="@_user_1 看看话题里之前的消息", mentions=AT_BOT,
+                  **topic)
+    feishu.wait_for(lambda: feishu.replies_to(message_id(env)), 60)
+    wait_route_idle(r, tight.keys, f"feishu:{tight.profile}:topic:{chat}:{thread}")
+    requests = model_requests_with(claude, "看看话题里之前的消息")
+    reads = [(q, b["content"]) for q in requests if isinstance(q["body"]["messages"][-1]["content"], list)
+             for b in q["body"]["messages"][-1]["content"] if b.get("type") == "tool_result"]
+    assert reads, "the model read the thread"
+    for request, page in reads:
+        if 'reason="request_full"' in page:  # the request is full: the model must answer now
+            assert request["body"].get("tool_choice") == {"type": "none"}
+            continue
+        head = re.search(r'cursor="([^"]*)" next_cursor="([^"]*)"', page)
+        assert head and head.group(1) != head.group(2), page[:300]  # the cursor moved
+        assert re.search(r"<(thread_message|spilled_message|message_part) ", page), page[:300]  # something shown
+
+
+def test_a_read_that_finds_the_request_full_ends_the_tool_rounds(env, feishu, claude, redis_url) -> None:
+    """Issue 23 A7: when not even the head of the next message fits, read_thread says the request is full (the
+    cursor stays) and the next request forbids tools: the model answers instead of reading nothing again."""
+    from jobs.runtime import Runtime
+    from jobs.turn import recall, rotation
+    from jobs.turn.thread import PAGE_END, message_part, page_head
+    from tests.harness import settings_from
+
+    chat, thread, root = unique("oc_topic"), unique("omt"), unique("om_root")
+    feishu.add_message(root, chat, text=LONG_ROOT, thread_id=thread, sender_open_id="ou_owner")
+    rk = route_key("topic", chat, thread)
+    rt = Runtime(settings_from({**env, "BOT_PROFILE": unique("full"), "CONTEXT_BUDGET_TOKENS": "3000"}), redis_url)
+    b, system, tools = rotation.budget_of(rt), [{"type": "text", "text": "You answer."}], recall.tools_for(rk)
+    assert b.factor == 1.0  # a profile of its own: no calibration yet, so the arithmetic below is exact
+    uses = [{"type": "tool_use", "id": "toolu_read", "name": "read_thread", "input": {}},
+            {"type": "tool_use", "id": "toolu_hist", "name": "read_history", "input": {}}]
+    smallest = b.cost(page_head(thread, "", "skip:1:", True) + PAGE_END) + b.cost(message_part(root, LONG_ROOT, 0, 40))
+    # Each of the two reads gets 80% of half the room the step leaves: 20 tokens less than the smallest page.
+    room = math.ceil((smallest - 20) * 2 / 0.8) + b.cost(json.dumps(uses, ensure_ascii=False))
+
+    def ask(pad: int) -> list[dict[str, Any]]:
+        return [{"role": "user", "content": "请看看之前的讨论" + "x" * pad}]
+
+    pad = 0
+    while b.input_room(b.request_cost(system, ask(pad + 3), tools)) >= room:
+        pad += 3
+
+    def responder(body: dict[str, Any]) -> Any:
+        return "好的，先回答。" if (body.get("tool_choice") or {}).get("type") == "none" else uses
+
+    claude.set_responder(responder)
+    talk = recall.converse(rt, rk, "s_none", system, ask(pad), tools, previous={})
+    requests = [q["body"] for q in claude.requests if "请看看之前的讨论" in json.dumps(q["body"], ensure_ascii=False)]
+    assert len(requests) == 2 and requests[1].get("tool_choice") == {"type": "none"}
+    results = [x["content"] for x in requests[1]["messages"][-1]["content"] if x.get("type") == "tool_result"]
+    assert 'reason="request_full"' in results[0] and LONG_ROOT[:10] not in results[0]
+    assert talk.completion.text == "好的，先回答。" and talk.completion.recall["cursor"]["thread"] is None
+
+
+def test_the_stand_in_reads_the_thread_only_when_a_person_asks() -> None:
+    """The service's own note on where reading stopped ("An earlier turn read the thread partway") is no request
+    to read: the stand-in answers as a model would, reading only when the user asks."""
+    from sandbox.claude.recall import recall_reply
+
+    note = ("\n<recall_state>\nAn earlier turn read the thread partway; read_thread without a cursor continues "
+            "there.\n</recall_state>")
+    asked = '<message sender="ou_a" message_id="om_1">\n{}\n</message>' + note
+    body: dict[str, Any] = {"tools": [{"name": "read_thread"}], "messages": [
+        {"role": "user", "content": asked.format("周报什么时候发？")}]}
+    assert recall_reply(body) is None
+    body["messages"][0]["content"] = asked.format("继续看")
+    reply = recall_reply(body)
+    assert isinstance(reply, list) and reply[1]["name"] == "read_thread"

@@ -132,6 +132,32 @@ def test_thread_ids_are_inherited_or_created(emulator: FeishuEmulator, client: l
     assert len(emulator.bot_messages(thread_id="omt_1")) == 1
 
 
+def test_sends_and_replies_answer_with_the_messages_app_link(emulator: FeishuEmulator, client: lark.Client) -> None:
+    """Issue 23 B3: the send and reply answers carry `message_app_link` (lark-oapi 1.7.5 Create/ReplyMessage-
+    ResponseBody): a message in a topic opens the topic at its position (`client/thread/open`), any other message
+    its chat (`client/chat/open`). A uuid-deduped retry answers with the first send's link."""
+    from urllib.parse import parse_qs, urlsplit
+
+    emulator.add_message("om_root", "oc_topics", text="root", thread_id="omt_ab12")
+    emulator.add_message("om_in", "oc_topics", text="inside", thread_id="omt_ab12")
+    first = reply(client, "om_in", uuid="link-0")
+    link = urlsplit(first.data.message_app_link)
+    assert (link.scheme, link.netloc, link.path) == ("https", "applink.feishu.cn", "/client/thread/open")
+    assert parse_qs(link.query) == {"open_chat_id": ["oc_topics"], "open_thread_id": ["omt_ab12"],
+                                    "openchatid": ["oc_topics"], "openthreadid": ["omt_ab12"],
+                                    "thread_position": ["2"]}  # the root is 0
+    again = reply(client, "om_in", uuid="link-0")
+    assert again.data.message_app_link == first.data.message_app_link == emulator.app_link(first.data.message_id)
+
+    emulator.add_chat("oc_team")
+    sent = create(client, "oc_team", json.dumps({"text": "hi"})).data
+    chat_link = urlsplit(sent.message_app_link)
+    assert chat_link.path == "/client/chat/open" and parse_qs(chat_link.query) == {
+        "openChatId": ["oc_team"], "position": ["0"]}
+    got = client.im.v1.message.get(GetMessageRequest.builder().message_id(sent.message_id).build())
+    assert got.data.items[0].message_app_link is None  # only the send's answer carries it here
+
+
 def test_reply_to_unknown_message_is_231003(client: lark.Client) -> None:
     resp = reply(client, "om_missing")
     assert (resp.code, resp.raw.status_code) == (231003, 400)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from bitable.refs import item_ids, record_ids, thread_ids
 from bot.edge.commands import ITEM_LINK, ITEM_NEW, RESET, STATUS, command_of, link_argument
 from bot.edge.envelope import Inbound
@@ -55,17 +57,58 @@ def test_ids_in_text_only_ours_and_never_words() -> None:
     assert item_ids("itm_0123456789abc") == [] and record_ids("recording_studio") == []
 
 
-def test_topic_links_use_feishus_applink_and_still_name_the_topic() -> None:
-    """Issue 14 B7: 话题链接 / 首答链接 open in Feishu (the documented AppLink `client/chat/open?openChatId=`); the
-    topic and message ids ride in the fragment, read back like the links records already hold."""
+def test_topic_links_open_the_topic_and_still_name_it() -> None:
+    """Issue 23 B3 (was issue 14 B7): 话题链接 opens the topic itself (the thread AppLink, `client/thread/open` with
+    both spellings of its keys, larksuite/cli's thread_app_link), not its chat: the chat AppLink this service wrote
+    before named the topic only in a fragment, which the client ignores. Every form still names the topic."""
     from urllib.parse import parse_qs, urlsplit
 
     from bitable.refs import thread_ids, topic_link
 
-    link = topic_link("https://feishu.cn", "oc_chat01", "omt_topic01", "om_answer01")
+    link = topic_link("https://feishu.cn", "oc_chat01", "omt_topic01")
     parts = urlsplit(link)
-    assert (parts.scheme, parts.netloc, parts.path) == ("https", "applink.feishu.cn", "/client/chat/open")
-    assert parse_qs(parts.query) == {"openChatId": ["oc_chat01"]} and "om_answer01" in parts.fragment
-    assert thread_ids(link) == ["omt_topic01"]
-    old = "https://feishu.cn/client/thread/open?chat_id=oc_chat01&thread_id=omt_topic01"  # records written before
-    assert thread_ids(old) == ["omt_topic01"]
+    assert (parts.scheme, parts.netloc, parts.path, parts.fragment) == (
+        "https", "applink.feishu.cn", "/client/thread/open", "")
+    assert parse_qs(parts.query) == {"open_chat_id": ["oc_chat01"], "open_thread_id": ["omt_topic01"],
+                                     "openchatid": ["oc_chat01"], "openthreadid": ["omt_topic01"]}
+    assert urlsplit(topic_link("https://acme.larksuite.com", "oc_chat01", "omt_topic01")).netloc \
+        == "applink.larksuite.com"
+    for written in (link, CHAT_FORM, PRE_14_FORM, FEISHU_APP_LINK):
+        assert thread_ids(written) == ["omt_topic01"]  # a record naming any of them links to the topic
+
+
+CHAT_FORM = "https://applink.feishu.cn/client/chat/open?openChatId=oc_chat01#thread_id=omt_topic01&message_id=om_a1"
+PRE_14_FORM = "https://feishu.cn/client/thread/open?chat_id=oc_chat01&thread_id=omt_topic01"
+FEISHU_APP_LINK = ("https://applink.feishu.cn/client/thread/open?open_chat_id=oc_chat01&open_thread_id=omt_topic01"
+                   "&openchatid=oc_chat01&openthreadid=omt_topic01&thread_position=3")
+
+
+@pytest.mark.parametrize(("written", "opens"), [
+    (CHAT_FORM, "topic"),  # ours since issue 14: opened the chat only
+    (PRE_14_FORM, "topic"),  # ours before that
+    (CHAT_FORM.replace("applink.feishu.cn", "applink.larksuite.com"), "lark topic"),
+    (FEISHU_APP_LINK, "kept"),  # Feishu's own message_app_link opens the topic already
+    ("https://x.feishu.cn/t?thread_id=omt_topic01", "kept"),  # a person's link: theirs
+    ("https://applink.feishu.cn/client/chat/open?openChatId=oc_chat01", "kept"),  # names no topic
+    ("https://applink.feishu.cn/client/chat/open?openChatId=oc_chat01#thread_id=omt_x", "kept"),  # no topic id
+    ("话题", "kept"),
+])
+def test_links_written_before_are_read_as_the_topics_applink(written: str, opens: str) -> None:
+    from bitable.refs import openable, topic_link
+
+    expected = {"topic": topic_link("https://feishu.cn", "oc_chat01", "omt_topic01"),
+                "lark topic": topic_link("https://larksuite.com", "oc_chat01", "omt_topic01"), "kept": written}
+    assert openable(written) == expected[opens]
+
+
+@pytest.mark.parametrize(("app_link", "used"), [
+    (FEISHU_APP_LINK, True), ("", False), ("javascript:alert(1)", False), ("http://applink.feishu.cn/x", False),
+    ("https://applink.feishu.cn/a b", False), ("https://applink.feishu.cn/" + "x" * 1000, False),
+])
+def test_the_first_answers_link_is_feishus_message_app_link_or_the_topics(app_link: str, used: bool) -> None:
+    """首答链接: the message_app_link Feishu answered the card's post with, when it is a plain https link; else the
+    topic's AppLink (never the chat's)."""
+    from bitable.refs import answer_link, topic_link
+
+    topic = topic_link("https://feishu.cn", "oc_chat01", "omt_topic01")
+    assert answer_link(app_link, "https://feishu.cn", "oc_chat01", "omt_topic01") == (app_link if used else topic)

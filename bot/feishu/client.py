@@ -84,6 +84,15 @@ def _classify(code: int, http_status: int, msg: str, headers: dict[str, str]) ->
 
 
 @dataclass(frozen=True)
+class Sent:
+    """A message the bot sent: its id, and the AppLink Feishu answered with (`message_app_link` of the send or
+    reply response, lark-oapi 1.7.5 Create/ReplyMessageResponseBody; "" when the answer has none)."""
+
+    message_id: str
+    app_link: str = ""
+
+
+@dataclass(frozen=True)
 class Resource:
     """A message resource's first bytes: `complete` False when it holds more than was read."""
 
@@ -150,9 +159,9 @@ class FeishuApi:
         resp = self._call(self.client.im.v1.message.reply, req)
         return str(resp.data.message_id)
 
-    def reply_card(self, message_id: str, card: dict[str, Any], *, uuid: str, in_thread: bool) -> str:
+    def reply_card(self, message_id: str, card: dict[str, Any], *, uuid: str, in_thread: bool) -> Sent:
         """An interactive card as a reply; `uuid` makes a retried post land once (Feishu keeps it an hour)."""
-        return self.reply(message_id, "interactive", card, uuid=uuid, in_thread=in_thread)
+        return self.reply_sent(message_id, "interactive", card, uuid=uuid, in_thread=in_thread)
 
     def reply_card_entity(self, message_id: str, card_id: str, *, uuid: str, in_thread: bool) -> str:
         """A CardKit card entity (bot/feishu/cardkit.py) as a reply; an entity can be sent once. The content must
@@ -165,11 +174,15 @@ class FeishuApi:
         return self.reply(message_id, "post", post, uuid=uuid, in_thread=in_thread)
 
     def reply(self, message_id: str, msg_type: str, content: dict[str, Any], *, uuid: str, in_thread: bool) -> str:
+        return self.reply_sent(message_id, msg_type, content, uuid=uuid, in_thread=in_thread).message_id
+
+    def reply_sent(self, message_id: str, msg_type: str, content: dict[str, Any], *, uuid: str,
+                   in_thread: bool) -> Sent:
         body = (ReplyMessageRequestBody.builder().msg_type(msg_type)
                 .content(json.dumps(content, ensure_ascii=False)).reply_in_thread(in_thread).uuid(uuid).build())
         req = ReplyMessageRequest.builder().message_id(message_id).request_body(body).build()
         resp = self._call(self.client.im.v1.message.reply, req)
-        return str(resp.data.message_id)
+        return Sent(str(resp.data.message_id), str(resp.data.message_app_link or ""))
 
     def add_reaction(self, message_id: str, emoji_type: str) -> str:
         """POST …/messages/:message_id/reactions → the reaction_id (needed to take it back)."""

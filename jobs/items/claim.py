@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from bitable.client import Record
 from bitable.index import Item
-from bitable.refs import record_ids, thread_ids, topic_link
+from bitable.refs import openable, record_ids, thread_ids, topic_link
 from bot.edge.commands import link_argument
 from bot.edge.envelope import Inbound, dumps
 from bot.errors import Permanent
@@ -137,7 +137,9 @@ def link_topic(rt: Runtime, record: Record, *, thread_id: str, chat_id: str, roo
     values: dict[str, object] = {}
     if record.text(schema.name("item_id")) != item.item_id:
         values["item_id"] = item.item_id
-    if thread_id not in " ".join([*record.links(schema.name("topic_link")), record.text(schema.name("topic_link"))]):
+    links = record.links(schema.name("topic_link"))
+    if thread_id not in " ".join([*links, record.text(schema.name("topic_link"))]) \
+            or any(openable(link) != link for link in links):  # a link of ours that opened the chat, not the topic
         values["topic_link"] = topic_link(rt.settings.feishu_web_origin, chat_id, thread_id)
     if values:
         _fenced(fence, rk)

@@ -18,7 +18,7 @@ from typing import Any
 
 from bitable.client import client_token_for
 from bitable.index import FAILED, FULL, PLACEHOLDER, SUMMARY, Item, Version
-from bitable.refs import record_link, topic_link
+from bitable.refs import answer_link, record_link, topic_link
 from bot import metrics
 from bot.errors import Permanent
 from bot.feishu.cards import STATUS_ZH, answer_card
@@ -146,9 +146,9 @@ class FirstAnswer:
     def _placeholder(self, title: str) -> Version:
         item = self.item
         card = answer_card(item_id=item.item_id, title=title, status=PLACEHOLDER, version=1, body=PLACEHOLDER_BODY)
-        message_id = self.rt.outbox.card(self.rk, "first-answer", item.root_id, card, chat_id=item.chat_id,
-                                         in_thread=True, fence=self.fence)
-        self.rt.items.set(item.item_id, answer_message_id=message_id)
+        sent = self.rt.outbox.card_sent(self.rk, "first-answer", item.root_id, card, chat_id=item.chat_id,
+                                        in_thread=True, fence=self.fence)
+        self.rt.items.set(item.item_id, answer_message_id=sent.message_id, answer_link=sent.app_link)
         self.item = self.rt.items.get(item.item_id) or item
         return self.rt.items.add_version(item.item_id, 1, PLACEHOLDER, PLACEHOLDER_BODY, [])
 
@@ -217,9 +217,9 @@ class FirstAnswer:
         assert bt is not None
         schema = bt.schema()
         values: dict[str, Any] = {"answer_status": STATUS_ZH.get(v.status, v.status), "answer_version": v.version}
-        if self.item.answer_message_id:
-            values["answer_link"] = topic_link(self.rt.settings.feishu_web_origin, self.item.chat_id,
-                                               self.item.thread_id, self.item.answer_message_id)
+        if self.item.answer_message_id:  # the link Feishu gave the card; the topic's own for items from before
+            values["answer_link"] = answer_link(self.item.answer_link, self.rt.settings.feishu_web_origin,
+                                                self.item.chat_id, self.item.thread_id)
         self._fenced()
         bt.update(record_id, _encode_loose(schema, values))
 

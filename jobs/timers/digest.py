@@ -23,6 +23,7 @@ from lark_oapi.channel.card import new_card
 
 from bitable.client import MAX_CONDITIONS, Bitable, Match, Record
 from bitable.errors import BitableError
+from bitable.refs import openable
 from bot.feishu.cards import OPEN_ID
 from bot.feishu.render import defuse
 
@@ -89,7 +90,7 @@ def _row(record: Record, name: Callable[[str], str]) -> DigestRow:
         record_id=record.record_id, title=record.text(name("title")).strip(),
         owner_ids=tuple(record.users(name("owner"))), status=record.text(name("status")).strip(),
         last_activity_ms=record.last_modified_time or record.created_time,
-        topic_link=links[0] if links else record.text(name("topic_link")).strip(),
+        topic_link=openable(links[0] if links else record.text(name("topic_link")).strip()),  # old forms: topic
         item_id=record.text(name("item_id")).strip(),
     )
 

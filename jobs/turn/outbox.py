@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from bot.errors import Retryable
-from bot.feishu.client import FeishuApi
+from bot.feishu.client import FeishuApi, Sent
 from bot.feishu.render import Chunk, render
 from jobs.inbox import Inbox
 from memory.keys import Keys
@@ -121,14 +121,21 @@ class Outbox:
              fence: Callable[[], bool]) -> str:
         """Post a card as a reply once per (route, key): a rerun finds it in the ledger, or Feishu's uuid
         window returns the card posted the first time."""
+        return self.card_sent(route_key, key, target, card, chat_id=chat_id, in_thread=in_thread,
+                              fence=fence).message_id
+
+    def card_sent(self, route_key: str, key: str, target: str, card: dict[str, Any], *, chat_id: str,
+                  in_thread: bool, fence: Callable[[], bool]) -> Sent:
+        """As `card`, with the AppLink Feishu answered the post with (kept in the ledger beside the id)."""
         ledger, uid = self.k.sent(route_key, key), reply_uuid(route_key, key, 0)
-        done = self.r.hget(ledger, uid)
+        done, link = self.r.hmget(ledger, [uid, f"{uid}:link"])
         if done:
-            return str(done)
-        message_id = self._paced(chat_id, fence, lambda: self.feishu.reply_card(target, card, uuid=uid,
-                                                                               in_thread=in_thread))
-        self.record(ledger, uid, message_id)
-        return message_id
+            return Sent(str(done), str(link or ""))
+        sent = self._paced(chat_id, fence, lambda: self.feishu.reply_card(target, card, uuid=uid, in_thread=in_thread))
+        if sent.app_link:
+            self.record(ledger, f"{uid}:link", sent.app_link)
+        self.record(ledger, uid, sent.message_id)
+        return sent
 
     def post_card(self, route_key: str, key: str, chat_id: str, card: dict[str, Any], *,
                   fence: Callable[[], bool]) -> str:

@@ -17,6 +17,9 @@ TRIGGERS = ("看看话题里之前的消息", "话题里之前", "read the threa
 PAGES_PER_TURN = 2
 _NEXT = re.compile(r'next_cursor="([^"]*)" has_more="true"')
 _TEXT = re.compile(r"<thread_message [^>]*>\n(.*?)\n</thread_message>", re.DOTALL)
+# The service's own note on where reading stopped ("An earlier turn read the thread partway…") is not the user
+# asking: a trigger counts only in what people wrote.
+_RECALL_STATE = re.compile(r"<recall_state>.*?</recall_state>", re.DOTALL)
 
 
 def _results(message: dict[str, Any]) -> list[str]:
@@ -48,7 +51,7 @@ def recall_reply(body: dict[str, Any]) -> list[dict[str, Any]] | str | None:
     for message in reversed(messages):  # this turn's tool results, newest first, up to the user's question
         results = _results(message)
         if message.get("role") == "user" and not results:
-            question = block_text(message.get("content") or "")
+            question = _RECALL_STATE.sub("", block_text(message.get("content") or ""))
             break
         turn_results = results + turn_results
     else:

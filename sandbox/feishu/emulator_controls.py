@@ -166,6 +166,10 @@ class Controls:
         """The bot's replies to one message, in creation order."""
         return self.store.replies_to(message_id)
 
+    def app_link(self, message_id: str) -> str:
+        """The message_app_link the bot's send or reply of `message_id` was answered with ("" if none)."""
+        return self.store.app_link(message_id)
+
     def feed(self, cursor: int = 0, *, bot_only: bool = True) -> tuple[list[dict[str, Any]], int]:
         """Messages stored since `cursor` (0 = all) and the cursor for the next call: cheap polling."""
         return self.store.feed(cursor, bot_only)

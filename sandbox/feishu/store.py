@@ -8,6 +8,7 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlencode
 
 from sandbox.feishu.cardkit import CardKitStore
 from sandbox.feishu.cards import CardsAndPeople
@@ -17,6 +18,7 @@ from sandbox.feishu.reads import MessageReads
 from sandbox.feishu.rules import UUID_WINDOW_SECONDS, FeishuError, Resource, validate_send
 from sandbox.server import new_id
 
+APPLINK = "https://applink.feishu.cn"
 TOKEN_TTL_SECONDS = 7200
 TOKEN_REUSE_MIN_SECONDS = 1800  # Feishu hands back the same token while ≥30 min remain (§4.1)
 USER_ID_TYPES = frozenset({"open_id", "union_id", "user_id", "email"})
@@ -67,6 +69,7 @@ class FeishuStore(CardsAndPeople, MessageReads, Reactions):
             self.subscriptions: list[dict[str, str]] = []
             self.reactions: dict[str, list[dict[str, Any]]] = {}  # message_id → reactions, removed ones kept
             self.gone_threads: set[str] = set()  # topics removed (230019)
+            self.app_links: dict[str, str] = {}  # message_id → message_app_link minted when the bot sent it
             self._last_ms = 0
 
     # -- tokens -------------------------------------------------------------------------------------
@@ -204,7 +207,30 @@ class FeishuStore(CardsAndPeople, MessageReads, Reactions):
         if seen is None or self.clock() - seen[1] > UUID_WINDOW_SECONDS:
             return None
         self.dedupe_hits += 1
-        return copy.deepcopy(self.by_id[seen[0]])
+        return self._sent(self.by_id[seen[0]])  # the message first sent, as its send answered
+
+    def _sent(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """A send's or reply's answer: the message with its message_app_link (lark-oapi 1.7.5 models the field
+        on Create/ReplyMessageResponseBody). Only these answers carry it here: list and get leave it out."""
+        return {**copy.deepcopy(msg), "message_app_link": self.app_links[msg["message_id"]]}
+
+    def _mint_link(self, msg: dict[str, Any]) -> None:
+        """The link's form as seen in the wild (lark-oapi 1.7.5 names the field, not its form; larksuite/cli
+        assembles the same ones in shortcuts/im/convert_lib/app_link.go): a message in a topic opens the topic at
+        its position (`client/thread/open`, both spellings of the ids), any other its chat (`client/chat/open`)."""
+        chat_id, thread_id = msg["chat_id"], msg.get("thread_id")
+        if thread_id:
+            query = {"open_chat_id": chat_id, "open_thread_id": thread_id, "openchatid": chat_id,
+                     "openthreadid": thread_id, "thread_position": len(self.by_thread[thread_id]) - 1}
+            self.app_links[msg["message_id"]] = f"{APPLINK}/client/thread/open?{urlencode(query)}"
+        else:
+            query = {"openChatId": chat_id, "position": len(self.by_chat[chat_id]) - 1}
+            self.app_links[msg["message_id"]] = f"{APPLINK}/client/chat/open?{urlencode(query)}"
+
+    def app_link(self, message_id: str) -> str:
+        """The message_app_link the bot's send or reply of `message_id` was answered with ("" if none)."""
+        with self.lock:
+            return self.app_links.get(message_id, "")
 
     def _throttle(self, chat_id: str) -> None:
         if not self.chat_qps:
@@ -225,6 +251,7 @@ class FeishuStore(CardsAndPeople, MessageReads, Reactions):
         if entity is not None and self.entities:  # the message shows the entity's current card from now on
             content = self.entities.shown(entity)
         msg = self._store(chat_id, self._bot_sender(), body["msg_type"], content, **links)
+        self._mint_link(msg)
         if entity is not None and self.entities:
             self.entities.bind(entity, msg)
         if body["msg_type"] == "interactive":
@@ -232,7 +259,7 @@ class FeishuStore(CardsAndPeople, MessageReads, Reactions):
         self.send_times.setdefault(chat_id, []).append(self.clock())
         if body.get("uuid"):
             self.uuids[body["uuid"]] = (msg["message_id"], self.clock())
-        return copy.deepcopy(msg)
+        return self._sent(msg)
 
     def reply(self, target_id: str, body: Any, raw_size: int) -> dict[str, Any]:
         with self.lock:
