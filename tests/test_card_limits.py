@@ -63,12 +63,13 @@ def test_indented_fences_move_to_the_start_of_their_lines(md: str, want: str) ->
 @pytest.mark.parametrize(("md", "want"), [
     ("## 结论（导出）\n\n**重要**：见 [文档](https://x.cn/d) 与 `make`", "结论（导出） 重要：见 文档 与 make"),
     ('请 <at user_id="ou_a">张三</at> 与 @ou_b 看看 <at id=ou_c></at>', "请 @张三 与 @李四 看看"),
+    ("@ou_s 你好，@ou_x 也看看", "你好，@ou_x 也看看"),  # a sender (no name known): left out, not a bare "@"
     ("| a | b |\n|---|---|\n| 1 | 2 |", "a b 1 2"),
     ("```py\nprint(1)\n```\n- 第一点", "第一点"),
     ("字" * 80, "字" * 60 + "…"),
 ])
 def test_the_summary_is_plain_text(md: str, want: str) -> None:
-    assert plain_summary(md, {"ou_b": "李四"}) == want
+    assert plain_summary(md, {"ou_b": "李四", "ou_s": ""}) == want
 
 
 def test_a_reply_with_many_tables_becomes_cards_of_five_in_elements_of_four() -> None:

@@ -303,7 +303,8 @@ def test_the_chat_list_shows_feishus_own_placeholder_then_a_plain_summary(rig: O
     wait_route_idle(r, rig.keys, route_key("p2p", chat, profile=rig.profile), timeout=60)
     (entity,) = feishu.cards()
     summary = entity["card"]["config"]["summary"]["content"]
-    assert summary.startswith("结论 导出失败的原因已找到，@") and "<" not in summary and "*" not in summary, summary
+    # the asker is mentioned in the card; the summary cannot name them (no name known) and leaves them out
+    assert summary.startswith("结论 导出失败的原因已找到， 请看 日志。") and "@" not in summary, summary
     assert entity["preview"] == summary and feishu.render_defects() == []
     created = json.loads(next(q for q in feishu.requests if q["op"] == "card_create")["json"]["data"])
     assert created["config"]["summary"] == {"content": ""}
@@ -329,4 +330,26 @@ def test_many_tables_and_an_indented_fence_stream_within_the_card_limits(rig: Ow
     shown = entity["text"] + "\n" + reply_text(replies[1])
     assert all(shown.count(f"甲{i} ") == 1 for i in range(7)) and "\n```bash\npip install x\n```" in shown
     assert max(h["text"].count("| --- |") for h in feishu.card_history(entity["card_id"])) <= 5
+    assert feishu.render_defects() == []
+
+
+def test_a_group_answer_tells_the_people_in_it_and_names_them_in_the_summary(rig: OwnStack, feishu, claude,
+                                                                             r) -> None:
+    """Several people: the card answers the asker's message; the colleague the asker mentioned is mentioned in
+    it (and named in the chat-list summary), a stranger the model names is not (issue 23 attack matrix)."""
+    asker, colleague = unique("ou_asker"), unique("ou_colleague")
+    text = f"结论：@{colleague} 负责导出，@ou_stranger 不在对话里。" + "补充说明。" * 20
+    answer_with(claude, "群里多人", text)
+    claude.set_stream(2.0)
+    chat = unique("oc_group")
+    asked = deliver(rig.web, feishu, chat_id=chat, chat_type="group", sender_open_id=asker,
+                    text="@_user_1 @_user_2 群里多人：谁负责导出", mentions=[mention(BOT_OPEN_ID, "助手"),
+                                                                     mention(colleague, "王五", key="@_user_2")])
+    wait_route_idle(r, rig.keys, route_key("group", chat, asker, profile=rig.profile), timeout=40)
+    (reply,) = feishu.replies_to(message_id(asked))
+    (entity,) = feishu.cards()
+    assert reply["message_id"] == entity["message_id"]
+    assert f"<at id={colleague}></at>" in entity["text"] and "<at id=ou_stranger" not in entity["text"]
+    summary = entity["card"]["config"]["summary"]["content"]
+    assert summary.startswith("结论：@王五 负责导出，@ou_stranger") and "<" not in summary, summary
     assert feishu.render_defects() == []

@@ -83,6 +83,8 @@ def table_starts(md: str) -> list[int]:
 def split_tables(md: str, most: int) -> list[str]:
     """`md` cut just before every (`most` + 1)-th table, so no piece holds more than `most` tables."""
     lines, starts = md.split("\n"), table_starts(md)
+    if len(starts) <= most:
+        return [md]  # as it was, to the character
     cuts = [starts[i] for i in range(most, len(starts), most)]
     bounds = [0, *cuts, len(lines)]
     pieces = ["\n".join(lines[a:b]).strip("\n") for a, b in pairwise(bounds)]
@@ -107,12 +109,17 @@ _LINE_MARK = re.compile(r"^\s{0,3}(?:#{1,6}\s+|>\s?|[-*+]\s+|\d+[.)]\s+)")
 
 def plain_summary(md: str, people: Mapping[str, str] | None = None, limit: int = SUMMARY_CHARS) -> str:
     """What the chat list shows for a finished answer: its first words as plain text — no Markdown, no Feishu
-    tags (a mention reads as @name), code and table rules left out."""
+    tags (a mention of someone in `people` reads as @name, or is left out when the name is unknown; anyone else
+    stays as written, as in the card), code and table rules left out."""
     people = people or {}
+
+    def named(open_id: str) -> str:  # a person whose name we do not know (a sender) is left out, not "@"
+        return "@" + open_id if open_id not in people else ("@" + people[open_id] if people[open_id] else "")
+
     words: list[str] = []
     for line in _prose_lines(md):
         line = _AT_NAMED.sub(lambda m: "@" + m.group(1) if m.group(1) else "", line)
-        line = _AT_ID.sub(lambda m: "@" + people.get(m.group(1), m.group(1)), line)
+        line = _AT_ID.sub(lambda m: named(m.group(1)), line)
         line = _TAG.sub("", _LINK.sub(r"\1", _LINE_MARK.sub("", line)))
         line = _EMPHASIS.sub("", line).replace("|", " ")
         words += line.split()

@@ -133,9 +133,12 @@ class Stream:
         card_id = str(self.card_id)
         for attempt in (1, 2):
             seq = self._sequence()
+
+            def write(seq: int = seq) -> None:
+                self.kit.stream_text(card_id, ELEMENT, shown, sequence=seq, uuid=self._uuid(seq))
+
             try:
-                pushed = self.rt.outbox.try_paced(self.chat_id, self.fence, lambda seq=seq: self.kit.stream_text(  # type: ignore[misc]
-                    card_id, ELEMENT, shown, sequence=seq, uuid=self._uuid(seq)), card=card_id)
+                pushed = self.rt.outbox.try_paced(self.chat_id, self.fence, write, card=card_id)
             except Permanent as exc:
                 if exc.code != cardkit.STREAM_TIMEOUT or attempt == 2:
                     raise
