@@ -342,7 +342,8 @@ MUTANTS: tuple[Mutant, ...] = (
         ("        if fence:", "        if False:"),),
         ("tests/test_sandbox_cardkit.py::test_what_feishu_accepts_but_shows_badly_is_a_render_defect",)),
     Mutant("S19", "a mention whose name is unknown reads as a bare @ in the summary", "bot/feishu/cardmd.py", (
-        ('        return "@" + open_id if open_id not in people else ("@" + people[open_id] if people[open_id] else "")',
+        ('        return "@" + open_id if open_id not in people else '
+         '("@" + people[open_id] if people[open_id] else "")',
          '        return "@" + open_id if open_id not in people else "@" + people[open_id]'),),
         ("tests/test_card_limits.py::test_the_summary_is_plain_text",
          "tests/test_streaming.py::test_the_chat_list_shows_feishus_own_placeholder_then_a_plain_summary")),
