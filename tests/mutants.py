@@ -199,10 +199,6 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("E6", "a resent COMMIT trims again", "jobs/scripts.py", (
         ("if done and string.sub(done, 1, #token + 1) == token .. ':' then", "if false then"),),
         ("tests/test_protocol.py::test_a_resent_commit_consumes_its_events_once",)),
-    Mutant("E7", "open streams do not share the CardKit minute quota", "jobs/turn/stream.py", (
-        ("        return max(self.interval, open_streams * 60.0 / (QUOTA_SHARE * self.rt.settings.feishu_api_qpm))",
-         "        return self.interval"),),
-        ("tests/test_streaming_limits.py::test_the_open_streams_share_the_minute_quota_instead_of_freezing",)),
     Mutant("E8", "one refused update stops the card's updates", "jobs/turn/stream.py", (
         ("            if not self.message_id:\n                self._stop(exc)\n", "            self._stop(exc)\n"),),
         ("tests/test_streaming.py::test_one_failed_update_does_not_stop_the_card",)),
@@ -409,6 +405,79 @@ MUTANTS: tuple[Mutant, ...] = (
     # (end of H)
 
     # -- issue 23: streaming cards and rendered answers: S* ----------------------------------------------------
+    Mutant("S1", "streaming updates are paced by the API's minute and the app's second again", "jobs/turn/outbox.py", (
+        ("        for scope, limit, window in [_card_scope(card)]:",
+         '        for scope, limit, window in [*self._scopes(chat_id, False, "card_content"), _card_scope(card)]:'),),
+        ("tests/test_streaming_limits.py::test_streaming_updates_are_paced_per_card_not_by_the_app_tier",
+         "tests/test_pacing.py::test_a_streaming_cards_updates_take_the_cards_ten_a_second_not_the_apps_tier")),
+    Mutant("S2", "streaming updates are not paced by the card's 10 a second", "jobs/turn/outbox.py", (
+        ("        for scope, limit, window in [_card_scope(card)]:", "        for scope, limit, window in []:"),),
+        ("tests/test_pacing.py::test_a_streaming_cards_updates_take_the_cards_ten_a_second_not_the_apps_tier",)),
+    Mutant("S3", "the emulator counts ops on a streaming card against the API tier", "sandbox/feishu/cardkit.py", (
+        ("        if not entity.streaming:  # documented", "        if True:  # documented"),),
+        ("tests/test_sandbox_cardkit.py::test_the_app_tier_spares_cards_in_streaming_mode",
+         "tests/test_streaming_limits.py::test_streaming_updates_are_paced_per_card_not_by_the_app_tier")),
+    Mutant("S4", "streaming that closed by itself (200850) is not turned on again", "jobs/turn/stream.py", (
+        ("                if exc.code != cardkit.STREAM_TIMEOUT or attempt == 2:", "                if True:"),),
+        ("tests/test_streaming.py::test_a_turn_longer_than_the_streaming_window_turns_streaming_on_again",)),
+    Mutant("S5", "the streaming card's summary is a custom [生成中...] again", "bot/feishu/cardkit.py", (
+        ('SUMMARY_STREAMING = ""', 'SUMMARY_STREAMING = "[生成中...]"'),),
+        ("tests/test_streaming.py::test_the_chat_list_shows_feishus_own_placeholder_then_a_plain_summary",
+         "tests/test_sandbox_cardkit.py::test_streaming_times_out_and_settings_reopen_it")),
+    Mutant("S6", "the finished card's summary is the card's Markdown", "jobs/turn/stream.py", (
+        ("                self._final(card_markdown(first, self.people), plain_summary(first, self.people))",
+         "                self._final(card_markdown(first, self.people), card_markdown(first, self.people)[:60])"),),
+        ("tests/test_streaming.py::test_the_chat_list_shows_feishus_own_placeholder_then_a_plain_summary",)),
+    Mutant("S7", "the emulator misses [生成中...] left on a finished card", "sandbox/feishu/card_render.py", (
+        ("    if not streaming(card) and chat_preview(card) == STREAMING_PREVIEW:", "    if False:"),),
+        ("tests/test_sandbox_cardkit.py::test_what_feishu_accepts_but_shows_badly_is_a_render_defect",)),
+    Mutant("S8", "the emulator misses markup in a summary", "sandbox/feishu/card_render.py", (
+        ("    if summary and _MARKUP.search(summary):", "    if False:"),),
+        ("tests/test_sandbox_cardkit.py::test_what_feishu_accepts_but_shows_badly_is_a_render_defect",)),
+    Mutant("S9", "a reply card takes any number of tables", "bot/feishu/render.py", (
+        ('        for piece in split_tables(part, CARD_TABLES_MAX) if style == "interactive" else [part]:',
+         "        for piece in [part]:"),),
+        ("tests/test_card_limits.py::test_a_rendered_reply_within_the_limits_is_accepted_and_shows_well",
+         "tests/test_card_limits.py::test_a_reply_with_many_tables_becomes_cards_of_five_in_elements_of_four")),
+    Mutant("S10", "a reply card's tables all go in one markdown element", "bot/feishu/render.py", (
+        ("        for element in split_tables(text, MARKDOWN_TABLES_MAX):", "        for element in [text]:"),),
+        ("tests/test_card_limits.py::test_a_rendered_reply_within_the_limits_is_accepted_and_shows_well",
+         "tests/test_card_limits.py::test_a_reply_with_many_tables_becomes_cards_of_five_in_elements_of_four")),
+    Mutant("S11", "a reply's indented fences are sent as written", "bot/feishu/render.py", (
+        ("    for part in split_markdown(dedent_fences(answer), chunk_chars):",
+         "    for part in split_markdown(answer, chunk_chars):"),),
+        ("tests/test_card_limits.py::test_a_rendered_reply_within_the_limits_is_accepted_and_shows_well",
+         "tests/test_card_limits.py::test_a_reply_with_many_tables_becomes_cards_of_five_in_elements_of_four")),
+    Mutant("S12", "an opening fence keeps its indent", "bot/feishu/cardmd.py", (
+        ("                line = line[len(m.group(1)):]", "                line = line"),),
+        ("tests/test_card_limits.py::test_indented_fences_move_to_the_start_of_their_lines",
+         "tests/test_card_limits.py::test_a_rendered_reply_within_the_limits_is_accepted_and_shows_well")),
+    Mutant("S13", "the streamed text shows every table in one element", "jobs/turn/stream.py", (
+        ("        return card_markdown(before_table(dedent_fences(head), MARKDOWN_TABLES_MAX), self.people)",
+         "        return card_markdown(head, self.people)"),),
+        ("tests/test_streaming.py::test_many_tables_and_an_indented_fence_stream_within_the_card_limits",)),
+    Mutant("S14", "the finished streaming card takes any number of tables", "jobs/turn/stream.py", (
+        ("    first, *more = split_tables(parts[0], CARD_TABLES_MAX)", "    first, *more = [parts[0]]"),),
+        ("tests/test_streaming.py::test_many_tables_and_an_indented_fence_stream_within_the_card_limits",)),
+    Mutant("S15", "the finished streaming card's tables all go in one element", "bot/feishu/cardkit.py", (
+        ("    for i, part in enumerate(split_tables(text, MARKDOWN_TABLES_MAX)):",
+         "    for i, part in enumerate([text]):"),),
+        ("tests/test_streaming.py::test_many_tables_and_an_indented_fence_stream_within_the_card_limits",)),
+    Mutant("S16", "the emulator accepts a card of more than five tables", "sandbox/feishu/rules.py", (
+        ("    if tables > CARD_TABLES_MAX:", "    if False:"),),
+        ("tests/test_sandbox_cardkit.py::test_a_card_with_more_than_five_tables_is_refused",)),
+    Mutant("S17", "the emulator misses a markdown element of more than four tables", "sandbox/feishu/card_render.py", (
+        ("        if tables > MARKDOWN_TABLES_MAX:", "        if False:"),),
+        ("tests/test_sandbox_cardkit.py::test_what_feishu_accepts_but_shows_badly_is_a_render_defect",)),
+    Mutant("S18", "the emulator misses an indented code fence", "sandbox/feishu/card_render.py", (
+        ("        if fence:", "        if False:"),),
+        ("tests/test_sandbox_cardkit.py::test_what_feishu_accepts_but_shows_badly_is_a_render_defect",)),
+    Mutant("S19", "a mention whose name is unknown reads as a bare @ in the summary", "bot/feishu/cardmd.py", (
+        ('        return "@" + open_id if open_id not in people else '
+         '("@" + people[open_id] if people[open_id] else "")',
+         '        return "@" + open_id if open_id not in people else "@" + people[open_id]'),),
+        ("tests/test_card_limits.py::test_the_summary_is_plain_text",
+         "tests/test_streaming.py::test_the_chat_list_shows_feishus_own_placeholder_then_a_plain_summary")),
     # (end of S)
 
     # -- issue 23: links to topics and answers, read_thread progress: L* ---------------------------------------

@@ -122,3 +122,34 @@ def test_a_slow_and_jittery_feishu_still_sees_at_most_five_a_second_in_a_chat(en
                                              in_thread=False, fence=lambda: True), targets))
     assert feishu.stats["chat_limit_rejections"].get(chat, 0) == 0
     assert most_in_a_second(feishu.sends(chat)[chat]) <= 5
+
+
+def test_a_streaming_cards_updates_take_the_cards_ten_a_second_not_the_apps_tier(env, feishu, redis_url) -> None:
+    """Issue 23 B2, the outbox's rule: an update to a card in streaming mode takes a slot of that card's second
+    (CardKit allows 10 ops a second per card), not of the API's minute or the app's second, which do not count it
+    (the streaming overview). With both tiers cut to 2, thirty quick updates to one card: at least ten go out,
+    the rest are skipped (never refused by Feishu), and another card has its own ten."""
+    import redis
+
+    from bot.feishu.cardkit import CardKit, streaming_card
+    from bot.feishu.client import FeishuApi
+    from jobs.inbox import Inbox
+    from jobs.turn.outbox import Outbox
+    from memory.keys import Keys
+    from tests.harness import settings_from
+
+    settings = settings_from(env)
+    r = redis.Redis.from_url(redis_url, decode_responses=True)
+    keys = Keys(unique("cardpace"))
+    api = FeishuApi(settings, r, keys)
+    outbox = Outbox(Inbox(r, keys, 30_000), keys, api, 3500, chat_qps=5, app_qps=2, api_qpm=2)
+    feishu.set_api_qpm(2)
+    feishu.set_cardkit_limits(app_qps=2)
+    kit = CardKit(api)
+    cards = [kit.create(streaming_card("开头")), kit.create(streaming_card("另一张"))]
+    for card_id in cards:
+        pushed = [outbox.try_paced("oc_cardpace", lambda: True, lambda n=n, c=card_id: kit.stream_text(
+            c, "answer", "字" * n, sequence=n, uuid=unique("u")), card=card_id) for n in range(1, 31)]
+        assert pushed.count(True) >= 10, pushed  # and no 429 raised: what did not fit was skipped, not refused
+    updates = [h for c in cards for h in feishu.card_history(c) if h["op"] == "card_content"]
+    assert len(updates) >= 20

@@ -149,15 +149,22 @@ def test_the_per_card_limit_is_retryable(feishu, api, kit) -> None:
 
 
 def test_the_app_tier_spares_cards_in_streaming_mode(feishu, api, kit) -> None:
+    """Documented (the overview's streaming_mode field): in streaming mode, full updates, partial updates and text
+    streaming "不会触发接口的频率限制（QPS）"; only the card's own 10 a second applies."""
     feishu.set_cardkit_limits(app_qps=2)
-    kit.create(streaming_card("一"))
-    card_id = kit.create(streaming_card("二", streaming=False))
+    feishu.set_api_qpm(3)
+    card_id = kit.create(streaming_card("一"))
+    kit.create(streaming_card("二", streaming=False))
     with pytest.raises(Retryable):
         kit.create(streaming_card("三"))
-    kit.settings(card_id, {"config": {"summary": {"content": "摘要"}}}, sequence=1, uuid="s1")
-    kit.settings(card_id, {"config": {"summary": {"content": "摘要2"}}}, sequence=2, uuid="s2")
-    with pytest.raises(Retryable):  # not streaming: the 50/s (here 2/s) tier counts it
-        kit.settings(card_id, {"config": {"streaming_mode": True}}, sequence=3, uuid="s3")
+    for n in range(1, 5):  # 4 in a second on a streaming card: past 2/s and 3/min, within the card's 10/s
+        kit.stream_text(card_id, "answer", "字" * n, sequence=n, uuid=f"t{n}")
+    kit.settings(card_id, {"config": {"summary": {"content": ""}}}, sequence=5, uuid="t5")
+    kit.update(card_id, streaming_card("完", streaming=False), sequence=6, uuid="t6")  # streaming until it lands
+    kit.settings(card_id, {"config": {"summary": {"content": "完"}}}, sequence=7, uuid="t7")
+    kit.settings(card_id, {"config": {"summary": {"content": "完。"}}}, sequence=8, uuid="t8")
+    with pytest.raises(Retryable):  # streaming is off: the 50/s (here 2/s) tier counts it
+        kit.settings(card_id, {"config": {"summary": {"content": "完！"}}}, sequence=9, uuid="t9")
 
 
 def test_a_bare_card_id_is_refused_and_an_entity_is_sent_once(feishu, api, kit) -> None:
@@ -180,11 +187,14 @@ def test_streaming_times_out_and_settings_reopen_it(feishu, api, kit) -> None:
     err = fails(kit.stream_text, card_id, "answer", "开头继续", sequence=2, uuid="b")
     assert err.code == "200850" and stream_over(err)
     assert feishu.card_history(card_id)[-1]["op"] == "streaming_timeout"
-    kit.settings(card_id, {"config": {"streaming_mode": True}}, sequence=3, uuid="c")
+    kit.reopen(card_id, sequence=3, uuid="c")  # 200850's documented remedy: settings, streaming_mode true
     kit.stream_text(card_id, "answer", "开头继续", sequence=4, uuid="d")
     assert feishu.card_text(reply) == "开头继续"
+    feishu.set_cardkit_limits(streaming_timeout_s=0.0)  # the window as a control: no test waits 10 minutes
+    assert fails(kit.stream_text, card_id, "answer", "开头继续！", sequence=5, uuid="g").code == "200850"
+    assert feishu.render_defects() == []  # the summary was empty: the chat list stopped showing [生成中...]
     feishu.age_card(card_id, 14 * 86400)
-    expired = fails(kit.stream_text, card_id, "answer", "太晚", sequence=5, uuid="e")
+    expired = fails(kit.stream_text, card_id, "answer", "太晚", sequence=6, uuid="e")
     assert expired.code == "200750" and stream_over(expired)
     assert fails(kit.stream_text, "7000000000000000002", "answer", "无", sequence=1, uuid="f").code == "200740"
 
@@ -225,3 +235,49 @@ def test_injected_faults_map_to_our_error_types(feishu, api, kit) -> None:
         kit.finish(card_id, "摘要", sequence=3, uuid="c")
     assert caught.value.retry_after == 2.0
     kit.stream_text(card_id, "answer", "一", sequence=4, uuid="d")
+
+
+def tables(n: int, tag: str = "t") -> str:
+    return "\n\n".join(f"| {tag}{i} | 值 |\n| --- | --- |\n| 甲 | 乙 |" for i in range(n))
+
+
+def markdown_card(*contents: str, **config: Any) -> dict[str, Any]:
+    return {"schema": "2.0", "config": {"update_multi": True, **config},
+            "body": {"elements": [{"tag": "markdown", "content": c} for c in contents]}}
+
+
+def test_a_card_with_more_than_five_tables_is_refused(feishu, api, kit) -> None:
+    """Card JSON 2.0 table component: five a card; a Markdown table counts as one (Feishu answers 230099 with
+    "ErrCode: 11310; ErrMsg: card table number over limit", as reported from production)."""
+    question = ask(feishu)
+    err = fails(api.reply, question, "interactive", markdown_card(tables(4), tables(2, "u")), uuid="six",
+                in_thread=False)
+    assert err.code == "230099" and "11310" in str(err)
+    api.reply(question, "interactive", markdown_card(tables(4), tables(1, "u")), uuid="five", in_thread=False)
+    assert fails(kit.create, streaming_card(tables(6), streaming=False)).code == "230099"
+    card_id = kit.create(streaming_card(tables(3)))
+    kit.stream_text(card_id, "answer", tables(5), sequence=1, uuid="a")
+    assert fails(kit.stream_text, card_id, "answer", tables(6), sequence=2, uuid="b").code == "230099"
+
+
+def test_what_feishu_accepts_but_shows_badly_is_a_render_defect(feishu, api, kit) -> None:
+    question = ask(feishu)
+    crowded = api.reply(question, "interactive", markdown_card(tables(5)), uuid="crowded", in_thread=False)
+    fenced = api.reply(question, "interactive", markdown_card("1. 安装：\n   ```bash\n   pip install x\n   ```"),
+                       uuid="fenced", in_thread=False)
+    clean = api.reply(question, "interactive", markdown_card(tables(4), "1. 安装：\n```bash\npip install x\n```"),
+                      uuid="clean", in_thread=False)
+    card_id = kit.create(streaming_card("开头", summary="[生成中...]"))
+    kit.update(card_id, streaming_card("完", streaming=False, summary="**结论**：请 <at id=ou_a></at> 查看"),
+               sequence=1, uuid="u1")
+    left = kit.create(streaming_card("开头", summary="[生成中...]"))
+    feishu.age_card(left, 601)
+    assert feishu.cards()[-1]["preview"] == "[生成中...]"  # it no longer streams; the chat list says it does
+    found = {(d["where"], d["kind"]) for d in feishu.render_defects()}
+    assert found == {(f"message {crowded}", "tables_per_markdown"), (f"message {fenced}", "indented_fence"),
+                     (f"card {card_id}", "summary_markup"), (f"card {left}", "stale_summary")}
+    assert not any(clean in w for w, _ in found)
+    quiet = kit.create(streaming_card("开头"))  # empty summary: Feishu's own [生成中...] only while it streams
+    assert feishu.cards()[-1]["preview"] == "[生成中...]"
+    feishu.age_card(quiet, 601)
+    assert feishu.cards()[-1]["preview"] == "开头" and len(feishu.render_defects()) == 4

@@ -267,3 +267,89 @@ def test_a_card_made_but_not_posted_is_posted_when_the_answer_is_done(rig: OwnSt
     (reply,) = feishu.replies_to(message_id(msg))
     assert reply["message_id"] == entity["message_id"] and not entity["streaming"]
     assert entity["text"] == card_markdown(text)
+
+
+def test_a_turn_longer_than_the_streaming_window_turns_streaming_on_again(rig: OwnStack, feishu, claude, r) -> None:
+    """Issue 23 B5. Feishu closes streaming 10 minutes after it was turned on (200850 afterwards); the documented
+    remedy is one settings call with streaming_mode true. The emulator's window is shortened to 2.5 s (its control,
+    so no test waits 10 minutes): an 8 s answer outlives it three times and the card keeps growing."""
+    feishu.set_cardkit_limits(streaming_timeout_s=2.5)
+    text = long_answer("长回合", paragraphs=12)
+    answer_with(claude, "超过十分钟", text)
+    claude.set_stream(8.0)
+    chat = unique("oc_p2p")
+    msg = deliver(rig.web, feishu, chat_id=chat, chat_type="p2p", text="超过十分钟的回答")
+    wait_route_idle(r, rig.keys, route_key("p2p", chat, profile=rig.profile), timeout=60)
+    (entity,) = feishu.cards()
+    assert not entity["streaming"] and entity["text"] == card_markdown(text)
+    ops = [h["op"] for h in feishu.card_history(entity["card_id"])]
+    closed = ops.index("streaming_timeout")
+    after = ops[closed:]
+    assert "card_settings" in after and after.count("card_content") >= 2, ops  # on again, and text went on
+    assert ops.count("card_settings") == ops.count("streaming_timeout"), ops  # one settings call each time
+    assert len(feishu.replies_to(message_id(msg))) == 1 and feishu.render_defects() == []
+
+
+def test_the_chat_list_shows_feishus_own_placeholder_then_a_plain_summary(rig: OwnStack, feishu, claude, r) -> None:
+    """Issue 23 B8. A custom "[生成中...]" outlives streaming (it closed by itself here after 2 s); the finished
+    card's summary is what the chat list shows verbatim, so it is plain text: no heading marks, bold or tags."""
+    feishu.set_cardkit_limits(streaming_timeout_s=2.0)
+    asker = unique("ou_asker")
+    text = f"## 结论\n\n**导出失败**的原因已找到，@{asker} 请看 [日志](https://x.cn/log)。\n\n" + "补充说明。" * 40
+    answer_with(claude, "摘要纯文本", text)
+    claude.set_stream(4.0)
+    chat = unique("oc_p2p")
+    deliver(rig.web, feishu, chat_id=chat, chat_type="p2p", sender_open_id=asker, text="摘要纯文本：为什么")
+    wait_route_idle(r, rig.keys, route_key("p2p", chat, profile=rig.profile), timeout=60)
+    (entity,) = feishu.cards()
+    summary = entity["card"]["config"]["summary"]["content"]
+    # the asker is mentioned in the card; the summary cannot name them (no name known) and leaves them out
+    assert summary.startswith("结论 导出失败的原因已找到， 请看 日志。") and "@" not in summary, summary
+    assert entity["preview"] == summary and feishu.render_defects() == []
+    created = json.loads(next(q for q in feishu.requests if q["op"] == "card_create")["json"]["data"])
+    assert created["config"]["summary"] == {"content": ""}
+
+
+def test_many_tables_and_an_indented_fence_stream_within_the_card_limits(rig: OwnStack, feishu, claude, r) -> None:
+    """Issue 23 B12. While streaming the card shows the answer up to its fifth table (one element shows four);
+    finished, it holds five in two elements and the rest follows as a reply; the fence inside a list item is
+    moved to the start of its lines. Before, the seventh table got the card refused (230099, 11310)."""
+    tables = "\n\n".join(f"| 表{i} | 值 |\n| --- | --- |\n| 甲{i} | 乙{i} |" for i in range(7))
+    text = "1. 安装依赖：\n   ```bash\n   pip install x\n   ```\n2. 对比如下\n\n" + tables
+    answer_with(claude, "七表流式", text)
+    claude.set_stream(3.0)
+    chat = unique("oc_p2p")
+    msg = deliver(rig.web, feishu, chat_id=chat, chat_type="p2p", text="七表流式：对比一下")
+    wait_route_idle(r, rig.keys, route_key("p2p", chat, profile=rig.profile), timeout=60)
+    replies = feishu.replies_to(message_id(msg))
+    (entity,) = feishu.cards()
+    assert entity["message_id"] == replies[0]["message_id"] and not entity["streaming"] and len(replies) == 2
+    elements = entity["card"]["body"]["elements"]
+    assert [e["element_id"] for e in elements] == ["answer", "answer_2"]
+    assert [e["content"].count("| --- |") for e in elements] == [4, 1]
+    shown = entity["text"] + "\n" + reply_text(replies[1])
+    assert all(shown.count(f"甲{i} ") == 1 for i in range(7)) and "\n```bash\npip install x\n```" in shown
+    assert max(h["text"].count("| --- |") for h in feishu.card_history(entity["card_id"])) <= 5
+    assert feishu.render_defects() == []
+
+
+def test_a_group_answer_tells_the_people_in_it_and_names_them_in_the_summary(rig: OwnStack, feishu, claude,
+                                                                             r) -> None:
+    """Several people: the card answers the asker's message; the colleague the asker mentioned is mentioned in
+    it (and named in the chat-list summary), a stranger the model names is not (issue 23 attack matrix)."""
+    asker, colleague = unique("ou_asker"), unique("ou_colleague")
+    text = f"结论：@{colleague} 负责导出，@ou_stranger 不在对话里。" + "补充说明。" * 20
+    answer_with(claude, "群里多人", text)
+    claude.set_stream(2.0)
+    chat = unique("oc_group")
+    asked = deliver(rig.web, feishu, chat_id=chat, chat_type="group", sender_open_id=asker,
+                    text="@_user_1 @_user_2 群里多人：谁负责导出", mentions=[mention(BOT_OPEN_ID, "助手"),
+                                                                     mention(colleague, "王五", key="@_user_2")])
+    wait_route_idle(r, rig.keys, route_key("group", chat, asker, profile=rig.profile), timeout=40)
+    (reply,) = feishu.replies_to(message_id(asked))
+    (entity,) = feishu.cards()
+    assert reply["message_id"] == entity["message_id"]
+    assert f"<at id={colleague}></at>" in entity["text"] and "<at id=ou_stranger" not in entity["text"]
+    summary = entity["card"]["config"]["summary"]["content"]
+    assert summary.startswith("结论：@王五 负责导出，@ou_stranger") and "<" not in summary, summary
+    assert feishu.render_defects() == []

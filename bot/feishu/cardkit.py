@@ -12,8 +12,16 @@ Sources (open.feishu.cn server docs, cardkit-v1; same tables on open.larksuite.c
   characters; `sequence` an int32 ≥ 1, strictly increasing per card across all of these calls (300317);
   `uuid` 1..64 characters makes a retried call apply once. A card entity lives 14 days (200750).
 - Streaming text needs `streaming_mode` on (300309 when off, 200850 when it closed by itself 10 minutes after it
-  was last turned on); a full update and settings work with streaming on or off; settings with
-  {"config": {"streaming_mode": false}} ends streaming (the chat list otherwise keeps showing the summary).
+  was last turned on: "流式更新模式将在距上次开启 10 分钟后自动关闭"; 200850's remedy, card-element/content 错误码:
+  settings with streaming_mode true); a full update and settings work with streaming on or off; settings with
+  {"config": {"streaming_mode": false}} ends streaming.
+- The chat list shows config.summary; while streaming, an empty one shows Feishu's "[生成中...]", and a custom
+  one survives the end of streaming ("关闭流式更新模式并不会改变开发者自定义的摘要文本", the overview's FAQ): so
+  streaming cards send it empty (as lark_oapi's channel/card/builder.py does) and a finished card plain text.
+- Card and element ops on a card in streaming mode do not count against the API's rate limit ("在流式更新模式下，
+  开发者可调用卡片和组件接口对卡片持续进行全量更新、局部更新、文本流式更新，且不会触发接口的频率限制（QPS）",
+  the overview's streaming_mode field); every op counts against the card's 10 a second ("对于单个卡片实体，使用
+  卡片和组件级 OpenAPI 操作卡片的频率上限为 10 次/秒").
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ from lark_oapi.api.cardkit.v1 import (
 from lark_oapi.channel.card import new_card
 
 from bot.errors import AdapterError, Permanent, Retryable
+from bot.feishu.cardmd import MARKDOWN_TABLES_MAX, plain_summary, split_tables
 from bot.feishu.client import FeishuApi
 
 CAPABILITY = "streaming"
@@ -64,7 +73,10 @@ CONTENT_MAX_CHARS = 100_000
 SEQUENCE_MAX = 2**31 - 1
 PRINT_FREQUENCY_MS = 70  # the documented defaults: one step every 70 ms, one character a step
 PRINT_STEP = 1
-SUMMARY_STREAMING = "[生成中...]"  # what the chat list shows while the answer grows (Feishu's own default)
+SUMMARY_STREAMING = ""  # empty: the chat list shows Feishu's own "[生成中...]" only while the card streams
+OPS_PER_SECOND = 10  # card and element ops on one card entity
+STREAMING_CONFIG = {"print_frequency_ms": {"default": PRINT_FREQUENCY_MS}, "print_step": {"default": PRINT_STEP},
+                    "print_strategy": "fast"}
 
 
 def stream_over(exc: BaseException) -> bool:
@@ -74,25 +86,24 @@ def stream_over(exc: BaseException) -> bool:
 
 def streaming_card(text: str, *, element_id: str = "answer", streaming: bool = True,
                    summary: str | None = None) -> dict[str, Any]:
-    """A JSON 2.0 card of one markdown element `element_id` (the one `stream_text` writes to).
+    """A JSON 2.0 card whose first markdown element is `element_id` (the one `stream_text` writes to).
 
-    `streaming`: streaming_mode on, with the documented print defaults and a chat-list summary; off: the final
-    card, whose summary (unless given) is the start of the text. The text is placed as given: defuse what people
-    or the model wrote before (bot.feishu.render.defuse), as for any reply.
+    `streaming`: streaming_mode on, with the documented print defaults and an empty summary; off: the final
+    card, whose summary (unless given) is the start of the text as plain text. The text is placed as given:
+    defuse what people or the model wrote before (bot.feishu.render.card_markdown), as for any reply. Text with
+    more than four tables is spread over several elements (`element_id`, `element_id`_2, …): one element shows
+    four at most.
     """
-    shown = summary if summary is not None else (SUMMARY_STREAMING if streaming else _summary_of(text))
+    shown = summary if summary is not None else (SUMMARY_STREAMING if streaming else plain_summary(text))
     config: dict[str, Any] = {"update_multi": True, "width_mode": "fill", "streaming_mode": streaming,
                               "summary": {"content": shown}}
     if streaming:
-        config["streaming_config"] = {"print_frequency_ms": {"default": PRINT_FREQUENCY_MS},
-                                      "print_step": {"default": PRINT_STEP}, "print_strategy": "fast"}
-    card = new_card().config(**config).raw({"tag": "markdown", "element_id": element_id, "content": text})
+        config["streaming_config"] = STREAMING_CONFIG
+    card = new_card().config(**config)
+    for i, part in enumerate(split_tables(text, MARKDOWN_TABLES_MAX)):
+        card = card.raw({"tag": "markdown", "element_id": element_id if i == 0 else f"{element_id}_{i + 1}",
+                         "content": part})
     return card.to_dict()
-
-
-def _summary_of(text: str, limit: int = 60) -> str:
-    line = " ".join(text.split())
-    return line if len(line) <= limit else line[:limit] + "…"
 
 
 class CardKit:
@@ -142,6 +153,11 @@ class CardKit:
                 .sequence(sequence).uuid(uuid).build())
         self._call(self.client.cardkit.v1.card.settings,
                    SettingsCardRequest.builder().card_id(card_id).request_body(body).build())
+
+    def reopen(self, card_id: str, *, sequence: int, uuid: str) -> None:
+        """Turn streaming back on after it closed by itself (200850); its print settings as when it was made."""
+        self.settings(card_id, {"config": {"streaming_mode": True, "streaming_config": STREAMING_CONFIG}},
+                      sequence=sequence, uuid=uuid)
 
     def finish(self, card_id: str, summary: str, *, sequence: int, uuid: str) -> None:
         """End streaming and set what the chat list shows (settings: streaming_mode off, summary)."""

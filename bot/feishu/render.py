@@ -13,6 +13,8 @@ from lark_oapi.channel.card import new_card
 from lark_oapi.channel.outbound.markdown.to_post import markdown_to_post_ast
 from lark_oapi.channel.outbound.sender import chunk_text
 
+from bot.feishu.cardmd import CARD_TABLES_MAX, MARKDOWN_TABLES_MAX, dedent_fences, split_tables
+
 TEXT_LIMIT_BYTES = 150 * 1024  # feishu.md §3.4: a text request body
 RICH_LIMIT_BYTES = 30 * 1024  # post and card request bodies
 BODY_OVERHEAD_BYTES = 512  # msg_type, uuid, reply_in_thread around the content
@@ -56,8 +58,10 @@ def render(answer: str, people: Mapping[str, str] | None = None, *, chunk_chars:
                 for part in _text_parts(answer, chunk_chars)]
     limit = RICH_LIMIT_BYTES
     out: list[Chunk] = []
-    for part in split_markdown(answer, chunk_chars):
-        out.extend(_fit(part, people, style, limit))
+    for part in split_markdown(dedent_fences(answer), chunk_chars):
+        # a card takes CARD_TABLES_MAX tables at most (more: Feishu refuses it): the rest go in the next card
+        for piece in split_tables(part, CARD_TABLES_MAX) if style == "interactive" else [part]:
+            out.extend(_fit(piece, people, style, limit))
     return out
 
 
@@ -103,8 +107,10 @@ def _fit(part: str, people: Mapping[str, str], style: str, limit: int) -> list[C
 def _build(md: str, people: Mapping[str, str], style: str) -> Chunk:
     text = _with_mentions(md, people, "card" if style == "interactive" else "post")
     if style == "interactive":
-        card = new_card().config(wide_screen_mode=True).markdown(text).to_dict()
-        return Chunk("interactive", card)
+        card = new_card().config(wide_screen_mode=True)
+        for element in split_tables(text, MARKDOWN_TABLES_MAX):  # one markdown element shows four tables at most
+            card = card.markdown(element)
+        return Chunk("interactive", card.to_dict())
     # One md row per prose run and per fenced block: Feishu clients may swallow md that follows a fence
     # in the same row (lark_oapi's native mode encodes that).
     return Chunk("post", markdown_to_post_ast(guard_tildes(text), tag_md_mode="native"))
@@ -141,8 +147,9 @@ def defuse(text: str) -> str:
 
 
 def card_markdown(md: str, people: Mapping[str, str] | None = None) -> str:
-    """`md` for a card's markdown element: real mentions only for `people`, every other Feishu tag defused."""
-    return _with_mentions(md, dict(people or {}), "card")
+    """`md` for a card's markdown element: real mentions only for `people`, every other Feishu tag defused, code
+    fences at the start of their lines (bot/feishu/cardmd.py)."""
+    return _with_mentions(dedent_fences(md), dict(people or {}), "card")
 
 
 def _with_mentions(text: str, people: Mapping[str, str], kind: str) -> str:

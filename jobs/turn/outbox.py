@@ -28,6 +28,9 @@ PACE_POLL_S = 0.1  # a full window of in-flight slots frees up when their answer
 # Reply, create, PATCH and reactions also allow 1,000 calls per minute each (besides 50/s per app): a sustained
 # second-level pace would allow ~2,700 a minute. Each API gets its own minute window.
 MINUTE_MS = 60_000
+# CardKit: 10 operations a second on one card entity, whatever the op; ops on a card in streaming mode do not count
+# against the API's tier (bot/feishu/cardkit.py cites both).
+CARD_OPS_PER_WINDOW = 10
 Scope = tuple[str, int, int]  # (pacing key's scope, limit, window ms)
 
 # KEYS[1]: the scope's slots (zset token → ms). ARGV: window_ms, limit, token, in_flight_ms. → ms to wait, or 0.
@@ -171,15 +174,16 @@ class Outbox:
         self._paced(chat_id, fence, lambda: self.feishu.patch_card(message_id, card), api="patch")
 
     def paced(self, chat_id: str, fence: Callable[[], bool], call: Callable[[], T], *, per_chat: bool = True,
-              api: str = "reply") -> T:
-        """`call` once its pacing slots are free (waiting for them), fenced, with short rate-limit retries."""
-        return self._paced(chat_id, fence, call, per_chat, api)
+              api: str = "reply", card: str | None = None) -> T:
+        """`call` once its pacing slots are free (waiting for them), fenced, with short rate-limit retries.
+        `card`: a CardKit op on that card entity, which also takes a slot of the card's second."""
+        return self._paced(chat_id, fence, call, per_chat, api, card)
 
-    def try_paced(self, chat_id: str, fence: Callable[[], bool], call: Callable[[], object], *, api: str) -> bool:
-        """`call` only if the API's minute and the app's second have room right now (a streaming card's update:
-        skipped rather than waited for, the next one carries the text); True when it was made."""
+    def try_paced(self, chat_id: str, fence: Callable[[], bool], call: Callable[[], object], *, card: str) -> bool:
+        """`call` only if the card's second has room right now (an update to a card in streaming mode: exempt from
+        the API's tier, skipped rather than waited for, the next one carries the text); True when it was made."""
         held: list[tuple[str, str, int]] = []
-        for scope, limit, window in self._scopes(chat_id, False, api):
+        for scope, limit, window in [_card_scope(card)]:
             key, token = self.k.pace(scope), os.urandom(8).hex()
             if int(self._take([key], [window, limit, token, IN_FLIGHT_MS])) > 0:
                 for k, t, _ in held:
@@ -195,10 +199,11 @@ class Outbox:
             self._release(held)
 
     def _paced(self, chat_id: str, fence: Callable[[], bool], call: Callable[[], T], per_chat: bool = True,
-               api: str = "reply") -> T:
+               api: str = "reply", card: str | None = None) -> T:
+        scopes = [*self._scopes(chat_id, per_chat, api), *([_card_scope(card)] if card else [])]
         for attempt in range(1, SEND_TRIES + 1):
             try:
-                return self._once(chat_id, fence, call, self._scopes(chat_id, per_chat, api))
+                return self._once(chat_id, fence, call, scopes)
             except Retryable as exc:
                 wait = _inline_wait(exc)
                 if wait is None or attempt == SEND_TRIES:
@@ -235,6 +240,10 @@ class Outbox:
                 time.sleep(min(wait_ms / 1000, PACE_POLL_S))
             held.append((key, token, window))
         return held
+
+
+def _card_scope(card_id: str) -> Scope:
+    return (f"card:{card_id}", CARD_OPS_PER_WINDOW, PACE_WINDOW_MS)
 
 
 def _inline_wait(exc: Retryable) -> float | None:

@@ -6,10 +6,12 @@ into the batch's reply ledger (`sent:{rk}:<batch>`) before the card message is p
 rerun uses: a run killed mid-stream leaves a card the rerun finds and finishes — never a second card, never the
 same text twice. Sequence numbers come from the ledger too (HINCRBY), so they keep increasing across runs.
 
-Updates are paced: at most one per STREAM_UPDATE_SECONDS per card, and only when the app's CardKit minute and
-second windows have room at once (jobs/turn/outbox.py); otherwise the next delta tries again. Streaming never
-fails a turn: without the scope (the capability turns off, loudly once), or when CardKit refuses, the turn
-falls back to today's rendered reply. Only a lost lease stops it (nothing more is sent).
+Updates are paced per card: at most one per STREAM_UPDATE_SECONDS, and only when the card's second has room
+(Feishu allows 10 operations a second on one card; updates to a card in streaming mode do not count against the
+app's API tier, bot/feishu/cardkit.py): otherwise the next delta tries again. Streaming that closed by itself
+(10 minutes after it was turned on, 200850) is turned on again with one settings call and the text goes on.
+Streaming never fails a turn: without the scope (the capability turns off, loudly once), or when CardKit
+refuses, the turn falls back to today's rendered reply. Only a lost lease stops it (nothing more is sent).
 """
 
 from __future__ import annotations
@@ -23,6 +25,14 @@ from collections.abc import Callable, Mapping
 from bot.errors import AdapterError, Permanent, Retryable
 from bot.feishu import cardkit
 from bot.feishu.cardkit import CardKit, streaming_card
+from bot.feishu.cardmd import (
+    CARD_TABLES_MAX,
+    MARKDOWN_TABLES_MAX,
+    before_table,
+    dedent_fences,
+    plain_summary,
+    split_tables,
+)
 from bot.feishu.render import RICH_LIMIT_BYTES, card_markdown, split_markdown
 from jobs.runtime import Runtime
 from jobs.turn.outbox import BATCH_CACHE_TTL_S, LeaseLost, reply_uuid
@@ -35,9 +45,7 @@ SEQ = "stream:seq"
 DONE = "stream:done"
 FELL_BACK = "stream:plain"  # the card could not be finished: the answer went out as plain replies
 SEQUENCE_SKIP = 1000  # a sequence conflict (a counter lost with Redis) jumps ahead once
-ACTIVE_S = 5.0  # a stream that showed no text for this long no longer counts as open
 NO_ROOM_RETRY_S = 0.5
-QUOTA_SHARE = 0.98  # of the app's CardKit minute quota the open streams spread between them
 _loud: set[str] = set()  # CardKit failures already logged at ERROR by this process
 
 
@@ -74,12 +82,12 @@ class Stream:
         shown = self._visible(text)
         if shown == self.shown:
             return
-        wait = self._interval()
+        wait = self.interval
         try:
             if not self.message_id:
                 self._open(shown)
             elif not self._push(shown):
-                wait = NO_ROOM_RETRY_S  # the app's windows were full just now: look again soon, not a whole interval
+                wait = NO_ROOM_RETRY_S  # the card's second was full just now: look again soon, not a whole interval
         except LeaseLost:
             raise
         except Retryable as exc:  # a rate limit or a blip on one update: the next one carries the text
@@ -92,30 +100,17 @@ class Stream:
         # one later too, so the average interval is the one chosen; after a long silence, count from now.
         self.next_at = (self.next_at if now - self.next_at < wait else now) + wait
 
-    def _interval(self) -> float:
-        """STREAM_UPDATE_SECONDS, or longer while so many answers stream at once that the app's CardKit minute
-        quota (FEISHU_API_QPM) would run out: the open streams share it evenly instead of spending it in the first
-        part of the minute and then freezing until it frees up."""
-        key, now = self.rt.keys.pace("streams:open"), time.time()
-        pipe = self.rt.state.pipeline(transaction=False)
-        pipe.zadd(key, {self.ledger: now})
-        pipe.zremrangebyscore(key, "-inf", now - ACTIVE_S)
-        pipe.zcard(key)
-        pipe.expire(key, int(ACTIVE_S * 4))
-        open_streams = int(pipe.execute()[2])
-        return max(self.interval, open_streams * 60.0 / (QUOTA_SHARE * self.rt.settings.feishu_api_qpm))
-
     def _visible(self, text: str) -> str:
-        """What the card shows while streaming: the first part of a long answer, tags defused, mentions only for
-        the people in the conversation."""
+        """What the card shows while streaming: the first part of a long answer (up to its fifth table: one
+        element shows four), tags defused, mentions only for the people in the conversation."""
         head = text if len(text) <= self.limit else text[: self.limit] + "…"
-        return card_markdown(head, self.people)
+        return card_markdown(before_table(dedent_fences(head), MARKDOWN_TABLES_MAX), self.people)
 
     def _open(self, shown: str) -> None:
         """Create the card (unless a killed run did), keep its id, then post it under the turn's reply uuid."""
         if not self.card_id:
             card_id = self.rt.outbox.paced(self.chat_id, self.fence, lambda: self.kit.create(
-                streaming_card(shown, element_id=ELEMENT)), per_chat=False, api="card_create")
+                streaming_card(shown, element_id=ELEMENT)), per_chat=False, api="card_create")  # the API's tier
             self._keep(CARD, card_id)
             self.card_id = card_id
         else:
@@ -133,13 +128,33 @@ class Stream:
         self.message_id = message_id
 
     def _push(self, shown: str) -> bool:
+        """The text so far, if the card's second has room; streaming that closed by itself is turned on again once
+        (a second 200850 right after stops the stream: finish still posts the answer)."""
         card_id = str(self.card_id)
-        seq = self._sequence()
-        pushed = self.rt.outbox.try_paced(self.chat_id, self.fence, lambda: self.kit.stream_text(
-            card_id, ELEMENT, shown, sequence=seq, uuid=self._uuid(seq)), api="card_content")
-        if pushed:
-            self.shown = shown
-        return pushed
+        for attempt in (1, 2):
+            seq = self._sequence()
+
+            def write(seq: int = seq) -> None:
+                self.kit.stream_text(card_id, ELEMENT, shown, sequence=seq, uuid=self._uuid(seq))
+
+            try:
+                pushed = self.rt.outbox.try_paced(self.chat_id, self.fence, write, card=card_id)
+            except Permanent as exc:
+                if exc.code != cardkit.STREAM_TIMEOUT or attempt == 2:
+                    raise
+                self._reopen()
+                continue
+            if pushed:
+                self.shown = shown
+            return pushed
+        return False
+
+    def _reopen(self) -> None:
+        card_id, seq = str(self.card_id), self._sequence()
+        self.rt.outbox.paced(self.chat_id, self.fence, lambda: self.kit.reopen(card_id, sequence=seq,
+                                                                                uuid=self._uuid(seq)),
+                             per_chat=False, api="card_settings", card=card_id)  # not streaming: the API's tier too
+        log.info("streaming reopened after it closed by itself", extra={"route_key": self.rk, "batch": self.batch_id})
 
     def _stop(self, exc: AdapterError) -> None:
         """Stop streaming for this turn; the answer still goes out when the turn ends (see finish)."""
@@ -164,7 +179,7 @@ class Stream:
         first, rest = _card_parts(answer, self.limit)
         try:
             if not self.done:
-                self._final(card_markdown(first, self.people))
+                self._final(card_markdown(first, self.people), plain_summary(first, self.people))
             if not self.message_id:  # created, but its run died (or failed) before posting it
                 self._post()
         except LeaseLost:
@@ -176,7 +191,6 @@ class Stream:
             self._keep(FELL_BACK, "1")
             self.plain = True
             return None
-        self.rt.state.zrem(self.rt.keys.pace("streams:open"), self.ledger)
         ids = [str(self.message_id)]
         if rest.strip():
             ids += self.rt.outbox.reply(self.rk, self.batch_id, self.target, rest, chat_id=self.chat_id,
@@ -184,14 +198,17 @@ class Stream:
                                         people=self.people)
         return ids
 
-    def _final(self, md: str) -> None:
+    def _final(self, md: str, summary: str) -> None:
+        """The complete answer, streaming off, and a plain-text summary for the chat list. Paced by the card's
+        second and, as its streaming may have closed by itself, by the API's tier too."""
         card_id = str(self.card_id)
-        card = streaming_card(md, element_id=ELEMENT, streaming=False)
+        card = streaming_card(md, element_id=ELEMENT, streaming=False, summary=summary)
         for attempt in (1, 2):
             seq = self._sequence()
             try:
                 self.rt.outbox.paced(self.chat_id, self.fence, lambda seq=seq: self.kit.update(  # type: ignore[misc]
-                    card_id, card, sequence=seq, uuid=self._uuid(seq)), per_chat=False, api="card_update")
+                    card_id, card, sequence=seq, uuid=self._uuid(seq)), per_chat=False, api="card_update",
+                    card=card_id)
                 break
             except Permanent as exc:
                 if exc.code != cardkit.SEQUENCE or attempt == 2:
@@ -209,7 +226,7 @@ class Stream:
         seq = self._sequence()
         try:
             self.rt.outbox.paced(self.chat_id, fence or self.fence, lambda: self.kit.update(
-                card_id, card, sequence=seq, uuid=self._uuid(seq)), per_chat=False, api="card_update")
+                card_id, card, sequence=seq, uuid=self._uuid(seq)), per_chat=False, api="card_update", card=card_id)
             self._keep(DONE, "1")
             self.done = True
         except LeaseLost:
@@ -234,10 +251,11 @@ class Stream:
 
 
 def _card_parts(answer: str, limit: int) -> tuple[str, str]:
-    """The answer split as replies split it: the part the card shows (fitting one card: 30 KB with its frame)
-    and the Markdown that follows as ordinary replies."""
-    parts = split_markdown(answer, limit) or [answer]
-    first, rest = parts[0], parts[1:]
+    """The answer split as replies split it: the part the card shows (fitting one card: 30 KB with its frame,
+    five tables) and the Markdown that follows as ordinary replies."""
+    parts = split_markdown(dedent_fences(answer), limit) or [answer]
+    first, *more = split_tables(parts[0], CARD_TABLES_MAX)
+    rest = [*more, *parts[1:]]
     while _card_bytes(first) > RICH_LIMIT_BYTES - 1024:
         smaller = split_markdown(first, max(len(first) // 2, 50))
         if len(smaller) < 2:

@@ -6,9 +6,14 @@ tables; streaming-updates-openapi-overview): JSON 2.0 only (300303), unique elem
 elements (300305), `update_multi` false refused (300302), a card ≤ 30 KB (200860), content 1..100,000
 characters, `sequence` an int32 ≥ 1 strictly increasing per card across every op (300317), text only into
 markdown / plain_text elements (300310) and only with streaming on (300309; 200850 once it closed by itself
-10 minutes after it was last turned on), entities live 14 days (200750), unknown ids 200740, at most 10
-operations a second per card, and the API tier of 50/s and 1000/min per app, counted for every call (the
-content page lists that tier; no exemption for cards in streaming mode is stated there).
+10 minutes after it was last turned on: "流式更新模式将在距上次开启 10 分钟后自动关闭"; settings turning it on
+again is 200850's documented remedy), entities live 14 days (200750), unknown ids 200740, at most 10 operations
+a second per card ("对于单个卡片实体，使用卡片和组件级 OpenAPI 操作卡片的频率上限为 10 次/秒"), and the API tier of
+50/s and 1000/min per app, which does not count ops on a card in streaming mode (the overview's streaming_mode
+field: "在流式更新模式下，开发者可调用卡片和组件接口对卡片持续进行全量更新、局部更新、文本流式更新，且不会触发接口
+的频率限制（QPS）"; card create counts). A card showing more than five tables is refused with 230099 (11310), as
+IM sends are (rules.check_tables); what a client renders badly without an error is logged (card_render.py).
+The auto-close runs on the store's clock: `streaming_timeout_s` (set_cardkit_limits) or `age` move it in tests.
 
 Emulator choices where the docs say nothing: the per-card limit answers like every Open API frequency limit
 (HTTP 429, 99991400, x-ogw-ratelimit-* headers); a repeated `uuid` with the same request succeeds without
@@ -29,7 +34,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from sandbox.feishu.rules import FeishuError, check_card
+from sandbox.feishu.card_render import DefectLog, chat_preview
+from sandbox.feishu.rules import FeishuError, check_card, check_tables
 
 TTL_S = 14 * 86400
 STREAMING_TIMEOUT_S = 600.0
@@ -75,6 +81,7 @@ class CardKitStore:
             self.per_card_qps, self.streaming_timeout_s, self.ttl_s = PER_CARD_QPS, STREAMING_TIMEOUT_S, TTL_S
             self.app_qps, self.app_qpm, self.minute_s = APP_QPS, APP_QPM, 60.0
             self.rejections: dict[str, int] = {}
+            self.defects = DefectLog()
 
     # -- Open API ops --------------------------------------------------------------------------------
 
@@ -91,6 +98,7 @@ class CardKitStore:
             entity = Entity(card_id, card, now, streaming, now if streaming else None)
             self.entities[card_id] = entity
             self._log(entity, "card_create", 0)
+            self.defects.note(f"card {card_id}", card)
         return {"card_id": card_id}
 
     def content(self, record: dict[str, Any]) -> dict[str, Any]:
@@ -209,7 +217,8 @@ class CardKitStore:
                 self._expire(e)
                 out.append({"card_id": e.card_id, "message_id": e.message["message_id"] if e.message else None,
                             "streaming": e.streaming, "timed_out": e.timed_out, "sequence": e.sequence,
-                            "created": e.created, "text": card_text(e.card), "card": copy.deepcopy(e.card)})
+                            "created": e.created, "text": card_text(e.card), "card": copy.deepcopy(e.card),
+                            "preview": chat_preview(e.card)})
             return out
 
     def age(self, card_id: str, seconds: float) -> None:
@@ -237,9 +246,8 @@ class CardKitStore:
             raise FeishuError(200750)
         self._expire(entity)
         self._per_card(entity)
-        # card-element/content's own page lists 1000/min and 50/s; an exemption for cards in streaming mode is
-        # not stated on the API pages we could check, so the emulator counts every call (the stricter reading)
-        self._app_tier(op)
+        if not entity.streaming:  # documented: ops on a card in streaming mode do not hit the API's QPS limit
+            self._app_tier(op)
         if uuid is not None:
             seen = entity.uuids.get(uuid)
             if seen == _fingerprint(op, body):
@@ -263,6 +271,7 @@ class CardKitStore:
             entity.uuids[body["uuid"]] = _fingerprint(op, body)
         self._show(entity)
         self._log(entity, op, seq)
+        self.defects.note(f"card {entity.card_id}", card)
 
     def _show(self, entity: Entity) -> None:
         """The message showing the entity shows its current card (what the chat renders now)."""
@@ -279,6 +288,7 @@ class CardKitStore:
             entity.card.setdefault("config", {})["streaming_mode"] = False
             self._show(entity)
             self._log(entity, "streaming_timeout", entity.sequence)
+            self.defects.note(f"card {entity.card_id}", entity.card)  # a custom summary outlives streaming
 
     def _per_card(self, entity: Entity) -> None:
         _admit(entity.calls, ((self.per_card_qps, 1.0),), self.rejections, "per_card")
@@ -343,6 +353,8 @@ def _parse_card(data: Any, max_chars: int) -> dict[str, Any]:
     try:
         check_card(card)
     except FeishuError as exc:
+        if exc.code == 230099:  # too many tables: the same answer as an IM send's
+            raise
         raise FeishuError(200220, f"Failed to generate card content, ext={exc.msg}") from None
     _check_limits(card)
     return card
@@ -365,6 +377,7 @@ def _check_limits(card: dict[str, Any]) -> None:
     size = len(json.dumps(card, ensure_ascii=False).encode())
     if size > CARD_MAX_BYTES:
         raise FeishuError(200860, f"Card content exceeds limit. ({size} bytes > {CARD_MAX_BYTES})")
+    check_tables(card)  # streamed text can bring a card past five tables too
 
 
 def _streaming(card: dict[str, Any]) -> bool:

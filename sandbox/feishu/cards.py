@@ -8,6 +8,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from sandbox.feishu.events import TENANT_KEY, user_ids
+
+if TYPE_CHECKING:
+    from sandbox.feishu.card_render import DefectLog
 from sandbox.feishu.rules import RICH_LIMIT_BYTES, FeishuError, check_card, decode_page, encode_page
 
 PATCH_WINDOW_SECONDS = 14 * 86400  # cards older than 14 days cannot be updated (230031)
@@ -25,6 +28,7 @@ class CardsAndPeople:
         users: dict[str, dict[str, str]]
         members: dict[str, list[str]]
         card_history: dict[str, list[str]]
+        render_defects: DefectLog
         subscriptions: list[dict[str, str]]
 
         def add_chat(self, chat_id: str, chat_mode: str = ..., group_message_type: str = ...,
@@ -110,6 +114,7 @@ class CardsAndPeople:
             msg["body"]["content"] = content
             msg["update_time"] = self._now_ms()
             self.card_history.setdefault(message_id, []).append(str(content))
+            self.render_defects.note(f"message {message_id}", new_card)
 
     def card_versions(self, message_id: str) -> list[Any]:
         with self.lock:

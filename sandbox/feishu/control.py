@@ -159,6 +159,11 @@ def register_control(app: Flask, emu: Any) -> None:
         return {"sends": emu.sends(request.args.get("chat_id") or None),
                 "peak": emu.peak_sends(float(request.args.get("window", 1.0)))}
 
+    def cardkit_limits() -> dict[str, Any]:
+        body = control_body()  # per_card_qps, app_qps, streaming_timeout_s (a long turn without the wait)
+        emu.set_cardkit_limits(**{k: body[k] for k in ("per_card_qps", "app_qps", "streaming_timeout_s") if k in body})
+        return {"ok": True}
+
     def health() -> dict[str, Any]:
         return {"ok": True, "app_id": emu.app_id, "bot_open_id": emu.bot_open_id}
 
@@ -185,6 +190,8 @@ def register_control(app: Flask, emu: Any) -> None:
         ("/_sandbox/members", "POST", set_members),
         ("/_sandbox/users", "POST", add_user),
         ("/_sandbox/card_versions", "GET", lambda: emu.card_versions(request.args["message_id"])),
+        ("/_sandbox/cardkit_limits", "POST", cardkit_limits),
+        ("/_sandbox/render_defects", "GET", lambda: emu.render_defects()),
         ("/_sandbox/subscriptions", "GET", emu.subscriptions),
         ("/_sandbox/bitable/tables", "POST", add_table),
         ("/_sandbox/bitable/fields", "GET", lambda: emu.table_fields(*table_args())),

@@ -337,9 +337,17 @@ class CardKitControls:
         """Make the entity `seconds` older (its 14-day life and its 10-minute streaming window run out sooner)."""
         self.cardkit.age(card_id, seconds)
 
+    def render_defects(self) -> list[dict[str, str]]:
+        """What clients would show badly though Feishu accepted it (sandbox/feishu/card_render.py): where (card
+        <card_id> or message <message_id>), kind (tables_per_markdown, indented_fence, summary_markup,
+        stale_summary) and detail; each (where, kind) once."""
+        with self.store.lock:
+            return [*self.store.render_defects.entries, *self.cardkit.defects.entries]
+
     def set_cardkit_limits(self, *, per_card_qps: int | None = None, app_qps: int | None = None,
                            streaming_timeout_s: float | None = None) -> None:
-        """Documented: 10 ops/s per card, 50/s per app (1000/min: set_api_qpm), streaming closes after 600 s."""
+        """Documented: 10 ops/s per card, 50/s per app (1000/min: set_api_qpm; neither counts ops on a card in
+        streaming mode), streaming closes 600 s after it was last turned on (shorten it to test a long turn)."""
         with self.cardkit.lock:
             if per_card_qps is not None:
                 self.cardkit.per_card_qps = per_card_qps

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -314,11 +315,19 @@ def scope_error(op: str, denied: frozenset[str], accepted: tuple[str, ...] | Non
 
 
 V1_ONLY_TAGS = {"note", "action"}  # JSON 2.0 dropped these (card-json-v2 breaking changes): a 2.0 card using them fails
+# card-json-v2-components/content-components/table: "单张卡片最多支持放置五个表格组件"; a Markdown table in a markdown
+# element renders as one, and Feishu refuses a card over the limit with 230099 "ErrCode: 11310; ErrMsg: card table
+# number over limit" (seen in production: larksuite/openclaw-lark#46, HKUDS/nanobot#1382, sipeed/picoclaw#1727).
+CARD_TABLES_MAX = 5
+TABLE_LIMIT_MSG = "Failed to create card content, ext=ErrCode: 11310; ErrMsg: card table number over limit; " \
+                  "ErrorValue: table; "
+_FENCE_OPEN = re.compile(r"^\s*(`{3,}|~{3,})")
+_DELIMITER_ROW = re.compile(r"^\s*\|?(\s*:?-+:?\s*\|)+\s*(:?-+:?\s*)?$")
 
 
 def check_card(card: dict[str, Any]) -> None:
     """A raw card's structure: JSON 2.0 (`schema: "2.0"`) keeps its elements under `body.elements` and has no
-    `note` or `action` module; anything else is a 1.0 card (top-level `elements`)."""
+    `note` or `action` module; anything else is a 1.0 card (top-level `elements`). Tables: five a card."""
     if card.get("schema") != "2.0":
         return
     body = card.get("body")
@@ -331,6 +340,37 @@ def check_card(card: dict[str, Any]) -> None:
         if not isinstance(element, dict) or element.get("tag") in V1_ONLY_TAGS:
             raise FeishuError(200621, MESSAGES[200621] + f" (tag {element!r:.60} is not a 2.0 component)")
         stack.extend(e for col in element.get("columns") or [] for e in col.get("elements") or [])
+    check_tables(card)
+
+
+def check_tables(card: dict[str, Any]) -> None:
+    """230099 (11310) for a card showing more than five tables: table components and Markdown tables together."""
+    stack: list[Any] = [card.get("body") or {}]
+    tables = 0
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            tables += node.get("tag") == "table"
+            if node.get("tag") == "markdown" and isinstance(node.get("content"), str):
+                tables += count_tables(node["content"])
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    if tables > CARD_TABLES_MAX:
+        raise FeishuError(230099, TABLE_LIMIT_MSG)
+
+
+def count_tables(md: str) -> int:
+    """GFM tables in Markdown (a row with a pipe, then a delimiter row), fenced code left out."""
+    fence, tables, previous = "", 0, ""
+    for line in md.split("\n"):
+        opened = _FENCE_OPEN.match(line)
+        if opened and (not fence or opened.group(1)[0] == fence):
+            fence = "" if fence else opened.group(1)[0]
+        elif not fence and "|" in previous and "-" in line and _DELIMITER_ROW.match(line):
+            tables += 1
+        previous = "" if fence else line
+    return tables
 
 
 def validate_send(body: Any, raw_size: int) -> dict[str, Any]:

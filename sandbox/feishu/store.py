@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import threading
 import time
 from collections import Counter, deque
@@ -10,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlencode
 
+from sandbox.feishu.card_render import DefectLog
 from sandbox.feishu.cardkit import CardKitStore
 from sandbox.feishu.cards import CardsAndPeople
 from sandbox.feishu.events import TENANT_KEY
@@ -66,6 +68,7 @@ class FeishuStore(CardsAndPeople, MessageReads, Reactions):
             self.users: dict[str, dict[str, str]] = {}
             self.members: dict[str, list[str]] = {}
             self.card_history: dict[str, list[str]] = {}  # message_id → card JSON strings, as sent then patched
+            self.render_defects = DefectLog()  # raw cards sent or patched (entities: CardKitStore.defects)
             self.subscriptions: list[dict[str, str]] = []
             self.reactions: dict[str, list[dict[str, Any]]] = {}  # message_id → reactions, removed ones kept
             self.gone_threads: set[str] = set()  # topics removed (230019)
@@ -256,6 +259,8 @@ class FeishuStore(CardsAndPeople, MessageReads, Reactions):
             self.entities.bind(entity, msg)
         if body["msg_type"] == "interactive":
             self.card_history[msg["message_id"]] = [content]
+            if entity is None:
+                self.render_defects.note(f"message {msg['message_id']}", json.loads(content))
         self.send_times.setdefault(chat_id, []).append(self.clock())
         if body.get("uuid"):
             self.uuids[body["uuid"]] = (msg["message_id"], self.clock())
