@@ -65,8 +65,8 @@ MUTANTS: tuple[Mutant, ...] = (
         ("    if len(batch) != 1 or bodies[:1] != [None]:", "    if True:"),),
         ("tests/test_rotation.py::test_a_single_message_too_long_for_the_budget_is_spilled_with_a_handle",)),
     Mutant("A12", "read_thread's cursor moves to the next page past messages the request never carried",
-           "jobs/turn/recall.py", (
-               ("        if shown < len(items):  # the next read", "        if False:  # the next read"),),
+           "jobs/turn/pages.py", (
+               ("        elif shown < len(items):  # the next read", "        elif False:  # the next read"),),
         ("tests/test_recall.py::test_a_tool_result_fits_its_room_and_only_sent_messages_count_as_used",)),
     Mutant("A13", "the output reserve is taken out of the input budget", "memory/budget.py", (
         ("        return max(0, self.total - fixed)", "        return max(0, self.total - self.reserve - fixed)"),),
@@ -191,7 +191,8 @@ MUTANTS: tuple[Mutant, ...] = (
         ('        return f"{self.batch_id}:plain" if self.card_id else None', "        return None"),),
         ("tests/test_streaming.py::test_a_card_that_cannot_be_finished_is_followed_by_the_complete_answer",)),
     Mutant("E4", "streamed text is shown without defusing tags", "jobs/turn/stream.py", (
-        ("        return card_markdown(head, self.people)", "        return head"),),
+        ("        return card_markdown(before_table(dedent_fences(head), MARKDOWN_TABLES_MAX), self.people)",
+         "        return before_table(dedent_fences(head), MARKDOWN_TABLES_MAX)"),),
         ("tests/test_streaming.py::test_streamed_text_cannot_ping_anyone",)),
     Mutant("E5", "updates are not paced by STREAM_UPDATE_SECONDS", "jobs/turn/stream.py", (
         ("        if self.message_id and now < self.next_at:", "        if False:"),),
