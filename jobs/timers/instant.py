@@ -64,6 +64,6 @@ def zone_name(now: datetime) -> str:
 
 
 def now_line(now: datetime) -> str:
-    """The request's clock for the model: the current time with its offset, the weekday and the zone."""
-    return (f'<now iso="{now.replace(microsecond=0).isoformat()}" weekday="{now:%A}" zone="{zone_name(now)}"/> '
-            "Resolve times people give against this.")
+    """The request's clock for the model (what it resolves people's times against): the current minute with its
+    offset and the weekday. Short: it is in every request."""
+    return f"<now>{now.replace(second=0, microsecond=0).isoformat(timespec='minutes')} {now:%a}</now>"

@@ -29,7 +29,6 @@ class Timer:
     item_id: str = ""
     what: str = ""
     understood: str = ""  # the time as the reply stated it
-    said: str = ""  # the asker's own words for the time ("3点"), for display only
     created_by: str = ""
     created_at: float = 0.0
     source_message_id: str = ""  # the request that set it (a recall cancels it); replies go under it

@@ -26,16 +26,15 @@ from jobs.timers.store import REFUSED, Caps
 
 log = logging.getLogger(__name__)
 WHAT_CHARS = 200
-SAID_CHARS = 60
 MAX_PER_TURN = 3
 
+# In every request (tight budgets keep their room: ~120 tokens, as before issue 23).
 SCHEDULE_FOLLOWUP = {"name": "schedule_followup", "description": (
-    "Follow up later: at `at` you check this conversation again and remind the person who asked, or stay quiet "
-    "if no longer needed. message_id: the batch message asking. at: the time they mean, resolved against <now>, "
-    "ISO 8601 with offset. said: their words for it. Tell them the time the result states."),
+    "Remind the asker at `at` unless moot. message_id: whose request; at: ISO 8601 with offset, see <now>. "
+    "Say the time returned."),
     "input_schema": {"type": "object", "properties": {
-        "message_id": {"type": "string"}, "at": {"type": "string"}, "said": {"type": "string"},
-        "what": {"type": "string"}}, "required": ["message_id", "at", "what"]}}
+        "message_id": {"type": "string"}, "at": {"type": "string"}, "what": {"type": "string"}},
+        "required": ["message_id", "at", "what"]}}
 
 
 @dataclass
@@ -81,10 +80,9 @@ def schedule(rt: Runtime, ctx: FollowupContext, args: dict[str, Any]) -> str:
         when = read_instant(str(args.get("at") or ""), datetime.fromtimestamp(now, rt.settings.tz))
     except InstantError as exc:
         return f"not set: {exc}"
-    said = " ".join(str(args.get("said") or "").split())[:SAID_CHARS]
     t = Timer(id=followup_id(ctx.rk, ctx.batch_id, n), kind=FOLLOWUP, route_key=ctx.rk, due=when.at.timestamp(),
               chat_id=m.chat_id, thread_id=m.thread_id or "", item_id=ctx.item_id, what=what,
-              understood=when.understood, said=said, created_by=m.sender_id, created_at=now,
+              understood=when.understood, created_by=m.sender_id, created_at=now,
               source_message_id=m.message_id, root_id=m.root_id or "", source_time_ms=_ms(m.create_time, now),
               gen=ctx.gen)
     added = rt.timers.add(t, caps=caps(rt), now=now, fence_gen=True)

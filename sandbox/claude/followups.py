@@ -3,7 +3,7 @@
 - Any message of the batch "<when>提醒我<what>" / "remind me <when> to <what>", with the schedule_followup tool
   offered, gets a tool call of its own, as a real model acts on every request of a batch, not only the last:
   message_id = that message, at = the time resolved against the request's `<now>` as a colleague would
-  (sandbox/claude/when.py; "3点" at 09:00 is 15:00), said = the words, what = the rest. The tool's results are
+  (sandbox/claude/when.py; "3点" at 09:00 is 15:00), what = the rest. The tool's results are
   then echoed in the answer.
 - A FOLLOW-UP CHECK request (jobs/timers/followup.py) answers {"post": false} when the follow-up waits for a
   reply (回复 / 答复 / reply) and a message since is marked owner="true"; otherwise it posts "提醒：<what>".
@@ -23,7 +23,7 @@ from sandbox.claude.when import WhenError, parse_when
 from sandbox.claude.wire import block_text, stable_hash
 
 _MESSAGE = re.compile(r'<message sender="([^"]*)" message_id="([^"]*)"[^>]*>\n?(.*?)\n?</message>', re.DOTALL)
-_NOW = re.compile(r'<now iso="([^"]+)"')
+_NOW = re.compile(r"<now>(\S+) \w+</now>")
 _ZH = re.compile(r"^(?P<when>.+?)(?:再)?提醒(?:我|一下|大家)?(?P<what>.+)$", re.DOTALL)
 _EN = re.compile(r"remind me (?P<when>.+?) to (?P<what>.+)$", re.IGNORECASE | re.DOTALL)
 _FOLLOWUP = re.compile(r"<followup [^>]*>(.*?)</followup>", re.DOTALL)
@@ -75,7 +75,7 @@ def _call(body: dict[str, Any], n: int, message_id: str, text: str, now: datetim
     except WhenError as exc:
         return str(exc)
     return {"type": "tool_use", "id": f"toolu_{stable_hash(body)[:18]}{n:04d}", "name": "schedule_followup",
-            "input": {"message_id": html.unescape(message_id), "at": at, "said": said, "what": what}}
+            "input": {"message_id": html.unescape(message_id), "at": at, "what": what}}
 
 
 def check_reply(body: dict[str, Any]) -> str | None:
