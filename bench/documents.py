@@ -23,8 +23,8 @@ import requests
 
 from bench.items import Rig, Window
 from chaos.stack import APP_ID, Stack
+from sandbox.bitable.tables import TEXT, _field
 from sandbox.claude.wire import input_tokens
-from sandbox.feishu.bitable import TEXT, _field
 from sandbox.feishu.events import message_event, signed_request
 
 OUT = Path(__file__).resolve().parent / "results" / "documents.json"

@@ -1,6 +1,6 @@
 """Materials against Feishu's documented rules (issue 23 B): partial grants, metas' failed_list, spreadsheets whose
 first tab is not a grid, synced blocks, and the docx/download limits — through the shared service (web + two
-workers + sweeper), lark-oapi against the Feishu emulator, which follows each rule (sandbox/feishu/docs.py names
+workers + sweeper), lark-oapi against the Feishu emulator, which follows each rule (sandbox/documents/api.py names
 the pages)."""
 
 from __future__ import annotations

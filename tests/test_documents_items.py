@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sandbox.feishu.bitable import TEXT, _field
+from sandbox.bitable.tables import TEXT, _field
 from tests.harness import model_requests_with, reply_text
 from tests.test_documents import link, text_of
 from tests.test_items import (  # noqa: F401  (_table and rig: the items rig and its table, as fixtures)

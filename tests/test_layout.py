@@ -109,7 +109,7 @@ def test_type_checking_and_lazy_imports_count(tmp_path: Path) -> None:
 
 
 ROOMS = ["jobs", "jobs/turn", "jobs/items", "bot", "bot/edge", "bot/feishu", "sandbox", "sandbox/feishu",
-         "sandbox/claude", "sandbox/cli", "memory", "routing", "bitable"]
+         "sandbox/claude", "sandbox/cli", "sandbox/bitable", "sandbox/documents", "memory", "routing", "bitable"]
 
 
 @pytest.mark.parametrize("room", ROOMS)

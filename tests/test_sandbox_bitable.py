@@ -38,7 +38,7 @@ from lark_oapi.core.cache import LocalCache
 from lark_oapi.core.token.manager import TokenManager
 
 from bitable.client import Record
-from sandbox.feishu.bitable import DEFAULT_FIELDS
+from sandbox.bitable.tables import DEFAULT_FIELDS
 from sandbox.feishu.emulator import FeishuEmulator
 from sandbox.feishu.events import (
     bitable_record_changed_event,

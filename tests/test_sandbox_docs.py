@@ -21,7 +21,7 @@ from lark_oapi.core.cache import LocalCache
 from lark_oapi.core.token.manager import TokenManager
 
 from sandbox.cli.commands import main
-from sandbox.feishu.docs_blocks import parse_range
+from sandbox.documents.blocks import parse_range
 from sandbox.feishu.emulator import FeishuEmulator
 from sandbox.feishu.rules import ALL_SCOPES, OP_SCOPES, FeishuError
 from tests.harness import APP_ID, APP_SECRET, service_env

@@ -1,7 +1,7 @@
 """`python -m sandbox doc|sheet …`: make, edit and share emulator documents as a person would, print their links.
 
 The link `doc new` prints is what a person pastes into `python -m sandbox say`; the bot reads the document
-through the emulator's docx/wiki/sheets/drive APIs (sandbox/feishu/docs.py).
+through the emulator's docx/wiki/sheets/drive APIs (sandbox/documents/api.py).
 """
 
 from __future__ import annotations

@@ -12,14 +12,14 @@ from typing import Any
 
 from flask import Flask, Response, request
 
+from sandbox.bitable.items_api import ItemsApi, ok
+from sandbox.bitable.tables import BitableStore
+from sandbox.documents.api import DocsStore
+from sandbox.documents.limits import DocLimits
 from sandbox.faults import Fault, FaultBook
-from sandbox.feishu.bitable import BitableStore
 from sandbox.feishu.cardkit import CardKitStore
 from sandbox.feishu.control import register_control
-from sandbox.feishu.doc_limits import DocLimits
-from sandbox.feishu.docs import DocsStore
 from sandbox.feishu.emulator_controls import OPS, CardKitControls, Controls, DocControls, Hook
-from sandbox.feishu.items_api import ItemsApi, ok
 from sandbox.feishu.rules import ALL_SCOPES, GROUP_HISTORY, FeishuError, Resource, make_fault, scope_error
 from sandbox.feishu.store import FeishuStore
 from sandbox.feishu.ws import WsEndpoint, register_ws

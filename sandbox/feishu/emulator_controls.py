@@ -9,16 +9,16 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from sandbox.documents.api import Access, doc_link, members_of
+from sandbox.documents.blocks import new_token
 from sandbox.faults import Fault, FaultBook, FaultProfile
 from sandbox.feishu.cardkit import card_text
-from sandbox.feishu.docs import Access, doc_link, members_of
-from sandbox.feishu.docs_blocks import new_token
 from sandbox.feishu.rules import check_ops, error_body, fault_kinds_for, fault_options, make_fault
 
 if TYPE_CHECKING:
+    from sandbox.documents.api import DocsStore
+    from sandbox.documents.limits import DocLimits
     from sandbox.feishu.cardkit import CardKitStore
-    from sandbox.feishu.doc_limits import DocLimits
-    from sandbox.feishu.docs import DocsStore
     from sandbox.feishu.store import FeishuStore
 
 OPS = (

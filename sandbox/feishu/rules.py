@@ -69,7 +69,7 @@ MESSAGES = {
     1254290: "TooManyRequest",
     1254291: "Write conflict",
     1254607: "Data not ready, please try again later",
-    # documents (sandbox/feishu/docs.py names each table's source)
+    # documents (sandbox/documents/api.py names each table's source)
     131005: "not found",
     131006: "permission denied",
     1061002: "params error.",
@@ -276,7 +276,7 @@ OP_SCOPES: dict[str, tuple[str, ...]] = {
     "list": READ_MESSAGES,
     "chat_members": ("im:chat.members:read", "im:chat:readonly", "im:chat"),
     "drive_subscribe": ("bitable:app", "drive:drive"),
-    # documents: each API reference's "权限要求" list (sandbox/feishu/docs.py names the pages)
+    # documents: each API reference's "权限要求" list (sandbox/documents/api.py names the pages)
     "doc_meta": ("docx:document:readonly", "docx:document"),
     "doc_blocks": ("docx:document:readonly", "docx:document"),
     "doc_children": ("docx:document:readonly", "docx:document"),

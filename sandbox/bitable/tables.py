@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sandbox.feishu.bitable_cells import (
+from sandbox.bitable.cells import (
     DATE,
     GROUP,
     MULTI,

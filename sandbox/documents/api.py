@@ -6,7 +6,7 @@ Sources (request URIs and response fields as lark-oapi 1.7.5 models them, errors
   `with_descendants`: the block and every descendant in preorder): lark_oapi/api/docx/v1/model/{get_document,
   list_document_block,get_document_block_children}_request.py, document.py, block.py; errors 404 1770002 not
   found, 400 1770022 invalid page token, 403 1770032 forbidden (docx error table, open.feishu.cn
-  …/document-docx/docx-v1/…; real answers spell it "forBidden"). Their 5/s per app: sandbox/feishu/doc_limits.py.
+  …/document-docx/docx-v1/…; real answers spell it "forBidden"). Their 5/s per app: sandbox/documents/limits.py.
 - wiki v2 get_node: open.feishu.cn/document/ukTMukTMukTM/uUDN04SN0QjL1QDN/wiki-v2/space/get_node (scopes
   wiki:node:read | wiki:wiki | wiki:wiki:readonly), lark_oapi/api/wiki/v2/model/node.py; errors 400 131005 not
   found, 400 131006 permission denied (wiki error table).
@@ -39,7 +39,8 @@ from urllib.parse import quote
 
 from flask import Response
 
-from sandbox.feishu.docs_blocks import (
+from sandbox.bitable.items_api import ok
+from sandbox.documents.blocks import (
     block_changes,
     byte_range,
     column_letters,
@@ -54,7 +55,6 @@ from sandbox.feishu.docs_blocks import (
     synced_reference,
     synced_source,
 )
-from sandbox.feishu.items_api import ok
 from sandbox.feishu.rules import FeishuError
 
 LINK_SHARE = frozenset({"tenant_readable", "tenant_editable", "partner_tenant_readable", "partner_tenant_editable",

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from sandbox.feishu.rules import FeishuError
 
 if TYPE_CHECKING:
-    from sandbox.feishu.bitable import BitableStore
+    from sandbox.bitable.tables import BitableStore
     from sandbox.feishu.store import FeishuStore
 
 T = TypeVar("T")
