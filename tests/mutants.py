@@ -354,6 +354,10 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("G21", "anyone may link a record to a topic", "jobs/items/authority.py", (
         ("    return bool(who) and any(member_of(chat_id, who) for chat_id in record_chats)", "    return bool(who)"),),
         ("tests/test_authority_machine.py::TestSeams::runTest",)),
+    Mutant("G22", "a follow-up in a topic the app may not read fails for good", "jobs/timers/followup.py", (
+        ("            except CapabilityOff:  # the app may not read the topic (a scope missing): remind without it\n"
+         "                return [UNREAD]\n", "            except ZeroDivisionError:\n                return [UNREAD]\n"),),
+        ("tests/test_seams.py::test_a_followup_in_a_topic_the_app_may_not_read_still_reminds",)),
     # (end of G)
 
     # -- issue 23: documents, permissions, doctor rows, error codes: H* ----------------------------------------

@@ -336,3 +336,24 @@ def test_a_followup_in_a_private_chat_whose_request_is_gone_posts_into_the_chat(
     assert shown["fired_note"].startswith("posted") and not stack.dead_letters(rk)
     [posted] = [m for m in feishu.bot_messages(chat) if "交周报" in reply_text(m) and "设提醒" not in reply_text(m)]
     assert not posted.get("parent_id")  # a new message in the chat: there is nothing left to reply to
+
+
+# -- partial grants: a follow-up in a topic the app may not read ------------------------------------------------------
+
+def test_a_followup_in_a_topic_the_app_may_not_read_still_reminds(stack, feishu, r) -> None:
+    """With `im:message.group_msg` missing (thread history off), the firing cannot read what the topic said since:
+    it reminds anyway instead of failing for good."""
+    chat, thread, root, _item = open_topic(stack.web, feishu, r, stack.keys)
+    rk = topic_rk(stack.keys, chat, thread)
+    asked = say(stack, feishu, "ou_asker", "明天上午提醒我看压测报告", **in_topic(chat, thread, root))
+    answer(feishu, asked)
+    idle(r, stack.keys, rk)
+    [timer] = pending(r, stack, rk)
+    feishu.deny_scopes(["im:message.group_msg", "im:message.group_msg:readonly"])
+    try:
+        shown = _fire(stack, r, rk, timer)
+        idle(r, stack.keys, rk)
+    finally:
+        feishu.deny_scopes([])
+    assert shown["fired_note"].startswith("posted") and not stack.dead_letters(rk)
+    assert [m for m in reminders(feishu, asked) if "看压测报告" in reply_text(m)]

@@ -22,7 +22,7 @@ from typing import Any
 
 from bitable.client import Record
 from bot import metrics
-from bot.errors import Permanent
+from bot.errors import CapabilityOff, Permanent
 from jobs.runtime import Runtime
 from jobs.timers.model import Timer
 from jobs.turn.outbox import BATCH_CACHE_TTL_S
@@ -41,6 +41,7 @@ SYSTEM = (f"{SYSTEM_MARKER}. A team member asked you earlier to follow up on som
           'with one JSON object: {"post": true|false, "text": "<one short sentence in the language of the '
           'request, no greeting>", "why": "<a few words>"}')
 THREAD_PAGES, SINCE_SHOWN, TEXT_CHARS, SESSION_TAIL = 5, 30, 300, 4
+UNREAD: dict[str, Any] = {"unread": True}  # the topic could not be read (a missing scope)
 POST_CHARS = 300
 
 
@@ -197,7 +198,10 @@ def _since(rt: Runtime, rk: str, t: Timer) -> list[dict[str, Any]]:
     if t.thread_id:
         token: str | None = None
         for _ in range(THREAD_PAGES):
-            page = list_page(rt.feishu, t.thread_id, page_token=token, page_size=50, newest_first=True)
+            try:
+                page = list_page(rt.feishu, t.thread_id, page_token=token, page_size=50, newest_first=True)
+            except CapabilityOff:  # the app may not read the topic (a scope missing): remind without it
+                return [UNREAD]
             for item in page.items:
                 if int(item.get("create_time") or 0) <= after:
                     return list(reversed(out))
@@ -224,6 +228,9 @@ def _request(rt: Runtime, t: Timer, record: Record | None, owners: Sequence[str]
         name = rt.bitable.schema().name
         parts.append(f'<item title="{e(record.text(name("title")))}" status="{e(record.text(name("status")))}" '
                      f'owner="{e(",".join(owners))}"/>')
+    if list(since) == [UNREAD]:
+        parts.append('<since unreadable="true"/> What the topic said since could not be read.')
+        return "\n".join(parts)
     lines = [f'<message sender="{e(m["sender"])}" owner="{str(m["sender"] in owners).lower()}">'
              f'{e(str(m["text"])[:TEXT_CHARS], quote=False)}</message>' for m in since[-SINCE_SHOWN:]]
     parts.append("<since>\n" + "\n".join(lines) + "\n</since>")
