@@ -8,15 +8,15 @@ from typing import Any
 
 from flask import Flask
 
-from bot import logs
-from bot.edge import admin
-from bot.edge.ingress import Ingress
-from bot.edge.web import bp
-from bot.feishu import identity
-from bot.settings import Settings, load_settings
-from jobs.runtime import Runtime
-from memory.keys import Keys
+from core import logs
+from core.keys import Keys
+from core.settings import Settings, load_settings
+from edge import admin
+from edge.ingress import Ingress
+from edge.web import bp
+from feishu import identity
 from memory.store import resolve_url, state_client
+from runs.runtime import Runtime
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ def _warm_identity(settings: Settings, ingress: Ingress) -> None:
     """Best effort at start-up; the sweeper keeps it fresh. Never on the request path."""
     try:
         if identity.cached_open_id(ingress.state, ingress.keys) is None:
-            from bot.feishu.client import FeishuApi
+            from feishu.client import FeishuApi
 
             identity.refresh(FeishuApi(settings, ingress.state, Keys(settings.bot_profile)),
                              ingress.state, ingress.keys)

@@ -5,7 +5,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from bot.settings import load_settings
+from core.settings import load_settings
 
 # Validate in the master: a bad config must stop start-up, not make workers crash-loop.
 _settings = load_settings()

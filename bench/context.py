@@ -2,7 +2,7 @@
 
 (a) Assembly time and request tokens for 20 routes × 20 messages of session history versus 2,000 routes ×
     2,000 messages (a log that long cannot arise, rotation bounds it, but an upgrade or a bug could leave
-    one): a turn reads one bounded tail (jobs/turn/rotation.py `load`) and fits it (memory/budget.py), so both
+    one): a turn reads one bounded tail (turn/rotation.py `load`) and fits it (memory/budget.py), so both
     ratios (large ÷ small, measured in the same run) must stay ≤ 1.2. The small set already exceeds the
     budget, so the request tokens compare like with like.
 (b) Prompt-cache friendliness: a 30-turn conversation through the whole stack (small budget, so it
@@ -27,12 +27,12 @@ from typing import Any
 
 import redis
 
-from jobs.turn.rotation import load
+from core.keys import Keys
 from memory import budget as bud
-from memory.context import session_messages, system_blocks
 from memory.embedded import ensure_server, stop_server
-from memory.keys import Keys
+from memory.prompt import session_messages, system_blocks
 from memory.sessions import entry
+from turn.rotation import load
 
 OUT = Path(__file__).resolve().parent / "results" / "context.json"
 BUDGET, RESERVE = 2000, 256
@@ -60,7 +60,7 @@ def assemble_once(r: redis.Redis, keys: Keys, rk: str, sid: str) -> int:
     b = bud.Budget(BUDGET, RESERVE)
     system = system_blocks()
     fixed = b.request_cost(system, [])
-    loaded = load(r, keys, rk, sid, b, b.input_room(fixed))  # as jobs/turn/rotation.py `prepare` reads it
+    loaded = load(r, keys, rk, sid, b, b.input_room(fixed))  # as turn/rotation.py `prepare` reads it
     fitted = bud.fit_session(b, fixed, loaded.summary, loaded.turns, "<message>现在该怎么处理？</message>")
     return b.request_cost(system, session_messages(fitted.summary, fitted.turns, fitted.batch))
 

@@ -43,8 +43,8 @@ from bench.procstat import (
 from bench.wrk import MISSING, WrkRunner, find_wrk
 from bench.wrk import print_table as wrk_print_table
 from bench.wrk import summarize as wrk_summarize
+from core.keys import Keys
 from memory.embedded import ensure_server
-from memory.keys import Keys
 
 ROOT = Path(__file__).resolve().parent.parent
 CONF = ROOT / "gunicorn.conf.py"

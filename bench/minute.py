@@ -20,12 +20,12 @@ from pathlib import Path
 
 import redis
 
-from bot.feishu.client import FeishuApi
-from bot.settings import Settings
-from jobs.inbox import Inbox
-from jobs.turn.outbox import Outbox
+from core.keys import Keys
+from core.settings import Settings
+from feishu.client import FeishuApi
 from memory.embedded import ensure_server
-from memory.keys import Keys
+from runs.inbox import Inbox
+from runs.outbox import Outbox
 from sandbox.feishu.emulator import FeishuEmulator
 
 OUT = Path(__file__).resolve().parent / "results" / "minute.json"

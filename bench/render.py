@@ -1,6 +1,6 @@
 """Rendered replies (issue 8): time from the model's answer to the reply stored at Feishu, text vs post vs card.
 
-The real outbox (bot/feishu/render.py + jobs/turn/outbox.py: render, ledger, pacer scripts, lark-oapi over
+The real outbox (feishu/render.py + runs/outbox.py: render, ledger, pacer scripts, lark-oapi over
 HTTP) against the Feishu emulator and an embedded Redis, in one process. The clock starts when the answer is handed to
 `Outbox.reply` (the model's answer is stored by then) and stops at the emulator's record of the reply request
 (when Feishu has the message). Each send goes to a chat of its own and the app tier is opened wide, so the
@@ -23,13 +23,13 @@ from pathlib import Path
 
 import redis
 
-from bot.feishu.client import FeishuApi
-from bot.feishu.render import choose_style
-from bot.settings import Settings
-from jobs.inbox import Inbox
-from jobs.turn.outbox import Outbox
+from core.keys import Keys
+from core.settings import Settings
+from feishu.client import FeishuApi
+from feishu.render import choose_style
 from memory.embedded import ensure_server, stop_server
-from memory.keys import Keys
+from runs.inbox import Inbox
+from runs.outbox import Outbox
 from sandbox.feishu.emulator import FeishuEmulator
 
 OUT = Path(__file__).resolve().parent / "results" / "render.json"

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import redis
 
-from jobs.inbox import Commit, Inbox
+from core.keys import Keys
 from memory.embedded import ensure_server
-from memory.keys import Keys
 from memory.sessions import Sessions, entry
+from runs.inbox import Commit, Inbox
 
 OUT = Path(__file__).resolve().parent / "results" / "retention.json"
 

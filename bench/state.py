@@ -23,7 +23,7 @@ from typing import Any
 
 from chaos.load import Sender, p2p_targets
 from chaos.stack import Stack
-from memory.keys import route_tag
+from core.keys import route_tag
 
 OUT = Path(__file__).resolve().parent / "results" / "state.json"
 CHECKPOINTS = (1, 10, 100, 500, 1000)

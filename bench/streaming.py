@@ -34,10 +34,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from bot.feishu.render import card_markdown
 from chaos.load import Event, Sender, p2p_targets
 from chaos.measure import wait_idle
 from chaos.stack import Stack
+from feishu.render import card_markdown
 from sandbox.feishu.emulator import OPS
 
 OUT = Path(__file__).resolve().parent / "results" / "streaming.json"

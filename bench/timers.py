@@ -48,18 +48,18 @@ import redis
 import requests
 
 from bitable.index import Items
-from bot.clock import Clock
 from chaos.measure import wait_idle
 from chaos.procs import Service
 from chaos.stack import APP_ID, BIN, Stack
-from jobs.timers.model import FOLLOWUP, TRIAGE, Timer, followup_id
-from jobs.timers.store import Caps, Timers
-from jobs.triage.buffer import topic_route
-from jobs.triage.filter import worth_triage
-from jobs.triage.protocol import SYSTEM_MARKER, request_text
-from memory.keys import Keys
+from core.clock import Clock
+from core.keys import Keys
+from memory.timer import FOLLOWUP, TRIAGE, Timer, followup_id
+from memory.timers import Caps, Timers
 from sandbox.claude.wire import input_tokens
 from sandbox.feishu.events import message_event, signed_request
+from triage.buffer import topic_route
+from triage.filter import worth_triage
+from triage.protocol import SYSTEM_MARKER, request_text
 
 OUT = Path(__file__).resolve().parent / "results" / "timers.json"
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data"

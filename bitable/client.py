@@ -34,8 +34,8 @@ from bitable.cells import cell_chat_ids, cell_links, cell_text, cell_user_ids
 from bitable.errors import LOCAL_RETRY, TOKEN_INVALID, BitableError, SchemaError, classify
 from bitable.lock import TableLock, lock_key
 from bitable.schema import Schema, check
-from bot.settings import Settings
-from memory.keys import Keys
+from core.keys import Keys
+from core.settings import Settings
 
 log = logging.getLogger(__name__)
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from bot.errors import AdapterError, Paused, Permanent, Retryable
-from bot.feishu.client import APP_FAULTS, RATE_LIMITED, TOKEN_INVALID
+from core.errors import AdapterError, Paused, Permanent, Retryable
+from feishu.client import APP_FAULTS, RATE_LIMITED, TOKEN_INVALID
 
 SOURCE = "bitable"
 # Retried inside the call with backoff (feishu.md §5.5): rate limit, write conflict, data not ready, "Fail".

@@ -18,7 +18,7 @@ from typing import Any
 import redis
 
 from bitable.lock import TableLock
-from memory.keys import Keys
+from core.keys import Keys
 
 PLACEHOLDER, SUMMARY, FULL, FAILED = "placeholder", "summary", "full", "failed"
 COMPLETE = (SUMMARY, FULL)  # versions that carry findings; a placeholder never does

@@ -9,7 +9,7 @@ from typing import Any, NamedTuple
 
 from bitable.cells import write_value
 from bitable.errors import SchemaError
-from bot.settings import Settings
+from core.settings import Settings
 
 LOGICAL = ("title", "description", "reporter", "owner", "status", "chat", "topic_link", "item_id", "answer_link",
            "answer_status", "answer_version")

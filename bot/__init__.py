@@ -1,1 +1,1 @@
-"""Feishu edge: verify, decrypt, parse and admit events; adapters for Feishu and Claude."""
+"""Old command names the contract keeps working: `python -m bot.doctor` (now jobs/doctor.py)."""

@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bot.feishu.render import plain_of
 from chaos.load import Event, Sender
 from chaos.report import Counts, Result, percentile
 from chaos.stack import BIN, Stack
-from jobs.inbox import KICK_TTL_MS
+from feishu.render import plain_of
+from runs.inbox import KICK_TTL_MS
 from sandbox.feishu.cardkit import card_text
 
 NOTICE_MARKS = ("抱歉", "Sorry")
@@ -235,7 +235,7 @@ class Run:
 
     def recover(self, routes: set[str]) -> None:
         """After a missed deadline: routes held by a kick lease with no job behind it wait for the lease to
-        expire (jobs.inbox.KICK_TTL_MS). Quick runs free them at once to save time; full runs wait it out."""
+        expire (runs.inbox.KICK_TTL_MS). Quick runs free them at once to save time; full runs wait it out."""
         started = time.monotonic()
         if self.quick:
             freed = [rk for rk in routes if str(self.stack.r.get(self.stack.keys.lease(rk)) or "").startswith("k:")]
@@ -309,7 +309,7 @@ class Acquires:
     sweepers, or a sweeper and a chaining horse, took the same kick record), whatever the script answered."""
 
     def __init__(self, stack: Stack) -> None:
-        from jobs import scripts
+        from runs import inbox_lua as scripts
 
         self.sha = hashlib.sha1(scripts.ACQUIRE.encode()).hexdigest()  # what redis-py's EVALSHA names
         self.path = stack.dir / f"acquires-{os.urandom(3).hex()}.txt"

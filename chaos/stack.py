@@ -18,8 +18,8 @@ import redis
 import requests
 
 from chaos.procs import Service, alive, children, memory_kb, proc_table, signal_pids
+from core.keys import Keys
 from memory.embedded import ensure_server
-from memory.keys import Keys
 from sandbox.claude.standin import ClaudeStandin
 from sandbox.feishu.emulator import OPS, FeishuEmulator
 

@@ -10,7 +10,7 @@ A document's content is used for a request only when every sender of the batch m
 Department, user-group and wiki-space collaborators cannot be resolved with the app's identity: such a
 grant does not count, and the person is told what would let them in.
 
-The three facts come from three APIs, each with its own scopes (bot/feishu/capabilities.py: doc_share,
+The three facts come from three APIs, each with its own scopes (feishu/capabilities.py: doc_share,
 doc_members, drive_files) and its own failures. Each is read on its own: a fact that could not be read grants
 nobody anything, and never takes away what the others proved (a refused owner lookup still lets a
 collaborator in). Nothing is ever assumed: with no fact read, nobody but the first rule's people counts.
@@ -26,9 +26,9 @@ from typing import TypeVar
 
 import redis
 
-from bot.errors import AdapterError, Paused
-from bot.feishu.docs import DocsApi
-from memory.keys import Keys
+from core.errors import AdapterError, Paused
+from core.keys import Keys
+from feishu.docs import DocsApi
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

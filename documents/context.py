@@ -23,12 +23,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from bot.errors import CapabilityOff, Paused, Permanent, Retryable
-from bot.feishu.docs import DocUnavailable
-from bot.texts import say
+from core.errors import CapabilityOff, Paused, Permanent, Retryable
+from core.texts import say
 from documents.access import Acl, may_view
 from documents.links import DocRef, find_refs, link_of
 from documents.reader import Doc, Reader
+from feishu.docs import DocUnavailable
 from memory import budget as bud
 
 log = logging.getLogger(__name__)

@@ -21,11 +21,11 @@ from typing import Any
 
 import redis
 
-from bot.errors import AdapterError, Paused
-from bot.feishu.docs import DocsApi
+from core.errors import AdapterError, Paused
+from core.keys import Keys
 from documents.links import DocRef
 from documents.render import Heading, docx_markdown, sheet_table
-from memory.keys import Keys
+from feishu.docs import DocsApi
 
 SHEET_ROWS, SHEET_COLS = 200, 26  # the bounded table of a sheet linked without a range
 READABLE = ("docx", "sheet")  # read whole; other kinds are named only

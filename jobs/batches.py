@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from pydantic import ValidationError
 
-from bot.edge.envelope import Inbound
+from core.inbound import Inbound
 
 
 def batch_id_of(raw: list[str]) -> str:

@@ -13,7 +13,7 @@ import json
 import sys
 from typing import Any, Literal
 
-from jobs.runtime import Runtime, current
+from runs.runtime import Runtime, current
 
 ReplayResult = Literal["replayed", "already-replayed", "unknown"]
 
@@ -60,7 +60,7 @@ def replay(rt: Runtime, dead_id: str) -> ReplayResult:
     events = [with_replay_count(raw) for raw in record["events"]]
     if not rt.inbox.replay(dead_id, rk, rt.queue_of(rk), events):
         return "already-replayed"  # another replay won the race
-    from bot import metrics
+    from core import metrics
 
     metrics.count(rt.state, rt.keys, "replays")
     return "replayed"

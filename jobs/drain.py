@@ -25,23 +25,23 @@ from pydantic import BaseModel
 from rq import get_current_job
 from rq.queue import Queue
 
-from bot import metrics
-from bot.edge.envelope import Inbound
-from jobs import shutdown
+from core import metrics
+from core.inbound import Inbound
+from items.runs import ITEM_COMMANDS, item_entry, item_gave_up, item_segment
 from jobs.batches import Parsed, batch_id_of, ids, parse, parse_one
 from jobs.giveup import GiveUp, Outcome
-from jobs.inbox import Commit
-from jobs.items.runs import ITEM_COMMANDS, item_entry, item_gave_up, item_segment
-from jobs.queues import rq_queue_name
-from jobs.runtime import Runtime, current
 from jobs.segments import COMMAND, STALE, TIMER, next_segment
-from jobs.timers.fire import fire
-from jobs.timers.model import TIMER_TYPE
-from jobs.turn.answer import TurnResult, batch_size, run_turn
-from jobs.turn.outbox import LeaseLost
-from jobs.turn.session import Superseded, answer_command, ensure_session
 from memory.sessions import RouteState
+from memory.timer import TIMER_TYPE
 from routing.keys import DIGEST, ITEM, kind_of
+from runs import shutdown
+from runs.inbox import Commit
+from runs.outbox import LeaseLost
+from runs.queues import rq_queue_name
+from runs.runtime import Runtime, current
+from timers.fire import fire
+from turn.answer import TurnResult, batch_size, run_turn
+from turn.session import Superseded, answer_command, ensure_session
 
 log = logging.getLogger(__name__)
 MAX_BATCHES_PER_RUN = 5  # then hand the route over, so one chatty route cannot hog a worker

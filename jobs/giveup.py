@@ -14,21 +14,21 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from bot import metrics
-from bot.edge.envelope import Inbound
-from bot.errors import AdapterError, Paused, Permanent, Retryable
-from bot.texts import say
-from jobs import shutdown
-from jobs.alerts import alert
+from core import metrics
+from core.errors import AdapterError, Paused, Permanent, Retryable
+from core.inbound import Inbound
+from core.texts import say
 from jobs.batches import Parsed, ids, last_per_sender, parse
-from jobs.inbox import Commit
-from jobs.runtime import Runtime
-from jobs.timers.model import TIMER_TYPE
-from jobs.turn import progress
-from jobs.turn.outbox import LeaseLost
-from jobs.turn.session import Superseded
-from jobs.turn.stream import Stream
+from memory.timer import TIMER_TYPE
 from routing.keys import ITEM
+from runs import shutdown
+from runs.alerts import alert
+from runs.inbox import Commit
+from runs.outbox import LeaseLost
+from runs.runtime import Runtime
+from turn import progress
+from turn.session import Superseded
+from turn.stream import Stream
 
 log = logging.getLogger("jobs.drain")
 CRASH_LIMIT = 10  # runs of one batch that died without an outcome before the batch gives up

@@ -3,8 +3,8 @@
 A batch (the route's `proc` list) is consumed front to back in segments, each committed on its own:
 - `stale`: messages stored under an older generation than the route's — a user reset came after them;
   they are consumed unanswered (the reset's confirmation says how many);
-- `command`: one `/reset`, `/status` or item command (bot/edge/commands.py), one card button click, one timer
-  event (a follow-up or triage wake-up, jobs/timers/; stale like a message when a reset came after it), or — with
+- `command`: one `/reset`, `/status` or item command (edge/commands.py), one card button click, one timer
+  event (a follow-up or triage wake-up, timers/; stale like a message when a reset came after it), or — with
   items on — the @bot message that opens a topic (it becomes an item; its first answer is the reply);
   answered by the service, not the model. A click is never stale: a decision outlives a reset;
 - `turn`: the longest run of other messages (unreadable entries included: they are dead-lettered with
@@ -16,10 +16,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from bot.edge.commands import command_of
-from bot.edge.envelope import Inbound
-from bot.edge.side_events import CARD_ACTION_TYPE
-from jobs.timers.model import TIMER_TYPE
+from core.inbound import Inbound
+from edge.commands import command_of
+from edge.side_events import CARD_ACTION_TYPE
+from memory.timer import TIMER_TYPE
 
 STALE, COMMAND, TURN = "stale", "command", "turn"
 CARD, ITEM_OPEN, TIMER = "card_action", "item_open", "timer"
@@ -44,7 +44,7 @@ def _kind(item: Inbound | None, gen: int, items_on: bool) -> tuple[str, str | No
         return COMMAND, CARD
     if item.gen is not None and item.gen < gen:
         return STALE, None
-    if item.message_type == TIMER_TYPE:  # a follow-up or triage wake-up (jobs/timers/): the service decides
+    if item.message_type == TIMER_TYPE:  # a follow-up or triage wake-up (timers/): the service decides
         return COMMAND, TIMER
     command = command_of(item.message_type, item.text)
     if command:

@@ -4,7 +4,7 @@ The webhook's PUSH script queues a kick record in the same atomic step that stor
 request path costs one Redis round trip and never builds RQ jobs. The main loop only talks to Redis
 and RQ: it dispatches kicks, moves due retries to the kick list, sweeps every dirty route (a full ZSCAN
 per sweep, so none waits longer than one sweep), runs the watchdog and, while work is paused, probes
-the failed credential, and turns due timers into inbox events (jobs/timers/scheduler.py). Calls to the
+the failed credential, and turns due timers into inbox events (timers/scheduler.py). Calls to the
 Open API (bot identity, admin alerts) run on a side thread, so a
 Feishu outage never holds up dispatch. Several sweepers may run: a kick is popped by exactly one of
 them, and KICK takes a route's lease with SET NX.
@@ -18,16 +18,17 @@ import signal
 import threading
 import time
 
-from bot import doctor, logs
-from bot.feishu import identity
-from bot.settings import load_settings
-from jobs import alerts, runtime, watchdog
-from jobs.alerts import alert
-from jobs.items import table_check
-from jobs.queues import rq_queue_name
-from jobs.runtime import Runtime
-from jobs.timers import scheduler
+from core import logs
+from core.settings import load_settings
+from feishu import identity
+from items import table_check
+from jobs import doctor, watchdog
 from memory.store import server_checks
+from runs import alerts, runtime
+from runs.alerts import alert
+from runs.queues import rq_queue_name
+from runs.runtime import Runtime
+from timers import scheduler
 
 log = logging.getLogger(__name__)
 IDENTITY_REFRESH_S = 3600
@@ -182,7 +183,7 @@ class SideTasks(threading.Thread):
 
 
 def _preflight(rt: Runtime) -> None:
-    """`python -m bot.doctor`'s checks at start-up and hourly, summarised for /readyz (`preflight`)."""
+    """`python -m jobs.doctor`'s checks at start-up and hourly, summarised for /readyz (`preflight`)."""
     try:
         rows = doctor.check(rt.settings, rt.feishu)
         found = doctor.summary(rows)
@@ -240,7 +241,7 @@ class Sweeper:
         dispatch(self.rt, timeout=max(0.05, min(wait, MAX_WAIT_S)))
 
     def _timers(self, now: float) -> None:
-        """Due timers into their routes' inboxes; digests get their next slot (jobs/timers/scheduler.py)."""
+        """Due timers into their routes' inboxes; digests get their next slot (timers/scheduler.py)."""
         if now >= self.next_digests:
             scheduler.ensure_digests(self.rt)
             self.next_digests = now + DIGEST_CHECK_S

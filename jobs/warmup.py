@@ -23,10 +23,10 @@ from lark_oapi.api.im.v1 import (
     ReplyMessageResponse,
 )
 
-from bot.edge.envelope import Inbound
-from jobs import runtime
-from jobs.runtime import Runtime
-from memory.context import assemble, format_batch, system_blocks
+from core.inbound import Inbound
+from memory.prompt import assemble, format_batch, system_blocks
+from runs import runtime
+from runs.runtime import Runtime
 
 log = logging.getLogger(__name__)
 

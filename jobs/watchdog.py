@@ -13,9 +13,9 @@ import time
 
 from rq.command import send_stop_job_command
 
-from jobs.alerts import alert
 from jobs.batches import batch_id_of
-from jobs.runtime import Runtime
+from runs.alerts import alert
+from runs.runtime import Runtime
 
 log = logging.getLogger(__name__)
 

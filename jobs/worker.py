@@ -1,7 +1,7 @@
 """Worker entry point: an elastic pool of RQ workers on every routing queue, supervised.
 
 Each worker is `rq worker <queue> -S json --maintenance-interval 60`: one queue per worker, so RQ uses its
-reliable BLMOVE dequeue, and no RQ scheduler, since retries wait in our own delayed set (jobs/queues.py).
+reliable BLMOVE dequeue, and no RQ scheduler, since retries wait in our own delayed set (runs/queues.py).
 
 Pool size (jobs/pool.py): WORKER_MIN workers are always kept (a worker that dies is started again);
 when runs wait — jobs queued in RQ, or kick records the sweeper holds back because every worker is taken —
@@ -14,7 +14,7 @@ Workers die with their supervisor (die_with), even when it is SIGKILLed: no orph
 Workers are forked from this supervisor after the heavy imports, a no-network warm-up of the SDKs
 (jobs/warmup.py) and `gc.freeze()`, so their pages and their work-horses' stay shared (copy-on-write):
 a run in flight costs little more than the objects it creates. The first SIGTERM is a graceful stop:
-each worker lets its busy work-horse hand its route to a fresh run at once (jobs/shutdown.py), then exits.
+each worker lets its busy work-horse hand its route to a fresh run at once (runs/shutdown.py), then exits.
 """
 
 from __future__ import annotations
@@ -42,14 +42,15 @@ from rq import Queue, Worker
 from rq.serializers import JSONSerializer
 from rq.worker import WorkerStatus
 
-from bot import logs
-from bot.settings import Settings, load_settings
-from jobs import drain, pool, runtime, warmup  # noqa: F401  (preload: every horse inherits the imported modules)
-from jobs.inbox import Kick
-from jobs.queues import rq_queue_name
-from memory.keys import Keys
+from core import logs
+from core.keys import Keys
+from core.settings import Settings, load_settings
+from jobs import drain, pool, warmup  # noqa: F401  (preload: every horse inherits the imported modules)
 from memory.store import resolve_url, rq_client
 from routing.policy import policy_from
+from runs import runtime
+from runs.inbox import Kick
+from runs.queues import rq_queue_name
 
 log = logging.getLogger("jobs.worker")
 RESPAWN_MIN_S, RESPAWN_MAX_S = 1.0, 30.0

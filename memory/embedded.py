@@ -78,7 +78,7 @@ def stop_server(var_dir: str) -> bool:
 if __name__ == "__main__":
     import sys
 
-    from bot.settings import load_settings
+    from core.settings import load_settings
 
     settings = load_settings()
     if sys.argv[1:] == ["stop"]:

@@ -19,7 +19,7 @@ from typing import Any
 
 import redis
 
-from memory.keys import Keys
+from core.keys import Keys
 
 MAX_NOTES, NOTE_CHARS, NOTES_TOKENS = 200, 500, 1200
 SCOPES = ("profile", "chat", "user")

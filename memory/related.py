@@ -15,8 +15,8 @@ from typing import Any
 
 import redis
 
-from bot.edge.envelope import Inbound
-from memory.keys import Keys
+from core.inbound import Inbound
+from core.keys import Keys
 
 KEEP = 50  # messages per chat
 TTL_S = 3 * 86400

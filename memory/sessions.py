@@ -1,7 +1,7 @@
 """Hermes-style sessions: a route points to its current session; sessions resume, rotate and end at resets.
 
-Per route (keys in memory/keys.py): `route` HASH {sid, gen}, `sess` HASH of session records, one `log`
-LIST per session. The generation is bumped by a user reset in the webhook's PUSH script (jobs/scripts.py),
+Per route (keys in core/keys.py): `route` HASH {sid, gen}, `sess` HASH of session records, one `log`
+LIST per session. The generation is bumped by a user reset in the webhook's PUSH script (runs/inbox_lua.py),
 atomically with storing the reset command, so the reset takes effect when it is accepted: every later
 write of a run that began under an older generation is refused (START, APPEND) or fenced (Drain.fence).
 Sessions are only started and ended here, under the run's lease and the route's generation.
@@ -18,7 +18,7 @@ from typing import Any
 
 import redis
 
-from memory.keys import Keys
+from core.keys import Keys
 
 END_COMPRESSION, END_USER_RESET, END_IDLE = "compression", "user_reset", "idle"
 LOG_CAP = 5000  # a safety cap only: rotation keeps a session's log within the context budget

@@ -1,5 +1,5 @@
 """Recalled and edited messages in what later turns see: a recalled message is withdrawn, an edited one shows
-its newest edit. The web notes them (bot/edge/side_events.py); every read of history, batch and related
+its newest edit. The web notes them (edge/side_events.py); every read of history, batch and related
 discussion applies them here.
 """
 
@@ -13,8 +13,8 @@ from typing import Any
 
 import redis
 
-from bot.edge.envelope import Inbound
-from memory.keys import Keys
+from core.inbound import Inbound
+from core.keys import Keys
 
 RECALLED_TEXT = "[该消息已被撤回，内容作废]"
 ANSWER_WITHDRAWN = "[这条回答所答的消息已被撤回，回答一并作废]"

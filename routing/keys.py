@@ -5,14 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from bot.edge.envelope import Inbound
+from core.inbound import Inbound
 from routing.policy import Policy
 
 Kind = Literal["p2p", "group", "topic"]
-# Internal routes of the item machinery (jobs/items/claim.py): `feishu:<profile>:item:<item_id>` runs an item's
+# Internal routes of the item machinery (items/claim.py): `feishu:<profile>:item:<item_id>` runs an item's
 # analysis, `feishu:<profile>:item:<record_id>` a record-changed event. Never derived from a message.
 ITEM = "item"
-# `feishu:<profile>:digest:<chat_id>` runs a chat's digest (jobs/timers/digest_run.py): a wake-up, never a message.
+# `feishu:<profile>:digest:<chat_id>` runs a chat's digest (timers/digest_run.py): a wake-up, never a message.
 DIGEST = "digest"
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from bot.settings import ChatOverride, Scope, Settings
+from core.settings import ChatOverride, Scope, Settings
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import redis
 
+from core.keys import Keys
 from memory.embedded import ensure_server, stop_server
-from memory.keys import Keys
 from sandbox.claude.standin import ClaudeStandin
 from sandbox.feishu.emulator import FeishuEmulator
 from tests.harness import (

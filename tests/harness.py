@@ -20,8 +20,8 @@ import requests
 from werkzeug.serving import make_server
 
 from app import create_app
-from bot.settings import Settings
-from memory.keys import Keys
+from core.keys import Keys
+from core.settings import Settings
 from sandbox.feishu.events import signed_request
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,7 +51,7 @@ def service_env(redis_url: str, feishu_url: str, model_url: str, **extra: str) -
         "SWEEP_INTERVAL_SECONDS": "0.5", "LOG_LEVEL": "INFO", "WORKER_CONCURRENCY": "2",
         # The suite checks the rendered reply path; streaming cards have their own scenarios (test_streaming.py)
         "REPLY_STREAMING": "off",
-        "CLOCK_ADJUSTABLE": "1",  # the service clock follows the offset tests set (bot/clock.py)
+        "CLOCK_ADJUSTABLE": "1",  # the service clock follows the offset tests set (core/clock.py)
     }
     env.update(extra)
     return env
@@ -275,7 +275,7 @@ def model_requests_with(claude: Any, needle: str) -> list[dict[str, Any]]:
 
 def reply_text(message: dict[str, Any]) -> str:
     """What a reply shows as plain text, whatever it was rendered as (text, post, card)."""
-    from bot.feishu.render import plain_of
+    from feishu.render import plain_of
 
     return plain_of(message["msg_type"], message["body"]["content"])
 

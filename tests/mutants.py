@@ -43,69 +43,69 @@ MUTANTS: tuple[Mutant, ...] = (
         ("split = len(raw) > 1 and not self._answer_stored(batch_id)", "split = len(raw) > 1"),),
         ("tests/test_failures.py::test_giving_up_on_a_partly_posted_batch_never_asks_the_model_again",)),
     Mutant("A3", "the analysis decides its record without the item's guard and ignores a row linked meanwhile",
-           "jobs/items/first_answer.py", (
+           "items/first_answer.py", (
                ("        with self.rt.items.guard(self.item.item_id, guard_ttl(self.rt)):\n"
                 "            self.item = self.rt.items.get(self.item.item_id) or self.item\n", "        if True:\n"),
                ("            if self.rt.items.link_record(self.item.item_id, record_id) != 1:",
                 "            if self.rt.items.link_record(self.item.item_id, record_id) == -1:")),
         ("tests/test_items_attack.py::test_an_analysis_racing_a_persons_new_row_gives_the_item_one_record",)),
-    Mutant("A4", "read_thread ignores the user's reset", "jobs/turn/recall.py", (
+    Mutant("A4", "read_thread ignores the user's reset", "turn/recall.py", (
         ("        self.reset_ms = reset_ms(rt, rk, sid)", "        self.reset_ms = None"),),
         ("tests/test_recall.py::test_read_thread_after_a_reset_leaves_out_what_was_said_before_it",)),
     Mutant("A9", "the watchdog charges a hash of the whole proc list", "jobs/watchdog.py", (
         ("    batch_id = rt.inbox.current_batch(rk) or ", "    batch_id = "),),
         ("tests/test_recovery.py::test_watchdog_charges_the_stuck_segment_not_the_whole_batch",)),
-    Mutant("A10", "a summary covering a recalled message is still sent", "jobs/turn/rotation.py", (
+    Mutant("A10", "a summary covering a recalled message is still sent", "turn/rotation.py", (
         ("    if summary_ids and withdrawn.any_recalled(r, keys, rk, summary_ids):", "    if False:"),),
         ("tests/test_rotation.py::test_a_message_recalled_after_a_rotation_leaves_the_summary_too",)),
     Mutant("A11", "a batch too large for the budget is sent whole (its tail cut unseen)", "jobs/drain.py", (
         ("        n = batch_size(self.rt, self.rk, items[:seg.n])", "        n = seg.n"),),
         ("tests/test_rotation.py::test_a_batch_larger_than_the_budget_is_answered_over_several_turns_nothing_unseen",)),
-    Mutant("A11b", "a lone oversize message is cut without a handle", "jobs/turn/answer.py", (
+    Mutant("A11b", "a lone oversize message is cut without a handle", "turn/answer.py", (
         ("    if len(batch) != 1 or bodies[:1] != [None]:", "    if True:"),),
         ("tests/test_rotation.py::test_a_single_message_too_long_for_the_budget_is_spilled_with_a_handle",)),
     Mutant("A12", "read_thread's cursor moves to the next page past messages the request never carried",
-           "jobs/turn/pages.py", (
+           "turn/pages.py", (
                ("        elif shown < len(items):  # the next read", "        elif False:  # the next read"),),
         ("tests/test_recall.py::test_a_tool_result_fits_its_room_and_only_sent_messages_count_as_used",)),
     Mutant("A13", "the output reserve is taken out of the input budget", "memory/budget.py", (
         ("        return max(0, self.total - fixed)", "        return max(0, self.total - self.reserve - fixed)"),),
         ("tests/test_compress.py::test_the_budget_is_input_tokens_and_the_output_reserve_is_apart",
          "tests/test_rotation.py::test_a_topics_first_turn_keeps_its_bootstrap_with_a_large_output_reserve")),
-    Mutant("A5", "anyone may `/item link` any record", "jobs/items/claim.py", (
+    Mutant("A5", "anyone may `/item link` any record", "items/claim.py", (
         ("    if not may_link(rt, record, message.sender_id):", "    if False:"),),
         ("tests/test_items_attack.py::test_item_link_needs_the_records_owner_reporter_admin_or_a_member_of_its_chat",)),
-    Mutant("A6", "an idle route's state and current log never expire", "jobs/scripts.py", (
+    Mutant("A6", "an idle route's state and current log never expire", "runs/inbox_lua.py", (
         ("local keep = tonumber(ARGV[12])\nif keep > 0 then", "local keep = tonumber(ARGV[12])\nif false then"),),
         ("tests/test_inbox.py::test_an_idle_route_leaves_nothing_behind_after_its_retention",)),
-    Mutant("A6b", "recall and edit notes grow without bound per chat", "bot/edge/side_events.py", (
+    Mutant("A6b", "recall and edit notes grow without bound per chat", "edge/side_events.py", (
         ("if over > 0 then\n", "if false then\n"),),
         ("tests/test_withdrawn.py::test_notes_are_kept_only_where_the_bot_could_see_and_bounded_per_chat",)),
-    Mutant("A7", "a click on a decided proposal never patches a card left pending", "jobs/items/approvals.py", (
+    Mutant("A7", "a click on a decided proposal never patches a card left pending", "items/approvals.py", (
         ("        if p.get(\"card_state\") != state:\n", "        if False:\n"),),
         ("tests/test_items_attack.py::test_an_approval_whose_card_patch_failed_is_shown_decided_on_the_rerun",)),
-    Mutant("A8", "a replay after `failed` decides what is missing by count", "jobs/items/first_answer.py", (
+    Mutant("A8", "a replay after `failed` decides what is missing by count", "items/first_answer.py", (
         ("            if all(v.status != status for v in versions):",
          "            if len(versions) < (2 if status == SUMMARY else 3):"),),
         ("tests/test_items_attack.py::test_a_replayed_failed_analysis_writes_the_summary_and_the_full_answer",)),
     Mutant("A14", "an item's record and analysis read the raw text (the bot's own @ kept)",
-           "jobs/items/first_answer.py", (
+           "items/first_answer.py", (
         ("        text = text_of(m, bot)", "        text = text_of(m)"),),
         ("tests/test_items_attack.py::test_records_and_analyses_show_mentions_as_names_without_the_bots_own",)),
-    Mutant("B1", "a card's model text is not defused", "bot/feishu/cards.py", (
+    Mutant("B1", "a card's model text is not defused", "feishu/cards.py", (
         ("    card.markdown(defuse(clip(body))).divider()", "    card.markdown(clip(body)).divider()"),),
         ("tests/test_cards.py::test_model_text_in_a_card_cannot_mention_anyone_or_restyle_it",
          "tests/test_items_attack.py::test_a_first_answer_card_is_json_2_and_cannot_ping_the_group")),
-    Mutant("B2", "a missing optional scope pauses all work", "bot/feishu/client.py", (
+    Mutant("B2", "a missing optional scope pauses all work", "feishu/client.py", (
         ("        if code == SCOPE_MISSING and capability:", "        if False:"),),
         ("tests/test_scopes.py::test_a_tenant_without_optional_scopes_gets_every_message_answered",)),
-    Mutant("B5", "a refused record subscription leaves /readyz ready", "bot/edge/web.py", (
+    Mutant("B5", "a refused record subscription leaves /readyz ready", "edge/web.py", (
         ('(table.get("schema") != "ok" or table.get("subscription", "ok") != "ok")', '(table.get("schema") != "ok")'),),
         ("tests/test_items_attack.py::test_a_refused_record_subscription_is_named_in_readyz_and_items_still_work",)),
-    Mutant("B3", "the outbox paces per second only (no per-minute window per API)", "jobs/turn/outbox.py", (
+    Mutant("B3", "the outbox paces per second only (no per-minute window per API)", "runs/outbox.py", (
         ('[(f"minute:{api}", self.api_qpm, self.minute_ms), *chat,', "[*chat,"),),
         ("tests/test_pacing.py::test_the_per_minute_cap_of_each_message_api_is_paced_too",)),
-    Mutant("B6", "tildes in post prose are sent as they are", "bot/feishu/render.py", (
+    Mutant("B6", "tildes in post prose are sent as they are", "feishu/render.py", (
         ("markdown_to_post_ast(guard_tildes(text),", "markdown_to_post_ast((text),"),),
         ("tests/test_render.py::test_tildes_in_post_prose_cannot_pair_into_an_underline",
          "tests/test_progress.py::test_markdown_answer_is_posted_rendered_and_logged_as_markdown")),
@@ -115,31 +115,31 @@ MUTANTS: tuple[Mutant, ...] = (
          '    return f"{applink_origin(origin)}/client/chat/open?openChatId={chat_id}#thread_id={thread_id}"'),),
         ("tests/test_segments.py::test_topic_links_open_the_topic_and_still_name_it",
          "tests/test_items_attack.py::test_a_record_create_whose_answer_was_lost_makes_one_record")),
-    Mutant("B4", "images of forwarded children are requested", "bot/feishu/materials.py", (
+    Mutant("B4", "images of forwarded children are requested", "feishu/materials.py", (
         ("            if forwarded:\n", "            if False:\n"),),
         ("tests/test_materials.py::test_nested_bundles_recalled_messages_and_forwarded_images",)),
-    Mutant("C1", "the content dedupe key forgets the message's create_time", "bot/edge/envelope.py", (
+    Mutant("C1", "the content dedupe key forgets the message's create_time", "edge/envelope.py", (
         ('self.chat_id, self.create_time or "", ', "self.chat_id, "),),
         ("tests/test_failures.py::test_the_same_words_sent_twice_are_two_messages_both_answered",)),
     Mutant("C2", "the lease-lost fence before side effects is off", "jobs/drain.py", (
         ("        if lease != self.exec_id:\n", "        if False:\n"),),
         ("tests/test_failures.py::test_a_run_that_lost_its_lease_posts_nothing",)),
     Mutant("C3", "a record create uses a random client_token and skips the search by item id",
-           "jobs/items/first_answer.py", (
+           "items/first_answer.py", (
                ('        found = bt.search(schema.name("item_id"), item.item_id)', "        found = []"),
                ('client_token_for(f"item-record:{item.item_id}")', "client_token_for(str(time.time()))")),
         ("tests/test_items_attack.py::test_a_record_create_whose_answer_was_lost_makes_one_record",)),
-    Mutant("C4", "a pacing slot is scored at its grant, not at Feishu's answer", "jobs/turn/outbox.py", (
+    Mutant("C4", "a pacing slot is scored at its grant, not at Feishu's answer", "runs/outbox.py", (
         ("            self._done([key], [token, window + IN_FLIGHT_MS])", "            pass"),
         ("redis.call('ZADD', KEYS[1], now + tonumber(ARGV[4]), ARGV[3])", "redis.call('ZADD', KEYS[1], now, ARGV[3])")),
         ("tests/test_pacing.py::test_a_slow_and_jittery_feishu_still_sees_at_most_five_a_second_in_a_chat",)),
-    Mutant("C5", "a kept rejected event keeps its top-level token", "bot/edge/ingress.py", (
+    Mutant("C5", "a kept rejected event keeps its top-level token", "edge/ingress.py", (
         ('        kept = {k: v for k, v in payload.items() if k != "token"}', "        kept = dict(payload)"),),
         ("tests/test_ingress_http.py::test_signed_but_malformed_event_is_400_and_kept_without_its_token",)),
-    Mutant("C6", "ACQUIRE grants the lease to anyone", "jobs/scripts.py", (
+    Mutant("C6", "ACQUIRE grants the lease to anyone", "runs/inbox_lua.py", (
         ("if (not v) or string.sub(v, 1, 2) == 'k:' or v == ('d:' .. ARGV[1]) then", "if true then"),),
         ("tests/test_protocol.py::test_protocol_never_strands_an_event",)),
-    Mutant("C7", "only the reporter may decide an approval", "jobs/items/approvals.py", (
+    Mutant("C7", "only the reporter may decide an approval", "items/approvals.py", (
         ('                                record.users(schema.name("owner")) + record.users(schema.name("reporter")))',
          '                                record.users(schema.name("reporter")))'),
         ("    if authority.may_decide(who, rt.settings.item_admins, ()):\n        return True\n", "")),
@@ -183,24 +183,24 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("E1", "the sweeper's recovery pass is skipped (takeover waits for the full sweep)", "jobs/sweeper.py", (
         ("            recover(self.rt)\n", "            pass\n"),),
         ("tests/test_fast_recovery.py",)),
-    Mutant("E2", "a rerun ignores the card its killed run made (a second card)", "jobs/turn/stream.py", (
+    Mutant("E2", "a rerun ignores the card its killed run made (a second card)", "turn/stream.py", (
         ("        self.card_id, self.message_id = found.get(CARD), found.get(MESSAGE)",
          "        self.card_id, self.message_id = None, None"),),
         ("tests/test_streaming.py::test_a_worker_killed_mid_stream_leaves_one_card_the_rerun_finishes",)),
-    Mutant("E3", "the plain fallback after a card reuses the card's uuid", "jobs/turn/stream.py", (
+    Mutant("E3", "the plain fallback after a card reuses the card's uuid", "turn/stream.py", (
         ('        return f"{self.batch_id}:plain" if self.card_id else None', "        return None"),),
         ("tests/test_streaming.py::test_a_card_that_cannot_be_finished_is_followed_by_the_complete_answer",)),
-    Mutant("E4", "streamed text is shown without defusing tags", "jobs/turn/stream.py", (
+    Mutant("E4", "streamed text is shown without defusing tags", "turn/stream.py", (
         ("        return card_markdown(before_table(dedent_fences(head), MARKDOWN_TABLES_MAX), self.people)",
          "        return before_table(dedent_fences(head), MARKDOWN_TABLES_MAX)"),),
         ("tests/test_streaming.py::test_streamed_text_cannot_ping_anyone",)),
-    Mutant("E5", "updates are not paced by STREAM_UPDATE_SECONDS", "jobs/turn/stream.py", (
+    Mutant("E5", "updates are not paced by STREAM_UPDATE_SECONDS", "turn/stream.py", (
         ("        if self.message_id and now < self.next_at:", "        if False:"),),
         ("tests/test_streaming.py::test_a_long_answer_grows_in_one_card_and_ends_as_the_complete_answer",)),
-    Mutant("E6", "a resent COMMIT trims again", "jobs/scripts.py", (
+    Mutant("E6", "a resent COMMIT trims again", "runs/inbox_lua.py", (
         ("if done and string.sub(done, 1, #token + 1) == token .. ':' then", "if false then"),),
         ("tests/test_protocol.py::test_a_resent_commit_consumes_its_events_once",)),
-    Mutant("E8", "one refused update stops the card's updates", "jobs/turn/stream.py", (
+    Mutant("E8", "one refused update stops the card's updates", "turn/stream.py", (
         ("            if not self.message_id:\n                self._stop(exc)\n", "            self._stop(exc)\n"),),
         ("tests/test_streaming.py::test_one_failed_update_does_not_stop_the_card",)),
     Mutant("E9", "the elastic pool never grows", "jobs/pool.py", (
@@ -212,67 +212,67 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("E11", "a chaining horse passes jobs waiting in its RQ queue", "jobs/drain.py", (
         ("        if origin and rt.rq.llen(waiting_jobs):", "        if False:"),),
         ("tests/test_dispatch.py::test_a_horse_stops_chaining_while_jobs_wait_in_its_rq_queue",)),
-    Mutant("E12", "a card made but never posted is not posted at the end", "jobs/turn/stream.py", (
+    Mutant("E12", "a card made but never posted is not posted at the end", "turn/stream.py", (
         ("            if not self.message_id:  # created, but its run died (or failed) before posting it\n"
          "                self._post()\n", ""),),
         ("tests/test_streaming.py::test_a_card_made_but_not_posted_is_posted_when_the_answer_is_done",)),
-    Mutant("F1", "a due timer is pushed without its (timer id, due) dedupe key", "jobs/timers/scheduler.py", (
+    Mutant("F1", "a due timer is pushed without its (timer id, due) dedupe key", "timers/scheduler.py", (
         ("message_id=key, content_key=key, queue=rt.queue_of(t.route_key))",
          "message_id=key + repr(time.time()), content_key=key + repr(time.time()), queue=rt.queue_of(t.route_key))"),),
         ("tests/test_timers.py::test_two_schedulers_racing_push_each_due_timer_exactly_once",
          "tests/test_timers.py::test_a_crash_between_the_push_and_the_end_pushes_no_second_event")),
-    Mutant("F2", "/reset leaves the route's follow-ups pending", "jobs/turn/session.py", (
+    Mutant("F2", "/reset leaves the route's follow-ups pending", "turn/session.py", (
         ("        followups = timer_commands.on_reset(rt, rk, message, batch_id)",
          "        followups = timer_commands.Said('')"),),
         ("tests/test_followups.py::test_reset_cancels_the_routes_pending_followups_and_says_how_many",)),
-    Mutant("F3", "a recalled request keeps its follow-up", "bot/edge/side_events.py", (
+    Mutant("F3", "a recalled request keeps its follow-up", "edge/side_events.py", (
         ("        cancelled = self._cancel_followups(message_id)", "        cancelled: list[str] = []"),),
         ("tests/test_followups.py::test_a_recalled_request_cancels_the_followup_it_set",)),
-    Mutant("F4", "a follow-up posts even when the check found it no longer needed", "jobs/timers/followup.py", (
+    Mutant("F4", "a follow-up posts even when the check found it no longer needed", "timers/followup.py", (
         ("    if not check.post:", "    if False:"),),
         ("tests/test_followups.py::test_after_the_owner_replied_the_followup_posts_nothing_and_logs_why",)),
-    Mutant("F5", "a follow-up of a closed item still reminds", "jobs/timers/followup.py", (
+    Mutant("F5", "a follow-up of a closed item still reminds", "timers/followup.py", (
         ('        void = "the item is closed"', '        void = ""'),),
         ("tests/test_followups.py::test_a_closed_item_needs_no_reminder_and_costs_no_model_call",)),
-    Mutant("F6", "anyone may cancel a follow-up", "jobs/timers/authority.py", (
+    Mutant("F6", "anyone may cancel a follow-up", "timers/authority.py", (
         ("    return who == creator or who in admins or who in item_people", "    return True"),),
         ("tests/test_authority_machine.py::TestSeams::runTest",
          "tests/test_followups.py::test_cancel_is_for_the_creator_the_items_owner_or_reporter_and_admins")),
-    Mutant("F7", "the digest lists closed items", "jobs/timers/digest.py", (
+    Mutant("F7", "the digest lists closed items", "timers/digest.py", (
         ("if _in_chat(r, chat, chat_id) and r.text(status).strip() not in closed_set]",
          "if _in_chat(r, chat, chat_id)]"),
         ('    also: list[Match] = [(status, "isNot", [s]) for s in sorted(closed)[:MAX_CONDITIONS - 1]]',
          "    also: list[Match] = []")),
         ("tests/test_always_on.py::test_the_digest_lists_exactly_the_chats_open_items_once_per_day_across_restarts",)),
-    Mutant("F8", "a digest timer per process instead of per chat and slot", "jobs/timers/model.py", (
+    Mutant("F8", "a digest timer per process instead of per chat and slot", "memory/timer.py", (
         ('    return f"dg_{chat_id}_{slot}"', '    import os\n    return f"dg_{chat_id}_{slot}_{os.getpid()}"'),),
         ("tests/test_always_on.py::test_the_digest_lists_exactly_the_chats_open_items_once_per_day_across_restarts",)),
-    Mutant("F9", "triage posts again within the post period", "jobs/triage/run.py", (
+    Mutant("F9", "triage posts again within the post period", "triage/run.py", (
         ("    if posted_by != firing and ago < rt.settings.triage_post_period_seconds:",
          "    if False:"),),
         ("tests/test_always_on.py::test_a_topic_gets_at_most_one_unasked_post_per_period_and_only_where_opted_in",)),
-    Mutant("F10", "a triage call per message instead of per topic and quiet period", "jobs/triage/buffer.py", (
+    Mutant("F10", "a triage call per message instead of per topic and quiet period", "triage/buffer.py", (
         ("    period = int(now // quiet)", "    period = int(now * 1e6)"),),
         ("tests/test_always_on.py::test_a_topic_gets_at_most_one_unasked_post_per_period_and_only_where_opted_in",)),
-    Mutant("F11", "the web keeps and schedules triage for chats that did not opt in", "jobs/triage/buffer.py", (
+    Mutant("F11", "the web keeps and schedules triage for chats that did not opt in", "triage/buffer.py", (
         ('    if m.chat_type == "p2p" or not m.thread_id or m.chat_id not in settings.triage_chats:',
          '    if m.chat_type == "p2p" or not m.thread_id:'),),
         ("tests/test_always_on.py::test_a_topic_gets_at_most_one_unasked_post_per_period_and_only_where_opted_in",)),
     Mutant("F13", "a follow-up's reminder keyed by the batch: a replay after an applied-but-refused post repeats it",
-           "jobs/timers/followup.py", (
+           "timers/followup.py", (
                ("        return reply(t.source_message_id, run_key(t), topic)",
                 "        import uuid\n        return reply(t.source_message_id, uuid.uuid4().hex, topic)"),),
         ("tests/test_followups.py::test_a_reminder_feishu_applied_but_refused_is_not_repeated_by_the_replay",)),
     Mutant("F14", "triage's post period taken by no firing in particular: a replayed firing is capped by itself",
-           "jobs/triage/run.py", (
+           "triage/run.py", (
         ('    rt.state.hset(state_key, mapping={"posted_at": repr(rt.clock.now()), "posted_by": firing})',
          '    rt.state.hset(state_key, mapping={"posted_at": repr(rt.clock.now()), "posted_by": rk + "-"})'),),
         ("tests/test_always_on.py::test_a_dead_lettered_triage_note_is_posted_once_by_its_replay",)),
-    Mutant("F12", "the fast path lets greetings and acknowledgements through", "jobs/triage/buffer.py", (
+    Mutant("F12", "the fast path lets greetings and acknowledgements through", "triage/buffer.py", (
         ("    if not worth_triage(m.text):", "    if False:"),),
         ("tests/test_always_on.py::test_a_topic_gets_at_most_one_unasked_post_per_period_and_only_where_opted_in",)),
     # -- issue 23: several people, long horizons (timers, follow-ups, digests, the worker supervisor): G* ------
-    Mutant("G1", "a follow-up is credited to the batch's last sender, not the message asking", "jobs/timers/tool.py", (
+    Mutant("G1", "a follow-up is credited to the batch's last sender, not the message asking", "timers/tool.py", (
         ('    m = ctx.asking(str(args.get("message_id") or "").strip())', "    m = ctx.batch[-1]"),),
         ("tests/test_seams.py::test_a_reminder_asked_in_a_shared_batch_is_the_askers",
          "tests/test_timers.py::test_the_follow_up_is_the_asking_messages_sender_s_and_names_a_message_of_the_batch")),
@@ -280,83 +280,84 @@ MUTANTS: tuple[Mutant, ...] = (
         ("for n, (_sender, mid, words) in enumerate(_MESSAGE.findall(text)):",
          "for n, (_sender, mid, words) in enumerate(_MESSAGE.findall(text)[-1:]):"),),
         ("tests/test_seams.py::test_a_reminder_asked_in_a_shared_batch_is_the_askers",)),
-    Mutant("G3", "/reset in a shared topic cancels everyone's follow-ups", "jobs/timers/authority.py", (
+    Mutant("G3", "/reset in a shared topic cancels everyone's follow-ups", "timers/authority.py", (
         ("        (cancel if may_cancel(t.created_by, who, admins, people) else keep).append(t)",
          "        cancel.append(t)"),),
         ("tests/test_authority_machine.py::TestSeams::runTest",
          "tests/test_seams.py::test_reset_in_a_shared_topic_cancels_only_what_the_resetter_may_and_tells_the_creators")),
-    Mutant("G4", "creators are not told when someone else's reset cancels theirs", "jobs/timers/authority.py", (
+    Mutant("G4", "creators are not told when someone else's reset cancels theirs", "timers/authority.py", (
         ("        if t.created_by and t.created_by != who:", "        if False:"),),
         ("tests/test_authority_machine.py::TestSeams::runTest",
          "tests/test_seams.py::test_reset_in_a_shared_topic_cancels_only_what_the_resetter_may_and_tells_the_creators")),
-    Mutant("G5", "creators are not told when someone else cancels their follow-up", "jobs/timers/commands.py", (
+    Mutant("G5", "creators are not told when someone else cancels their follow-up", "timers/commands.py", (
         ("    if t.created_by and t.created_by != message.sender_id:", "    if False:"),),
         ("tests/test_authority_machine.py::TestSeams::runTest",
          "tests/test_followups.py::test_cancel_is_for_the_creator_the_items_owner_or_reporter_and_admins")),
-    Mutant("G6", "a firing reads the route's (expired) generation and drops the follow-up", "jobs/timers/followup.py", (
+    Mutant("G6", "a firing reads the route's (expired) generation and drops the follow-up", "timers/followup.py", (
         ("    if t.source_message_id and withdrawn.any_recalled(",
          "    if t.gen != state.generation:\n        return 'reset'\n"
          "    if t.source_message_id and withdrawn.any_recalled("),),
         ("tests/test_seams.py::test_a_followup_months_ahead_fires_after_the_routes_state_expired",)),
-    Mutant("G7", "one person may fill a shared conversation's follow-ups", "jobs/timers/store.py", (
+    Mutant("G7", "one person may fill a shared conversation's follow-ups", "memory/timers.py", (
         ("  if mine >= tonumber(ARGV[6]) then return -3 end", "  if false then return -3 end"),),
         ("tests/test_timers.py::test_caps_per_person_across_routes_per_person_on_a_route_and_in_all",
          "tests/test_seams.py::test_one_person_cannot_fill_a_shared_topic_or_hold_reminders_everywhere")),
-    Mutant("G8", "no cap on one person's follow-ups across routes", "jobs/timers/store.py", (
+    Mutant("G8", "no cap on one person's follow-ups across routes", "memory/timers.py", (
         ("redis.call('ZCARD', KEYS[5]) >= tonumber(ARGV[5]) then return -2 end",
          "redis.call('ZCARD', KEYS[5]) < 0 then return -2 end"),),
         ("tests/test_timers.py::test_caps_per_person_across_routes_per_person_on_a_route_and_in_all",
          "tests/test_seams.py::test_one_person_cannot_fill_a_shared_topic_or_hold_reminders_everywhere")),
-    Mutant("G9", "an ended follow-up keeps its place in its creator's cap", "jobs/timers/store.py", (
+    Mutant("G9", "an ended follow-up keeps its place in its creator's cap", "memory/timers.py", (
         ("local by = redis.call('HGET', KEYS[1], 'created_by')\n"
          "if by and by ~= '' then redis.call('ZREM', KEYS[4] .. by, ARGV[1]) end\n", ""),),
         ("tests/test_timers.py::test_caps_per_person_across_routes_per_person_on_a_route_and_in_all",)),
-    Mutant("G10", "no bound on the deployment's pending timers", "jobs/timers/store.py", (
+    Mutant("G10", "no bound on the deployment's pending timers", "memory/timers.py", (
         ("redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[7]) then return -4 end",
          "redis.call('ZCARD', KEYS[2]) < 0 then return -4 end"),),
         ("tests/test_timers.py::test_caps_per_person_across_routes_per_person_on_a_route_and_in_all",)),
     Mutant("G11", "RQ workers outlive their killed supervisor", "jobs/worker.py", (
         ("    if parent:\n        die_with(parent)\n", ""),),
         ("tests/test_seams.py::test_killing_the_worker_supervisor_takes_its_workers_with_it",)),
-    Mutant("G12", "one digest per chat and day whatever the cron says", "jobs/timers/scheduler.py", (
+    Mutant("G12", "one digest per chat and day whatever the cron says", "timers/scheduler.py", (
         ('digest_id(chat_id, slot.strftime("%Y-%m-%dT%H%M"))', 'digest_id(chat_id, slot.strftime("%Y-%m-%d"))'),),
         ("tests/test_always_on.py::test_each_cron_slot_of_a_day_gets_its_digest_even_after_an_empty_one",)),
-    Mutant("G13", "a turn a reset overtook leaves its follow-ups standing", "jobs/turn/answer.py", (
+    Mutant("G13", "a turn a reset overtook leaves its follow-ups standing", "turn/answer.py", (
         ("        tool.void_turn(rt, route_key, batch_id)  # nobody was told of its follow-ups: they do not stand\n",
          ""),
         ("    except Superseded:\n        tool.void_turn(rt, route_key, batch_id)\n        raise\n",
          "    except Superseded:\n        raise\n")),
         ("tests/test_seams.py::test_a_reset_that_overtakes_a_turn_leaves_none_of_its_followups",)),
-    Mutant("G14", "the tool sets a follow-up after a reset moved the route on", "jobs/timers/tool.py", (
+    Mutant("G14", "the tool sets a follow-up after a reset moved the route on", "timers/tool.py", (
         ("    added = rt.timers.add(t, caps=caps(rt), now=now, fence_gen=True)",
          "    added = rt.timers.add(t, caps=caps(rt), now=now, fence_gen=False)"),),
         ("tests/test_seams.py::test_a_reset_that_overtakes_a_turn_leaves_none_of_its_followups",)),
-    Mutant("G15", "a follow-up time without an offset is taken in the server's zone", "jobs/timers/instant.py", (
+    Mutant("G15", "a follow-up time without an offset is taken in the server's zone", "timers/instant.py", (
         ("    if at.tzinfo is None or at.utcoffset() is None:", "    if False:"),),
         ("tests/test_timers.py::test_instants_naive_past_and_too_far_are_refused_and_others_stated_in_the_bots_zone",)),
-    Mutant("G16", "the model is not told the current time and zone", "jobs/turn/answer.py", (
+    Mutant("G16", "the model is not told the current time and zone", "turn/answer.py", (
         ('batch_text + "\\n" + now_line(now)', "batch_text"),),
         ("tests/test_followups.py::test_a_followup_set_on_monday_fires_once_on_wednesday_in_its_topic_after_restarts",)),
-    Mutant("G17", "a reminder whose topic or chat is gone is dead-lettered", "jobs/timers/followup.py", (
+    Mutant("G17", "a reminder whose topic or chat is gone is dead-lettered", "timers/followup.py", (
         ("        gone = GONE.get(str(exc.code))", "        gone = None"),),
         ("tests/test_seams.py::test_a_followup_in_a_topic_whose_place_is_gone_posts_where_it_can_or_says_why",)),
-    Mutant("G18", "a reminder whose request is gone is dead-lettered", "jobs/timers/followup.py", (
+    Mutant("G18", "a reminder whose request is gone is dead-lettered", "timers/followup.py", (
         ("        if code not in REQUEST_GONE:", "        if True:"),),
         ("tests/test_seams.py::test_a_followup_in_a_topic_whose_place_is_gone_posts_where_it_can_or_says_why",
          "tests/test_seams.py::test_a_followup_in_a_private_chat_whose_request_is_gone_posts_into_the_chat")),
-    Mutant("G19", "a chat without thread replies dead-letters the reminder", "jobs/timers/followup.py", (
+    Mutant("G19", "a chat without thread replies dead-letters the reminder", "timers/followup.py", (
         ("        if code == NO_THREAD_REPLIES:", "        if False:"),),
         ("tests/test_seams.py::test_a_followup_in_a_topic_whose_place_is_gone_posts_where_it_can_or_says_why",)),
-    Mutant("G20", "anyone may approve a record change", "jobs/items/authority.py", (
+    Mutant("G20", "anyone may approve a record change", "items/authority.py", (
         ("    return bool(who) and (who in admins or who in record_people)", "    return bool(who)"),),
         ("tests/test_authority_machine.py::TestSeams::runTest",
          "tests/test_items_attack.py::test_the_records_owner_and_an_item_admin_may_approve")),
-    Mutant("G21", "anyone may link a record to a topic", "jobs/items/authority.py", (
+    Mutant("G21", "anyone may link a record to a topic", "items/authority.py", (
         ("    return bool(who) and any(member_of(chat_id, who) for chat_id in record_chats)", "    return bool(who)"),),
         ("tests/test_authority_machine.py::TestSeams::runTest",)),
-    Mutant("G22", "a follow-up in a topic the app may not read fails for good", "jobs/timers/followup.py", (
+    Mutant("G22", "a follow-up in a topic the app may not read fails for good", "timers/followup.py", (
         ("            except CapabilityOff:  # the app may not read the topic (a scope missing): remind without it\n"
-         "                return [UNREAD]\n", "            except ZeroDivisionError:\n                return [UNREAD]\n"),),
+         "                return [UNREAD]\n",
+         "            except ZeroDivisionError:\n                return [UNREAD]\n"),),
         ("tests/test_seams.py::test_a_followup_in_a_topic_the_app_may_not_read_still_reminds",)),
     # (end of G)
 
@@ -369,17 +370,17 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("H2", "a partly read permission answer is cached", "documents/access.py", (
         ("if ttl_s > 0 and acl.complete:", "if ttl_s > 0:"),),
         ("tests/test_documents_grants.py::test_a_fact_that_could_not_be_read_is_asked_again_once_the_scope_is_granted",)),
-    Mutant("H3", "the doctor counts users' grants as the app's", "bot/doctor.py", (
+    Mutant("H3", "the doctor counts users' grants as the app's", "jobs/doctor.py", (
         (' and (s.get("scope_type") or "tenant") == "tenant"}', "}"),),
         ("tests/test_doctor.py::test_scope_rows_follow_the_documented_lists",
          "tests/test_doctor.py::test_triage_needs_the_group_message_scope_and_digests_need_items")),
-    Mutant("H4", "a row needing two grants is present with one", "bot/doctor.py", (
+    Mutant("H4", "a row needing two grants is present with one", "jobs/doctor.py", (
         ("also = not need.also or any(n in granted for n in need.also)", "also = True"),),
         ("tests/test_doctor.py::test_scope_rows_follow_the_documented_lists",)),
-    Mutant("H5", "metas' failed_list is ignored", "bot/feishu/docs.py", (
+    Mutant("H5", "metas' failed_list is ignored", "feishu/docs.py", (
         ('raise unavailable(code, f"drive metas', 'return {} or unavailable(code, f"drive metas'),),
         ("tests/test_documents_grants.py::test_a_file_the_app_cannot_see_is_said_to_be_not_shared_with_the_app",)),
-    Mutant("H6", "NOTEXIST and an edit error read as no access", "bot/feishu/docs.py", (
+    Mutant("H6", "NOTEXIST and an edit error read as no access", "feishu/docs.py", (
         ("NO_ACCESS = {1770032, 131006, 1310213, 1063002, 91403, 970003}",
          "NO_ACCESS = {1770032, 131006, 1310213, 1063002, 91403, 970003, 91402, 1770029}"),),
         ("tests/test_documents_rules.py::test_feishu_error_codes_map_to_what_the_person_is_told",)),
@@ -394,14 +395,14 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("H9", "synced content from a document the asker may not view is shown", "documents/context.py", (
         ("if doc.sources and not self._sources_allowed(doc.sources):", "if False:"),),
         ("tests/test_documents_grants.py::test_a_reference_synced_block_shows_its_source_to_those_who_may_view_the_source",)),
-    Mutant("H10", "docx reads are not paced", "bot/feishu/docs.py", (
+    Mutant("H10", "docx reads are not paced", "feishu/docs.py", (
         ("            with self.pacer.slot(pace):\n", "            if True:\n"),),
         ("tests/test_documents_grants.py::test_the_docx_limit_holds_across_workers_and_file_sizes_are_not_asked_twice",)),
     Mutant("H11", "a file's size is downloaded again every turn", "documents/reader.py", (
         ("        key = self.keys.doc_file_size(token, modified)\n        cached = self.r.get(key)",
          "        key = self.keys.doc_file_size(token, modified)\n        cached = None"),),
         ("tests/test_documents_grants.py::test_the_docx_limit_holds_across_workers_and_file_sizes_are_not_asked_twice",)),
-    Mutant("H12", "topic history needs only the read scope", "bot/feishu/capabilities.py", (
+    Mutant("H12", "topic history needs only the read scope", "feishu/capabilities.py", (
         ('               also=("im:message.group_msg",)),', "               also=()),"),),
         ("tests/test_doctor.py::test_scope_rows_follow_the_documented_lists",)),
     Mutant("H13", "a synced block's source is checked for one sender of a batch only", "documents/context.py", (
@@ -410,26 +411,26 @@ MUTANTS: tuple[Mutant, ...] = (
     # (end of H)
 
     # -- issue 23: streaming cards and rendered answers: S* ----------------------------------------------------
-    Mutant("S1", "streaming updates are paced by the API's minute and the app's second again", "jobs/turn/outbox.py", (
+    Mutant("S1", "streaming updates are paced by the API's minute and the app's second again", "runs/outbox.py", (
         ("        for scope, limit, window in [_card_scope(card)]:",
          '        for scope, limit, window in [*self._scopes(chat_id, False, "card_content"), _card_scope(card)]:'),),
         ("tests/test_streaming_limits.py::test_streaming_updates_are_paced_per_card_not_by_the_app_tier",
          "tests/test_pacing.py::test_a_streaming_cards_updates_take_the_cards_ten_a_second_not_the_apps_tier")),
-    Mutant("S2", "streaming updates are not paced by the card's 10 a second", "jobs/turn/outbox.py", (
+    Mutant("S2", "streaming updates are not paced by the card's 10 a second", "runs/outbox.py", (
         ("        for scope, limit, window in [_card_scope(card)]:", "        for scope, limit, window in []:"),),
         ("tests/test_pacing.py::test_a_streaming_cards_updates_take_the_cards_ten_a_second_not_the_apps_tier",)),
     Mutant("S3", "the emulator counts ops on a streaming card against the API tier", "sandbox/feishu/cardkit.py", (
         ("        if not entity.streaming:  # documented", "        if True:  # documented"),),
         ("tests/test_sandbox_cardkit.py::test_the_app_tier_spares_cards_in_streaming_mode",
          "tests/test_streaming_limits.py::test_streaming_updates_are_paced_per_card_not_by_the_app_tier")),
-    Mutant("S4", "streaming that closed by itself (200850) is not turned on again", "jobs/turn/stream.py", (
+    Mutant("S4", "streaming that closed by itself (200850) is not turned on again", "turn/stream.py", (
         ("                if exc.code != cardkit.STREAM_TIMEOUT or attempt == 2:", "                if True:"),),
         ("tests/test_streaming.py::test_a_turn_longer_than_the_streaming_window_turns_streaming_on_again",)),
-    Mutant("S5", "the streaming card's summary is a custom [生成中...] again", "bot/feishu/cardkit.py", (
+    Mutant("S5", "the streaming card's summary is a custom [生成中...] again", "feishu/cardkit.py", (
         ('SUMMARY_STREAMING = ""', 'SUMMARY_STREAMING = "[生成中...]"'),),
         ("tests/test_streaming.py::test_the_chat_list_shows_feishus_own_placeholder_then_a_plain_summary",
          "tests/test_sandbox_cardkit.py::test_streaming_times_out_and_settings_reopen_it")),
-    Mutant("S6", "the finished card's summary is the card's Markdown", "jobs/turn/stream.py", (
+    Mutant("S6", "the finished card's summary is the card's Markdown", "turn/stream.py", (
         ("                self._final(card_markdown(first, self.people), plain_summary(first, self.people))",
          "                self._final(card_markdown(first, self.people), card_markdown(first, self.people)[:60])"),),
         ("tests/test_streaming.py::test_the_chat_list_shows_feishus_own_placeholder_then_a_plain_summary",)),
@@ -439,32 +440,32 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("S8", "the emulator misses markup in a summary", "sandbox/feishu/card_render.py", (
         ("    if summary and _MARKUP.search(summary):", "    if False:"),),
         ("tests/test_sandbox_cardkit.py::test_what_feishu_accepts_but_shows_badly_is_a_render_defect",)),
-    Mutant("S9", "a reply card takes any number of tables", "bot/feishu/render.py", (
+    Mutant("S9", "a reply card takes any number of tables", "feishu/render.py", (
         ('        for piece in split_tables(part, CARD_TABLES_MAX) if style == "interactive" else [part]:',
          "        for piece in [part]:"),),
         ("tests/test_card_limits.py::test_a_rendered_reply_within_the_limits_is_accepted_and_shows_well",
          "tests/test_card_limits.py::test_a_reply_with_many_tables_becomes_cards_of_five_in_elements_of_four")),
-    Mutant("S10", "a reply card's tables all go in one markdown element", "bot/feishu/render.py", (
+    Mutant("S10", "a reply card's tables all go in one markdown element", "feishu/render.py", (
         ("        for element in split_tables(text, MARKDOWN_TABLES_MAX):", "        for element in [text]:"),),
         ("tests/test_card_limits.py::test_a_rendered_reply_within_the_limits_is_accepted_and_shows_well",
          "tests/test_card_limits.py::test_a_reply_with_many_tables_becomes_cards_of_five_in_elements_of_four")),
-    Mutant("S11", "a reply's indented fences are sent as written", "bot/feishu/render.py", (
+    Mutant("S11", "a reply's indented fences are sent as written", "feishu/render.py", (
         ("    for part in split_markdown(dedent_fences(answer), chunk_chars):",
          "    for part in split_markdown(answer, chunk_chars):"),),
         ("tests/test_card_limits.py::test_a_rendered_reply_within_the_limits_is_accepted_and_shows_well",
          "tests/test_card_limits.py::test_a_reply_with_many_tables_becomes_cards_of_five_in_elements_of_four")),
-    Mutant("S12", "an opening fence keeps its indent", "bot/feishu/cardmd.py", (
+    Mutant("S12", "an opening fence keeps its indent", "feishu/cardmd.py", (
         ("                line = line[len(m.group(1)):]", "                line = line"),),
         ("tests/test_card_limits.py::test_indented_fences_move_to_the_start_of_their_lines",
          "tests/test_card_limits.py::test_a_rendered_reply_within_the_limits_is_accepted_and_shows_well")),
-    Mutant("S13", "the streamed text shows every table in one element", "jobs/turn/stream.py", (
+    Mutant("S13", "the streamed text shows every table in one element", "turn/stream.py", (
         ("        return card_markdown(before_table(dedent_fences(head), MARKDOWN_TABLES_MAX), self.people)",
          "        return card_markdown(head, self.people)"),),
         ("tests/test_streaming.py::test_many_tables_and_an_indented_fence_stream_within_the_card_limits",)),
-    Mutant("S14", "the finished streaming card takes any number of tables", "jobs/turn/stream.py", (
+    Mutant("S14", "the finished streaming card takes any number of tables", "turn/stream.py", (
         ("    first, *more = split_tables(parts[0], CARD_TABLES_MAX)", "    first, *more = [parts[0]]"),),
         ("tests/test_streaming.py::test_many_tables_and_an_indented_fence_stream_within_the_card_limits",)),
-    Mutant("S15", "the finished streaming card's tables all go in one element", "bot/feishu/cardkit.py", (
+    Mutant("S15", "the finished streaming card's tables all go in one element", "feishu/cardkit.py", (
         ("    for i, part in enumerate(split_tables(text, MARKDOWN_TABLES_MAX)):",
          "    for i, part in enumerate([text]):"),),
         ("tests/test_streaming.py::test_many_tables_and_an_indented_fence_stream_within_the_card_limits",)),
@@ -477,7 +478,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("S18", "the emulator misses an indented code fence", "sandbox/feishu/card_render.py", (
         ("        if fence:", "        if False:"),),
         ("tests/test_sandbox_cardkit.py::test_what_feishu_accepts_but_shows_badly_is_a_render_defect",)),
-    Mutant("S19", "a mention whose name is unknown reads as a bare @ in the summary", "bot/feishu/cardmd.py", (
+    Mutant("S19", "a mention whose name is unknown reads as a bare @ in the summary", "feishu/cardmd.py", (
         ('        return "@" + open_id if open_id not in people else '
          '("@" + people[open_id] if people[open_id] else "")',
          '        return "@" + open_id if open_id not in people else "@" + people[open_id]'),),
@@ -487,16 +488,16 @@ MUTANTS: tuple[Mutant, ...] = (
 
     # -- issue 23: links to topics and answers, read_thread progress: L* ---------------------------------------
     Mutant("L1", "a thread page with no room for a whole message shows nothing (no head, no offset)",
-           "jobs/turn/pages.py", (
+           "turn/pages.py", (
         ("            head = self._head(item, mid, room - used)  # the page's has_more says more follows",
          "            head = None"),),
         ("tests/test_recall.py::test_a_page_in_a_tiny_room_shows_the_head_of_its_first_message_and_moves_on",)),
     Mutant("L2", "a thread page reserves a fixed 220 tokens for its frame instead of measuring it",
-           "jobs/turn/pages.py", (
+           "turn/pages.py", (
         ('        frame = self.b.cost(page_head(thread_id, cursor or "", longest, True, note) + PAGE_END)',
          "        frame = 220 + self.b.cost(note)"),),
         ("tests/test_recall.py::test_a_page_in_a_tiny_room_shows_the_head_of_its_first_message_and_moves_on",)),
-    Mutant("L3", "a read that found the request full does not end the tool rounds", "jobs/turn/recall.py", (
+    Mutant("L3", "a read that found the request full does not end the tool rounds", "turn/recall.py", (
         ("        final = n == MAX_ROUNDS or room < MIN_ROOM or reader.full",
          "        final = n == MAX_ROUNDS or room < MIN_ROOM"),),
         ("tests/test_recall.py::test_a_read_that_finds_the_request_full_ends_the_tool_rounds",)),
@@ -506,11 +507,11 @@ MUTANTS: tuple[Mutant, ...] = (
          '            question = block_text(message.get("content") or "")'),),
         ("tests/test_recall.py::test_the_stand_in_reads_the_thread_only_when_a_person_asks",)),
     Mutant("L5", "首答链接 is the topic's AppLink even when Feishu answered the card's post with its own link",
-           "jobs/items/first_answer.py", (
+           "items/first_answer.py", (
         ('            values["answer_link"] = answer_link(self.item.answer_link, self.rt.settings.feishu_web_origin,',
          '            values["answer_link"] = answer_link("", self.rt.settings.feishu_web_origin,'),),
         ("tests/test_items_attack.py::test_the_records_links_open_the_topic_and_the_first_answer",)),
-    Mutant("L6", "the first answer's message_app_link is not kept with the item", "jobs/items/first_answer.py", (
+    Mutant("L6", "the first answer's message_app_link is not kept with the item", "items/first_answer.py", (
         ("answer_message_id=sent.message_id, answer_link=sent.app_link)", "answer_message_id=sent.message_id)"),),
         ("tests/test_items_attack.py::test_the_records_links_open_the_topic_and_the_first_answer",)),
     Mutant("L7", "a link whose host or scheme Feishu did not vouch for is written as 首答链接", "bitable/refs.py", (
@@ -521,10 +522,10 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/test_segments.py::test_links_written_before_are_read_as_the_topics_applink",
          "tests/test_digest_pure.py::test_a_title_links_to_the_topic_even_when_the_record_holds_an_old_chat_link",
          "tests/test_items_attack.py::test_a_record_naming_a_topic_by_an_old_chat_link_is_linked_and_rewritten")),
-    Mutant("L9", "a record's old chat link to its topic is kept when the record is linked", "jobs/items/claim.py", (
+    Mutant("L9", "a record's old chat link to its topic is kept when the record is linked", "items/claim.py", (
         ("            or any(openable(link) != link for link in links):", "            or False:"),),
         ("tests/test_items_attack.py::test_a_record_naming_a_topic_by_an_old_chat_link_is_linked_and_rewritten",)),
-    Mutant("L10", "the digest links a title to the link as the record holds it", "jobs/timers/digest.py", (
+    Mutant("L10", "the digest links a title to the link as the record holds it", "timers/digest.py", (
         ('        topic_link=openable(links[0] if links else record.text(name("topic_link")).strip()),',
          '        topic_link=(links[0] if links else record.text(name("topic_link")).strip()),'),),
         ("tests/test_digest_pure.py::test_a_title_links_to_the_topic_even_when_the_record_holds_an_old_chat_link",)),
@@ -533,7 +534,7 @@ MUTANTS: tuple[Mutant, ...] = (
          "        return copy.deepcopy(msg)"),),
         ("tests/test_sandbox_emulators.py::test_sends_and_replies_answer_with_the_messages_app_link",)),
     Mutant("L12", "issue 23 A7 as it was: a fixed frame reserve, and a page with no room shows nothing and stays put",
-           "jobs/turn/pages.py", (
+           "turn/pages.py", (
         ('        frame = self.b.cost(page_head(thread_id, cursor or "", longest, True, note) + PAGE_END)',
          "        frame = 220 + self.b.cost(note)"),
         ("            return (_joined(parts), i, True) if head is None else (_joined([*parts, head]), i + 1, False)",

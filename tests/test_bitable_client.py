@@ -21,8 +21,8 @@ from bitable import (
 )
 from bitable.cells import TEXT
 from bitable.lock import TableLock
-from bot.feishu.client import FeishuApi
-from memory.keys import Keys
+from core.keys import Keys
+from feishu.client import FeishuApi
 from sandbox.feishu.emulator import FeishuEmulator
 from tests.harness import service_env, settings_from
 

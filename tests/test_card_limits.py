@@ -1,4 +1,4 @@
-"""Issue 23 B12/B8: card Markdown within Feishu's documented limits (bot/feishu/cardmd.py) — four tables a
+"""Issue 23 B12/B8: card Markdown within Feishu's documented limits (feishu/cardmd.py) — four tables a
 markdown element, five a card, code fences at the start of their lines, a plain-text summary — as pure tables and
 through the real stack (a rendered reply the emulator accepts and records no render defect for)."""
 
@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from bot.feishu.cardmd import before_table, dedent_fences, plain_summary, split_tables, table_starts
-from bot.feishu.render import render
+from feishu.cardmd import before_table, dedent_fences, plain_summary, split_tables, table_starts
+from feishu.render import render
 from sandbox.feishu.rules import count_tables
 from tests.harness import deliver, message_id, route_key, unique, wait_route_idle
 

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from bot.feishu.cards import answer_card, approval_card, buttons_of, elements_of, footer_of
-from bot.feishu.render import ZWSP
+from feishu.cards import answer_card, approval_card, buttons_of, elements_of, footer_of
+from feishu.render import ZWSP
 from sandbox.feishu.rules import FeishuError, check_card, validate_send
 
 HOSTILE = '<at id=all></at> 请大家注意 <at user_id="ou_victim"></at> <font color="red">红</font>'

@@ -16,7 +16,7 @@ from memory.budget import (
     raw_request_tokens,
 )
 from memory.compress import compression_request, extract_facts, missing, restore, restore_within
-from memory.context import Entry, estimate_tokens, session_messages
+from memory.prompt import Entry, estimate_tokens, session_messages
 from sandbox.claude.wire import compression_reply
 
 PLANTED = Entry(role="user", text=(

@@ -48,13 +48,13 @@ def test_each_required_secret_is_named_when_missing(missing: str, tmp_path) -> N
     env = {"FEISHU_APP_ID": "cli_real", "FEISHU_APP_SECRET": "a", "FEISHU_ENCRYPT_KEY": "b",
            "FEISHU_VERIFICATION_TOKEN": "c", "ANTHROPIC_API_KEY": "d", "REDIS_URL": "redis://127.0.0.1:1"}
     env[missing] = ""  # an empty value counts as missing
-    result = start([sys.executable, "-c", "from bot.settings import load_settings; load_settings()"], env, tmp_path)
+    result = start([sys.executable, "-c", "from core.settings import load_settings; load_settings()"], env, tmp_path)
     assert result.returncode == 2
     assert missing in result.stderr
 
 
 def test_sandbox_mode_needs_no_secrets(tmp_path) -> None:
-    code = "from bot.settings import load_settings; s = load_settings(); print(s.sandbox, s.feishu_domain)"
+    code = "from core.settings import load_settings; s = load_settings(); print(s.sandbox, s.feishu_domain)"
     result = start([sys.executable, "-c", code], {"BOT_PROFILE": unique("sb")}, tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["True", "http://127.0.0.1:9901"]
@@ -65,7 +65,7 @@ BOGUS_DOTENV = (  # valid values, so a process that reads the file starts fine a
     "FEISHU_ENCRYPT_KEY=dotenv-key\nANTHROPIC_API_KEY=dotenv-key\nFEISHU_DOMAIN=http://127.0.0.1:1\n"
     "BOT_PROFILE=from_dotenv\n"
 )
-SHOW = "from bot.settings import load_settings; s = load_settings(); print(s.bot_profile, s.sandbox, s.feishu_domain)"
+SHOW = "from core.settings import load_settings; s = load_settings(); print(s.bot_profile, s.sandbox, s.feishu_domain)"
 
 
 def test_a_dotenv_file_is_read_only_from_env_file(tmp_path) -> None:
@@ -93,7 +93,7 @@ def test_a_dotenv_file_is_read_only_from_env_file(tmp_path) -> None:
 def test_env_example_lists_every_variable_the_code_reads() -> None:
     import re
 
-    from bot.settings import Settings
+    from core.settings import Settings
 
     listed = set(re.findall(r"^([A-Z][A-Z0-9_]+)=", (ROOT / ".env.example").read_text(), re.MULTILINE))
     read = {name.upper() for name in Settings.model_fields} | {"WEB_CONCURRENCY", "WEB_THREADS", "ENV_FILE"}
@@ -105,6 +105,6 @@ def test_a_budget_too_small_for_a_request_is_a_start_up_error_naming_the_minimum
     """Issue 14 A13: CONTEXT_BUDGET_TOKENS is the input budget; below 2,000 the system prompt and tools (~1,300
     tokens) leave no room for a conversation, so the service refuses to start and says the minimum."""
     env = {"BOT_PROFILE": unique("budget"), "CONTEXT_BUDGET_TOKENS": "1500"}
-    result = start([sys.executable, "-c", "from bot.settings import load_settings; load_settings()"], env, tmp_path)
+    result = start([sys.executable, "-c", "from core.settings import load_settings; load_settings()"], env, tmp_path)
     assert result.returncode == 2
     assert "CONTEXT_BUDGET_TOKENS" in result.stderr and "2000" in result.stderr

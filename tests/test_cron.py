@@ -1,4 +1,4 @@
-"""jobs.timers.cron (croniter with Vixie's day rule): refusals, next_after against an independent minute scan, DST."""
+"""core.cron (croniter with Vixie's day rule): refusals, next_after against an independent minute scan, DST."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from jobs.timers.cron import Cron
+from core.cron import Cron
 
 SH = ZoneInfo("Asia/Shanghai")
 NY = ZoneInfo("America/New_York")

@@ -16,13 +16,13 @@ import redis
 from bitable import Bitable, client_token_for
 from bitable.client import SEARCH_PAGE
 from bitable.errors import classify
-from bot.feishu.cards import elements_of, footer_of
-from bot.feishu.client import FeishuApi
-from bot.feishu.render import RICH_LIMIT_BYTES, ZWSP, Chunk
-from jobs.timers.digest import MAX_ROWS, DigestRow, digest_card, open_items, relative_day
-from memory.keys import Keys
+from core.keys import Keys
+from feishu.cards import elements_of, footer_of
+from feishu.client import FeishuApi
+from feishu.render import RICH_LIMIT_BYTES, ZWSP, Chunk
 from sandbox.feishu.emulator import FeishuEmulator
 from tests.harness import service_env, settings_from
+from timers.digest import MAX_ROWS, DigestRow, digest_card, open_items, relative_day
 
 SHANGHAI = ZoneInfo("Asia/Shanghai")
 CLOSED = ("已关闭", "已完成", "已解决", "关闭", "完成", "Closed", "Done")

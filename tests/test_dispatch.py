@@ -7,10 +7,10 @@ import pytest
 from rq import Queue
 
 from jobs.drain import chain
-from jobs.inbox import Kick
-from jobs.queues import rq_queue_name
-from jobs.runtime import Runtime
 from jobs.sweeper import dispatch, sweep_once
+from runs.inbox import Kick
+from runs.queues import rq_queue_name
+from runs.runtime import Runtime
 from tests.harness import settings_from, unique, wait_for
 
 

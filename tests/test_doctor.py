@@ -1,4 +1,4 @@
-"""`python -m bot.doctor` (issue 14 B2): the configured app against every enabled feature, as a table with a
+"""`python -m jobs.doctor` (issue 14 B2): the configured app against every enabled feature, as a table with a
 verdict and a fix per row; exit 1 when a scope needed to reply is missing. Run against the emulator, whose
 `GET application/v6/scopes` follows its `deny_scopes` profile."""
 
@@ -7,12 +7,12 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from bot.doctor import MISSING, PRESENT, UNKNOWN, Need, needs, summary, verdict
+from jobs.doctor import MISSING, PRESENT, UNKNOWN, Need, needs, summary, verdict
 from tests.harness import ROOT, settings_from, subprocess_env
 
 
 def _doctor(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "bot.doctor"], env=subprocess_env(env), cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "jobs.doctor"], env=subprocess_env(env), cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
 
 

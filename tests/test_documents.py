@@ -13,7 +13,6 @@ from typing import Any
 
 import requests
 
-from jobs.turn.recall import request_text
 from sandbox.claude.wire import input_tokens
 from sandbox.feishu.events import mention
 from tests.harness import (
@@ -28,6 +27,7 @@ from tests.harness import (
     wait_for,
     wait_route_idle,
 )
+from turn.recall import request_text
 
 AT_BOT = [mention(BOT_OPEN_ID, "助手")]
 ORIGIN = "https://feishu.cn"

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from bot.feishu.capabilities import CAPABILITIES
+from feishu.capabilities import CAPABILITIES
 from sandbox.feishu.rules import OP_SCOPES
 from tests.harness import deliver, model_requests_with, reply_text, wait_for, wait_route_idle
 from tests.test_documents import AT_BOT, Chat, link, ops, text_of

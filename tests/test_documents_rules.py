@@ -6,13 +6,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bot.errors import Permanent
-from bot.feishu.docs import DocUnavailable, unavailable
+from core.errors import Permanent
 from documents.access import Acl, may_view
 from documents.context import _carry, defang, share
 from documents.reader import _column, _range_of, other_tabs
 from documents.render import NOT_SYNCED, docx_markdown
-from jobs.turn.recall import request_text
+from feishu.docs import DocUnavailable, unavailable
+from turn.recall import request_text
 
 SHEETS = [{"sheetId": "s2", "title": "汇总", "index": 1, "rowCount": 5, "columnCount": 2},
           {"sheetId": "s1", "title": "明细", "index": 0, "rowCount": 5000, "columnCount": 40}]

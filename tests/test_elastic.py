@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from jobs.queues import rq_queue_name
-from memory.keys import Keys
+from core.keys import Keys
+from runs.queues import rq_queue_name
 from tests.harness import (
     Proc,
     WebServer,

@@ -116,7 +116,7 @@ def test_a_replay_that_fails_again_tells_the_user_again(service, feishu, claude,
 
 
 def _runtime(env):
-    from jobs.runtime import Runtime
+    from runs.runtime import Runtime
     from tests.harness import settings_from
 
     settings = settings_from(env)

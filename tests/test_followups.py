@@ -3,7 +3,7 @@ scheduler in the sweeper turns it into an event of the route that set it, and th
 in the same topic — or nothing when it is no longer needed, saying why in the log.
 
 A deployment of its own (web, worker supervisor, sweeper) with Bitable items on; the service clock is moved
-through Redis (bot/clock.py, as `python -m sandbox clock` does), never by sleeping.
+through Redis (core/clock.py, as `python -m sandbox clock` does), never by sleeping.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import pytest
 import redis
 import requests
 
-from jobs.timers.model import Timer
-from jobs.timers.store import Timers
+from memory.timer import Timer
+from memory.timers import Timers
 from sandbox.feishu.events import message_recalled_event
 from tests.harness import APP_ID, VERIFICATION_TOKEN, deliver, message_id, reply_text, unique, wait_for
 from tests.harness import wait_route_idle as idle

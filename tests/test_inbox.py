@@ -10,10 +10,10 @@ import redis
 from rq.queue import Queue
 from rq.serializers import JSONSerializer
 
-from jobs.inbox import Commit, Inbox, Kick
-from jobs.queues import enqueue_drain, job_id, rq_queue_name
-from memory.keys import Keys
+from core.keys import Keys
 from memory.sessions import KEEP_ENDED, Sessions
+from runs.inbox import Commit, Inbox, Kick
+from runs.queues import enqueue_drain, job_id, rq_queue_name
 from tests.harness import unique
 
 

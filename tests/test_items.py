@@ -19,9 +19,9 @@ import redis
 import requests
 
 from bitable.index import Items
-from bot.feishu.cards import buttons_of, footer_of
-from bot.settings import ChatOverride
-from memory.keys import Keys
+from core.keys import Keys
+from core.settings import ChatOverride
+from feishu.cards import buttons_of, footer_of
 from sandbox.feishu.events import bitable_record_changed_event, card_action_event, mention
 from tests.harness import (
     APP_ID,
@@ -433,9 +433,9 @@ def test_five_items_at_once_under_rate_limits_and_write_conflicts(rig, feishu, r
 # -- 8. a wrong field name is named -----------------------------------------------------------------------
 
 def test_a_wrong_field_name_is_named_in_readyz_and_pauses_item_work(rig, feishu, r) -> None:
-    """The sweeper's table check (jobs/items/table_check.py) on a profile of its own, read back through /readyz."""
-    from jobs.items import table_check
-    from jobs.runtime import Runtime
+    """The sweeper's table check (items/table_check.py) on a profile of its own, read back through /readyz."""
+    from items import table_check
+    from runs.runtime import Runtime
 
     _, _, own = rig
     wrong = {**{k: v for k, v in own.items() if k != "ROUTING_CHAT_OVERRIDES"}, "BOT_PROFILE": unique("wrongfield"),

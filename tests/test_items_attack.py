@@ -12,7 +12,7 @@ from typing import Any
 from bitable.index import Items
 from bitable.refs import topic_link
 from jobs import deadletter
-from jobs.runtime import Runtime
+from runs.runtime import Runtime
 from sandbox.feishu.events import bitable_record_changed_event
 from tests.harness import (
     APP_ID,
@@ -174,7 +174,7 @@ def test_records_and_analyses_show_mentions_as_names_without_the_bots_own(rig, f
 def test_a_first_answer_card_is_json_2_and_cannot_ping_the_group(rig, feishu, claude, r) -> None:  # noqa: F811
     """B1: the analysis asks for headings and tables (JSON 2.0 renders them) and may quote `<at id=all>`: the
     card posted and patched at Feishu is a 2.0 card whose text mentions nobody."""
-    from bot.feishu.cards import elements_of
+    from feishu.cards import elements_of
     from sandbox.claude.wire import default_reply
 
     def responder(body: dict[str, Any]) -> str:
@@ -229,7 +229,7 @@ def test_a_refused_record_subscription_is_named_in_readyz_and_items_still_work(r
     item with the fix, never a pause: a topic's report still becomes an item with its record."""
     import requests
 
-    from jobs.items import table_check
+    from items import table_check
 
     web, keys, own = rig
     feishu.inject("drive_subscribe", code=1063002, times=1, msg="permission denied")

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import redis
 
+from core.keys import Keys
 from memory.embedded import ensure_server, stop_server
-from memory.keys import Keys
 from sandbox.feishu.emulator import FeishuEmulator
 from sandbox.feishu.events import mention
 from tests.harness import (
@@ -56,7 +56,7 @@ class OverWs:
 
 def ws_procs(env: dict[str, str], workdir: Path, name: str, n: int) -> list[Proc]:
     """`n` ws processes started as the Procfile's `ws` line starts them."""
-    return [Proc(["-m", "bot.edge.longconn"], env, str(workdir), workdir / f"{name}-ws{i}.log") for i in range(n)]
+    return [Proc(["-m", "edge.longconn"], env, str(workdir), workdir / f"{name}-ws{i}.log") for i in range(n)]
 
 
 @pytest.fixture(scope="module")

@@ -61,10 +61,10 @@ def test_the_per_minute_cap_of_each_message_api_is_paced_too(env, feishu, redis_
 
     import redis
 
-    from bot.feishu.client import FeishuApi
-    from jobs.inbox import Inbox
-    from jobs.turn.outbox import Outbox
-    from memory.keys import Keys
+    from core.keys import Keys
+    from feishu.client import FeishuApi
+    from runs.inbox import Inbox
+    from runs.outbox import Outbox
     from tests.harness import settings_from
 
     settings = settings_from(env)
@@ -94,10 +94,10 @@ def test_a_slow_and_jittery_feishu_still_sees_at_most_five_a_second_in_a_chat(en
 
     import redis
 
-    from bot.feishu.client import FeishuApi
-    from jobs.inbox import Inbox
-    from jobs.turn.outbox import Outbox
-    from memory.keys import Keys
+    from core.keys import Keys
+    from feishu.client import FeishuApi
+    from runs.inbox import Inbox
+    from runs.outbox import Outbox
     from tests.harness import settings_from
 
     settings = settings_from(env)
@@ -131,11 +131,11 @@ def test_a_streaming_cards_updates_take_the_cards_ten_a_second_not_the_apps_tier
     the rest are skipped (never refused by Feishu), and another card has its own ten."""
     import redis
 
-    from bot.feishu.cardkit import CardKit, streaming_card
-    from bot.feishu.client import FeishuApi
-    from jobs.inbox import Inbox
-    from jobs.turn.outbox import Outbox
-    from memory.keys import Keys
+    from core.keys import Keys
+    from feishu.cardkit import CardKit, streaming_card
+    from feishu.client import FeishuApi
+    from runs.inbox import Inbox
+    from runs.outbox import Outbox
     from tests.harness import settings_from
 
     settings = settings_from(env)

@@ -12,8 +12,7 @@ from typing import Any
 
 import pytest
 
-from bot.feishu.render import plain_of
-from jobs.turn.progress import FAILED, WORKING
+from feishu.render import plain_of
 from tests.harness import (
     WebServer,
     deliver,
@@ -27,6 +26,7 @@ from tests.harness import (
     wait_route_idle,
 )
 from tests.test_crash import CrashRig, _kill_when
+from turn.progress import FAILED, WORKING
 
 FENCE = re.compile(r"^```")
 

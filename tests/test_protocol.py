@@ -17,8 +17,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, precondition, rule
 
-from jobs.inbox import Commit, Inbox, Kick
-from memory.keys import Keys
+from core.keys import Keys
+from runs.inbox import Commit, Inbox, Kick
 from tests.harness import unique
 
 ROUTES = ("rk-a", "rk-b")

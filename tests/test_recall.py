@@ -132,10 +132,10 @@ def test_history_before_a_reset_is_read_only_when_asked_and_marked(service, feis
 
 
 def test_a_tool_result_fits_its_room_and_only_sent_messages_count_as_used(env, feishu, redis_url) -> None:
-    from jobs.runtime import Runtime
-    from jobs.turn.recall import Reader
     from memory.budget import Budget
+    from runs.runtime import Runtime
     from tests.harness import settings_from
+    from turn.recall import Reader
 
     topic = _topic(feishu, earlier=59)
     rt = Runtime(settings_from(env), redis_url)
@@ -179,9 +179,9 @@ def test_read_thread_after_a_reset_leaves_out_what_was_said_before_it(service, f
 
 
 def _reader(env: dict[str, str], redis_url: str, topic: dict[str, str], b: Any) -> Any:
-    from jobs.runtime import Runtime
-    from jobs.turn.recall import Reader
+    from runs.runtime import Runtime
     from tests.harness import settings_from
+    from turn.recall import Reader
 
     return Reader(Runtime(settings_from(env), redis_url), route_key("topic", topic["chat_id"], topic["thread_id"]),
                   "s_none", b)
@@ -268,10 +268,10 @@ def test_a_tight_request_never_gets_a_thread_page_that_shows_nothing(tight: OwnS
 def test_a_read_that_finds_the_request_full_ends_the_tool_rounds(env, feishu, claude, redis_url) -> None:
     """Issue 23 A7: when not even the head of the next message fits, read_thread says the request is full (the
     cursor stays) and the next request forbids tools: the model answers instead of reading nothing again."""
-    from jobs.runtime import Runtime
-    from jobs.turn import recall, rotation
-    from jobs.turn.thread import PAGE_END, message_part, page_head
+    from runs.runtime import Runtime
     from tests.harness import settings_from
+    from turn import recall, rotation
+    from turn.thread import PAGE_END, message_part, page_head
 
     chat, thread, root = unique("oc_topic"), unique("omt"), unique("om_root")
     feishu.add_message(root, chat, text=LONG_ROOT, thread_id=thread, sender_open_id="ou_owner")

@@ -19,7 +19,7 @@ import pytest
 import redis
 import requests
 
-from memory.keys import Keys
+from core.keys import Keys
 from tests.harness import (
     Proc,
     WebServer,

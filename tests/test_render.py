@@ -1,4 +1,4 @@
-"""Pure: Markdown answers → Feishu message content (bot/feishu/render.py)."""
+"""Pure: Markdown answers → Feishu message content (feishu/render.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from bot.feishu.render import (
+from feishu.render import (
     CARD_MIN_CHARS,
     RICH_LIMIT_BYTES,
     TEXT_LIMIT_BYTES,

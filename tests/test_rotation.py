@@ -14,8 +14,8 @@ import pytest
 import redis
 import requests
 
+from core.keys import Keys
 from memory.budget import Budget, calibration_key, factor
-from memory.keys import Keys
 from sandbox.claude import wire as claude_wire
 from tests.harness import (
     Proc,
@@ -126,8 +126,8 @@ def test_a_long_conversation_rotates_and_keeps_what_matters_within_budget(rig, f
 def test_assembly_reads_a_bounded_tail_of_any_log(r) -> None:
     """A log far longer than what fits (an upgrade, a bug): the turn reads pages from its end until the room
     is full, keeps the summary at its head, and reports the session as incomplete so that it rotates."""
-    from jobs.turn.rotation import PAGE, TAIL_ENTRIES, load
     from memory.sessions import entry
+    from turn.rotation import PAGE, TAIL_ENTRIES, load
 
     keys, rk, sid = Keys(unique("tail")), "feishu:x:p2p:oc_tail", "s_tail"
     log = [entry("user", "<session_summary>\nS\n</session_summary>", batch_id="c", kind="summary")]

@@ -1,4 +1,4 @@
-"""CardKit card entities (issue 16, streaming answers): our adapter (bot/feishu/cardkit.py) through the real
+"""CardKit card entities (issue 16, streaming answers): our adapter (feishu/cardkit.py) through the real
 lark-oapi client against the emulator's documented rules — create, send as a reply, stream text, finish;
 sequences, uuids, limits, streaming closed or timed out, a missing scope turning off only streaming."""
 
@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 import redis
 
-from bot.doctor import needs
-from bot.errors import CapabilityOff, Permanent, Retryable
-from bot.feishu import capabilities
-from bot.feishu.cardkit import CardKit, stream_over, streaming_card
-from bot.feishu.client import FeishuApi
-from memory.keys import Keys
+from core.errors import CapabilityOff, Permanent, Retryable
+from core.keys import Keys
+from feishu import capabilities
+from feishu.cardkit import CardKit, stream_over, streaming_card
+from feishu.client import FeishuApi
+from jobs.doctor import needs
 from sandbox.feishu.emulator import FeishuEmulator
 from tests.harness import reply_text, service_env, settings_from
 

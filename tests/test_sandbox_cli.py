@@ -16,7 +16,7 @@ import pytest
 import redis
 
 from bitable.index import Items
-from memory.keys import Keys
+from core.keys import Keys
 from sandbox.cli.commands import main
 from tests.harness import Proc, WebServer, settings_from, stop_all, unique, wait_for, wait_route_idle
 

@@ -59,7 +59,7 @@ def body(resp: Any) -> dict[str, Any]:
 
 
 def raw_get(client: lark.Client, uri: str, headers: dict[str, str] | None = None, **query: str) -> Any:
-    """sheets v2 and downloads: lark-oapi's BaseRequest, as bot/feishu/docs.py calls them."""
+    """sheets v2 and downloads: lark-oapi's BaseRequest, as feishu/docs.py calls them."""
     builder = lark.BaseRequest.builder().http_method(lark.HttpMethod.GET).uri(uri) \
         .token_types({lark.AccessTokenType.TENANT})
     if headers:

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 import requests
 
-from bot.feishu.capabilities import CAPABILITIES
+from feishu.capabilities import CAPABILITIES
 from sandbox.feishu.events import image_content, mention
 from sandbox.feishu.rules import OPTIONAL_SCOPES
 from tests.harness import BOT_OPEN_ID, deliver, message_id, model_requests_with, reply_text, unique, wait_route_idle

@@ -28,8 +28,8 @@ import pytest
 import redis
 import requests
 
-from jobs.timers.model import Timer
-from jobs.timers.store import Timers
+from memory.timer import Timer
+from memory.timers import Timers
 from sandbox.feishu.events import mention, message_recalled_event
 from tests.harness import (
     APP_ID,

@@ -1,4 +1,4 @@
-"""Pure rules of how a run walks its batch and reads commands and ids (jobs/segments.py, bot/edge/commands.py,
+"""Pure rules of how a run walks its batch and reads commands and ids (jobs/segments.py, edge/commands.py,
 bitable/refs.py): no fakes needed."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import json
 import pytest
 
 from bitable.refs import item_ids, record_ids, thread_ids
-from bot.edge.commands import ITEM_LINK, ITEM_NEW, RESET, STATUS, command_of, link_argument
-from bot.edge.envelope import Inbound
-from bot.edge.side_events import CARD_ACTION_TYPE
+from core.inbound import Inbound
+from edge.commands import ITEM_LINK, ITEM_NEW, RESET, STATUS, command_of, link_argument
+from edge.side_events import CARD_ACTION_TYPE
 from jobs.segments import CARD, COMMAND, ITEM_OPEN, STALE, TURN, next_segment, opens_topic
 
 

@@ -20,9 +20,9 @@ import redis
 import requests
 from pydantic import ValidationError
 
-from memory import sentinel
-from memory.keys import Keys
-from memory.sentinel import SentinelConfigError, Target, parse_address, parse_url
+from core.keys import Keys
+from memory import ha as sentinel
+from memory.ha import SentinelConfigError, Target, parse_address, parse_url
 from memory.store import ReplicaWait, resolve_url, rq_client, state_client
 from sandbox.claude.standin import ClaudeStandin
 from sandbox.feishu.emulator import FeishuEmulator

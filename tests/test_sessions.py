@@ -9,9 +9,8 @@ import time
 import pytest
 import requests
 
-from jobs.runtime import Runtime
-from jobs.turn.session import ensure_session
 from memory.sessions import RouteState
+from runs.runtime import Runtime
 from sandbox.feishu.events import mention
 from tests.harness import (
     BOT_OPEN_ID,
@@ -26,6 +25,7 @@ from tests.harness import (
     wait_for,
     wait_route_idle,
 )
+from turn.session import ensure_session
 
 TOKEN = "admin-token-for-session-tests"
 AT_BOT = [mention(BOT_OPEN_ID, "助手")]

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from bot.feishu.render import card_markdown
+from feishu.render import card_markdown
 from sandbox.feishu.events import mention
 from tests.harness import (
     BOT_OPEN_ID,

@@ -14,13 +14,13 @@ from datetime import datetime
 import pytest
 import redis
 
-from bot.edge.envelope import Inbound, dumps
-from jobs.runtime import Runtime
-from jobs.timers import scheduler
-from jobs.timers.model import FIRED, FOLLOWUP, PENDING, Timer, dedupe_key
-from jobs.timers.store import Caps
-from jobs.timers.tool import FollowupContext, footer, schedule
+from core.inbound import Inbound, dumps
+from memory.timer import FIRED, FOLLOWUP, PENDING, Timer, dedupe_key
+from memory.timers import Caps
+from runs.runtime import Runtime
 from tests.harness import settings_from, unique
+from timers import scheduler
+from timers.tool import FollowupContext, footer, schedule
 
 
 def runtime(env: dict[str, str], profile: str) -> Runtime:

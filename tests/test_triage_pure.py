@@ -29,8 +29,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jobs.triage.filter import dedupe, normalise, worth_triage
-from jobs.triage.protocol import (
+from sandbox.claude.triage import triage_reply
+from triage.filter import dedupe, normalise, worth_triage
+from triage.protocol import (
     NOTE_LIMIT,
     SYSTEM_MARKER,
     Decision,
@@ -38,7 +39,6 @@ from jobs.triage.protocol import (
     request_text,
     system_prompt,
 )
-from sandbox.claude.triage import triage_reply
 
 DATA = Path(__file__).parent / "data"
 SET: list[dict[str, Any]] = [json.loads(line) for line in (DATA / "triage_set.jsonl").read_text("utf-8").splitlines()]

@@ -7,9 +7,9 @@ import threading
 
 import pytest
 
-from jobs.runtime import Runtime
-from jobs.turn.answer import _answer_for
+from runs.runtime import Runtime
 from tests.harness import deliver, message_id, session_log, settings_from, unique, wait_route_idle
+from turn.answer import _answer_for
 
 
 @pytest.fixture()

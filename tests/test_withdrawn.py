@@ -7,8 +7,8 @@ import json
 import threading
 from typing import Any
 
-from bot.edge.envelope import Inbound
-from memory.context import format_batch
+from core.inbound import Inbound
+from memory.prompt import format_batch
 from memory.withdrawn import ANSWER_WITHDRAWN, EDITED_MARK, RECALLED_TEXT, rewrite
 from sandbox.feishu.events import message_recalled_event, message_updated_event
 from tests.harness import (
@@ -110,9 +110,9 @@ def test_rewrite_only_touches_whole_message_elements() -> None:
 def test_notes_are_kept_only_where_the_bot_could_see_and_bounded_per_chat(service, feishu, r, keys) -> None:
     """Issue 14 A6: an edit by another bot (never admitted) is not noted; an unaddressed group message's edit is
     (related discussion shows it); a chat keeps only its newest notes, each key with a TTL."""
-    from bot.edge.side_events import WITHDRAWN_PER_CHAT, SideEvents
-    from jobs.inbox import Inbox
+    from edge.side_events import WITHDRAWN_PER_CHAT, SideEvents
     from routing.policy import policy_from
+    from runs.inbox import Inbox
 
     chat = unique("oc_wd_group")
     by_bot = message_updated_event(chat_id=chat, chat_type="group", text="机器人改的字", sender_type="app",

@@ -10,7 +10,6 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from bot.settings import Settings
 from chaos.load import Event, p2p_targets
 from chaos.measure import Acquire, Acquires
 from chaos.procs import signal_pids
@@ -18,7 +17,8 @@ from chaos.report import Result, percentile
 from chaos.scenarios.base import Context, scenario
 from chaos.scenarios.crashes import in_model_calls, route_of, wait_workers
 from chaos.stack import Stack
-from jobs.queues import job_id
+from core.settings import Settings
+from runs.queues import job_id
 from sandbox.claude.faults import overlaps
 
 # The chaos stack shortens these; unset, the service's own defaults apply (what users get): a 6 s run lease

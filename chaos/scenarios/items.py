@@ -15,12 +15,12 @@ from itertools import pairwise
 from typing import Any
 
 from bitable.index import FAILED, FULL, PLACEHOLDER, SUMMARY, Item, Items
-from bot.feishu.cards import STATUS_ZH, footer_of
 from chaos.load import Event, Target
 from chaos.measure import Run, dead_records, wait_idle
 from chaos.report import Counts, Result
 from chaos.scenarios.base import Context, scenario
 from chaos.scenarios.crashes import Killer, log_size, wait_workers
+from feishu.cards import STATUS_ZH, footer_of
 from routing.keys import item_route
 
 APP, TABLE = "bascnChaosItems1", "tblChaosItems1"

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import requests
 
-from bot.feishu.capabilities import CAPABILITIES
 from chaos.load import p2p_targets
 from chaos.report import Result
 from chaos.scenarios.base import Context, scenario
+from feishu.capabilities import CAPABILITIES
 from sandbox.feishu.rules import OPTIONAL_SCOPES
 
 

@@ -19,13 +19,13 @@ import time
 from collections import Counter
 from typing import Any
 
-from bot.feishu.render import card_markdown
 from chaos.load import p2p_targets
 from chaos.measure import reply_text
 from chaos.report import Result
 from chaos.scenarios.base import Context, scenario
 from chaos.scenarios.crashes import wait_workers
 from chaos.scenarios.items import Kills
+from feishu.render import card_markdown
 
 CONTENT_FAULT_RATE = 0.1
 CONTENT_FAULTS = {"rate_limit": 2.0, "gateway": 1.0, "gateway_after": 1.0, "reset": 1.0, "reset_after": 1.0,

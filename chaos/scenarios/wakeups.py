@@ -3,8 +3,8 @@ dead-lettered like any run").
 
 Follow-up timers on distinct routes (p2p, group, topic; set with `Timers.add` as the schedule_followup tool sets
 them), quiet-triage timers (a TRIAGE_CHATS chat, items claimed in the index, messages buffered by the web's own
-`jobs.triage.buffer.keep`) and two digest chats (DIGEST_CHATS, Bitable on; their timers set by the schedulers) are
-set while the service clock (bot/clock.py, CLOCK_ADJUSTABLE=1) stands at 09:00 on a Monday; then the clock is moved
+`triage.buffer.keep`) and two digest chats (DIGEST_CHATS, Bitable on; their timers set by the schedulers) are
+set while the service clock (core/clock.py, CLOCK_ADJUSTABLE=1) stands at 09:00 on a Monday; then the clock is moved
 past every due time at once. Two schedulers fire them — the stack's sweeper and a second one — held with SIGSTOP
 while the clock moves and let go together so their first passes race; the second is SIGKILLed a moment later.
 Meanwhile:
@@ -44,9 +44,6 @@ from typing import Any
 import requests
 
 from bitable.index import Items
-from bot.clock import Clock
-from bot.edge.envelope import Inbound
-from bot.settings import Settings
 from chaos.measure import NOTICE_MARKS, Run, end_all, reply_text, wait_idle
 from chaos.procs import Service, signal_pids
 from chaos.report import Counts, Result
@@ -54,16 +51,19 @@ from chaos.scenarios.base import Context, scenario
 from chaos.scenarios.crashes import log_size, wait_workers
 from chaos.scenarios.items import Kills
 from chaos.stack import BIN, Stack
-from jobs.timers.model import FOLLOWUP, TRIAGE, Timer, dedupe_key, digest_id
-from jobs.timers.store import Timers
-from jobs.triage.buffer import keep, topic_route
+from core.clock import Clock
+from core.inbound import Inbound
+from core.settings import Settings
+from memory.timer import FOLLOWUP, TRIAGE, Timer, dedupe_key, digest_id
+from memory.timers import Timers
+from triage.buffer import keep, topic_route
 
 APP, TABLE = "bascnChaosWake18", "tblChaosWake18"
 MODEL_FAULTS = {"overloaded": 2.0, "api_error": 2.0, "reset": 1.0}
 REPLY_FAULTS = {"gateway": 2.0, "reset": 1.0, "timeout_before": 1.0}  # before applying: nothing posted
 MODEL_FAULT_RATE, REPLY_FAULT_RATE = 0.25, 0.2
 APPLIED_TRIES = 3  # a reply applied, then answered 502 this often: past the outbox's inline tries, the run is
-# retried and its send must be deduped by its uuid (SEND_TRIES in jobs/turn/outbox.py)
+# retried and its send must be deduped by its uuid (SEND_TRIES in runs/outbox.py)
 SERVER_ERROR = 1500  # with HTTP 500: a server error with a code is not retried inline; the run is retried
 OPEN, CLOSED = ("待处理", "处理中"), "已解决"
 TIMER_REF = re.compile(r"timer:([A-Za-z0-9_\-]+):(\d+\.\d{3})")

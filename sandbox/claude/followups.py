@@ -5,7 +5,7 @@
   message_id = that message, at = the time resolved against the request's `<now>` as a colleague would
   (sandbox/claude/when.py; "3点" at 09:00 is 15:00), what = the rest. The tool's results are
   then echoed in the answer.
-- A FOLLOW-UP CHECK request (jobs/timers/followup.py) answers {"post": false} when the follow-up waits for a
+- A FOLLOW-UP CHECK request (timers/followup.py) answers {"post": false} when the follow-up waits for a
   reply (回复 / 答复 / reply) and a message since is marked owner="true"; otherwise it posts "提醒：<what>".
 """
 

@@ -22,9 +22,9 @@ import json
 import re
 from typing import Any
 
-from jobs.triage.protocol import SYSTEM_MARKER
 from sandbox.claude.items import _system_text
 from sandbox.claude.wire import block_text
+from triage.protocol import SYSTEM_MARKER
 
 _MESSAGE = re.compile(r"<message\b([^>]*)>(.*?)</message>", re.DOTALL)
 _ID = re.compile(r'message_id="([^"]*)"')

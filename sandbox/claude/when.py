@@ -1,7 +1,7 @@
 """The stand-in model's reading of the times people give ("周三上午", "后天上午十点", "3点", "tomorrow 3pm"). Pure.
 
 The service does not read phrases: the model resolves them into an ISO 8601 instant for schedule_followup
-(jobs/timers/instant.py). This is how the offline stand-in does that, as a careful colleague would: a bare
+(timers/instant.py). This is how the offline stand-in does that, as a careful colleague would: a bare
 "3点" said at 09:00 is 15:00 today, not 03:00 tomorrow.
 
 `parse_when(text, now)` returns an aware datetime in now's timezone and how it was read, or raises WhenError

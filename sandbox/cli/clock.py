@@ -1,6 +1,6 @@
 """`python -m sandbox clock [2026-11-30T09:00 | +2d | 90m | reset]`: set or move the service clock (sandbox only).
 
-Every process of the service reads the offset from Redis (bot/clock.py), so advancing it makes due
+Every process of the service reads the offset from Redis (core/clock.py), so advancing it makes due
 follow-ups, digests and triage quiet periods fire as if that time had passed. A date-time (BOT_TIMEZONE when it
 has no offset) sets the clock to it, so a walk-through reads the same whatever the real hour. Without an
 argument it prints the service time.
@@ -15,9 +15,9 @@ from typing import Any
 
 import requests
 
-from bot.clock import Clock, parse_span
-from bot.settings import load_settings
-from memory.keys import Keys
+from core.clock import Clock, parse_span
+from core.keys import Keys
+from core.settings import load_settings
 from memory.store import resolve_url, state_client
 from sandbox.cli.wire import HTTP_TIMEOUT, message_text
 

@@ -12,8 +12,8 @@ from typing import Any
 
 import requests
 
-from bot.feishu.render import plain_of
-from bot.settings import Settings, load_settings
+from core.settings import Settings, load_settings
+from feishu.render import plain_of
 from sandbox.claude.standin import ClaudeStandin
 from sandbox.cli import clock as cli_clock
 from sandbox.cli import docs as cli_docs

@@ -9,8 +9,8 @@ from typing import Any
 
 import requests
 
-from bot.feishu.cards import buttons_of
-from bot.settings import Settings
+from core.settings import Settings
+from feishu.cards import buttons_of
 from sandbox.cli.wire import (
     ControlError,
     Emulator,

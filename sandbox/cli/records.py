@@ -7,7 +7,7 @@ from typing import Any
 
 import requests
 
-from bot.settings import Settings
+from core.settings import Settings
 from sandbox.bitable.cells import CHECKBOX, DATE, GROUP, MULTI, NUMBER, URL, USER
 from sandbox.cli.wire import ControlError, Emulator, deliver, emulator_settings, table_ids
 from sandbox.feishu.events import bitable_record_changed_event

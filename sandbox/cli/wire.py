@@ -9,8 +9,8 @@ from urllib.parse import urlparse
 
 import requests
 
-from bot.feishu.cards import elements_of, footer_of
-from bot.settings import Settings, load_settings
+from core.settings import Settings, load_settings
+from feishu.cards import elements_of, footer_of
 from sandbox.feishu.events import signed_request
 
 HTTP_TIMEOUT = 10.0

@@ -1,0 +1,147 @@
+"""The admin API (`/admin/api/*`, Bearer ADMIN_TOKEN): dead letters, route state, items, timers. Redis only, as all
+web code.
+
+Without ADMIN_TOKEN every admin path answers 404, as if it did not exist. The token is compared in
+constant time; a missing or wrong one gets 401.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
+
+from flask import Blueprint, Response, current_app, jsonify, request
+
+from jobs import deadletter
+from memory.sessions import Sessions
+from runs.runtime import Runtime
+
+bp = Blueprint("admin", __name__, url_prefix="/admin/api")
+RESULT_STATUS = {"replayed": 200, "already-replayed": 409, "unknown": 404}
+
+
+def _runtime() -> Runtime:
+    return current_app.extensions["admin_runtime"]
+
+
+def _token_ok() -> bool:
+    expected = _runtime().settings.secret("admin_token").encode()
+    given = request.headers.get("Authorization", "")
+    scheme, _, token = given.partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), expected)
+
+
+def guarded(view: Callable[..., tuple[Response, int]]) -> Callable[..., tuple[Response, int]]:
+    @wraps(view)
+    def wrapper(*args: Any, **kwargs: Any) -> tuple[Response, int]:
+        if not _runtime().settings.secret("admin_token"):
+            return jsonify(error="not found"), 404
+        if not _token_ok():
+            response = jsonify(error="missing or wrong admin token")
+            response.headers["WWW-Authenticate"] = "Bearer"
+            return response, 401
+        return view(*args, **kwargs)
+
+    return wrapper
+
+
+@bp.get("/deadletters")
+@guarded
+def list_dead_letters() -> tuple[Response, int]:
+    items = [deadletter.summary(r) for r in deadletter.records(_runtime())]
+    return jsonify(count=len(items), deadletters=items, replay="POST /admin/api/deadletters/<id>/replay"), 200
+
+
+@bp.get("/deadletters/<dead_id>")
+@guarded
+def show_dead_letter(dead_id: str) -> tuple[Response, int]:
+    record = deadletter.get(_runtime(), dead_id)
+    return (jsonify(record), 200) if record else (jsonify(error=f"no dead letter {dead_id}"), 404)
+
+
+@bp.post("/deadletters/<dead_id>/replay")
+@guarded
+def replay_dead_letter(dead_id: str) -> tuple[Response, int]:
+    result = deadletter.replay(_runtime(), dead_id)
+    return jsonify(id=dead_id, result=result), RESULT_STATUS[result]
+
+
+@bp.get("/routes/<path:route_key>")
+@guarded
+def route_state(route_key: str) -> tuple[Response, int]:
+    rt = _runtime()
+    k = rt.keys
+    pipe = rt.state.pipeline(transaction=False)
+    pipe.llen(k.inbox(route_key))
+    pipe.llen(k.proc(route_key))
+    pipe.get(k.lease(route_key))
+    pipe.zscore(k.dirty, route_key)
+    pending, in_turn, lease, dirty = pipe.execute()
+    sessions = Sessions(rt.state, k)
+    state = sessions.state(route_key)
+    entries = rt.state.llen(k.session_log(route_key, state.session_id)) if state.session_id else 0
+    return jsonify(
+        route_key=route_key, pending=pending, in_turn=in_turn, lease=_lease_state(lease), dirty=dirty is not None,
+        session_id=state.session_id, generation=state.generation,
+        sessions=[s.public() for s in sessions.all(route_key)], session_entries=entries,
+        item_id=item.item_id if (item := rt.items.of_route(route_key)) else None,
+    ), 200
+
+
+@bp.get("/items/<item_id>")
+@guarded
+def item_view(item_id: str) -> tuple[Response, int]:
+    rt = _runtime()
+    item = rt.items.get(item_id)
+    return (jsonify(rt.items.public(item)), 200) if item else (jsonify(error=f"no item {item_id}"), 404)
+
+
+@bp.get("/timers")
+@guarded
+def list_timers() -> tuple[Response, int]:
+    """Pending timers by due time (`?route=<route key>` for one route's; `?offset=&limit=` to page)."""
+    rt = _runtime()
+    route = request.args.get("route", "")
+    try:
+        offset = max(0, int(request.args.get("offset", 0)))
+        limit = min(500, max(1, int(request.args.get("limit", 100))))
+    except ValueError:
+        return jsonify(error="offset and limit must be whole numbers"), 400
+    timers = rt.timers.pending_of(route, kind=None) if route else rt.timers.page(offset, limit)
+    return jsonify(count=len(timers), pending_total=rt.timers.pending_count(), now=rt.clock.now(),
+                   timers=[t.public() for t in timers], cancel="DELETE /admin/api/timers/<id>"), 200
+
+
+@bp.get("/timers/<timer_id>")
+@guarded
+def show_timer(timer_id: str) -> tuple[Response, int]:
+    t = _runtime().timers.get(timer_id)
+    return (jsonify(t.public()), 200) if t else (jsonify(error=f"no timer {timer_id}"), 404)
+
+
+@bp.delete("/timers/<timer_id>")
+@bp.post("/timers/<timer_id>/cancel")
+@guarded
+def cancel_timer(timer_id: str) -> tuple[Response, int]:
+    """200 cancelled, 404 unknown, 409 no longer pending (fired or cancelled already: nothing changed)."""
+    rt = _runtime()
+    t = rt.timers.get(timer_id)
+    if t is None:
+        return jsonify(error=f"no timer {timer_id}"), 404
+    if t.state != "pending" or not rt.timers.end(t, "cancelled", "admin", rt.clock.now()):
+        return jsonify(id=timer_id, result="not-pending", state=(rt.timers.get(timer_id) or t).state), 409
+    rt.state.hincrby(rt.keys.metrics, "timers_cancelled|admin", 1)
+    return jsonify(id=timer_id, result="cancelled"), 200
+
+
+def _lease_state(value: str | None) -> str:
+    if not value:
+        return "free"
+    return {"k:": "queued", "d:": "backoff"}.get(value[:2], "running")
+
+
+def init_app(app: Any, runtime: Runtime) -> None:
+    app.extensions["admin_runtime"] = runtime
+    app.register_blueprint(bp)

@@ -1,0 +1,52 @@
+"""A timer event in a run: which timer, still wanted, and what its kind does (follow-up, triage, digest)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+
+from core.inbound import Inbound
+from memory.sessions import RouteState
+from memory.timer import DIGEST, FOLLOWUP, TRIAGE, Timer
+from runs.runtime import Runtime
+
+log = logging.getLogger(__name__)
+
+
+def timer_of(rt: Runtime, rk: str, event: Inbound) -> Timer | None:
+    """The event's timer, if it is still this route's (an admin may have deleted it; an event never moves)."""
+    try:
+        timer_id = str(json.loads(event.content).get("timer_id") or "")
+    except (ValueError, AttributeError):
+        timer_id = ""
+    t = rt.timers.get(timer_id)
+    if t is None or t.route_key != rk:
+        log.warning("timer event without its timer: nothing to do", extra={"route_key": rk,
+                                                                           "message_id": event.message_id})
+        return None
+    return t
+
+
+def fire(rt: Runtime, rk: str, event: Inbound, batch_id: str, fence: Callable[[], bool],
+         state: RouteState | None) -> str:
+    t = timer_of(rt, rk, event)
+    if t is None:
+        return "gone"
+    if t.state == "cancelled":  # cancelled after its event was pushed (a /cancel racing the scheduler)
+        log.info(f"timer {t.id} cancelled before it ran: nothing posted", extra={"route_key": rk})
+        return "cancelled"
+    if t.kind == FOLLOWUP and state is not None:
+        from timers.followup import fire_followup
+
+        return fire_followup(rt, rk, t, batch_id, fence, state)
+    if t.kind == TRIAGE and state is not None:
+        from triage.run import run_triage
+
+        return run_triage(rt, rk, t, batch_id, fence)
+    if t.kind == DIGEST:
+        from timers.digest_run import run_digest
+
+        return run_digest(rt, rk, t, batch_id, fence)
+    log.warning("timer of an unknown kind ignored", extra={"route_key": rk, "reason": t.kind})
+    return "unknown kind"

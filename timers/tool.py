@@ -1,0 +1,137 @@
+"""The model's `schedule_followup` tool: a follow-up timer for the person whose message asked for it.
+
+Several people may speak in one batch, so the tool names the message it answers (checked against the
+batch): the follow-up is that message's sender's — they are mentioned when it fires, they may cancel it, and
+a recall of that message cancels it. The model resolves the time (it sees the current time and zone) into an
+ISO 8601 instant with offset; timers/instant.py checks it (ahead, within a year) and the tool result
+and the reply's footer state it, so a misreading is visible at once. The id comes from (route, batch, call
+number): a rerun of the turn sets the same timer, never a second one.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from core import metrics
+from core.inbound import Inbound
+from core.texts import say
+from memory.timer import FOLLOWUP, Timer, followup_id
+from memory.timers import REFUSED, Caps
+from runs.runtime import Runtime
+from timers.instant import InstantError, read_instant
+
+log = logging.getLogger(__name__)
+WHAT_CHARS = 200
+MAX_PER_TURN = 3
+
+# In every request (tight budgets keep their room: ~120 tokens, as before issue 23).
+SCHEDULE_FOLLOWUP = {"name": "schedule_followup", "description": (
+    "Remind the asker at `at` unless moot. message_id: whose request; at: ISO 8601 with offset, see <now>. "
+    "Say the time returned."),
+    "input_schema": {"type": "object", "properties": {
+        "message_id": {"type": "string"}, "at": {"type": "string"}, "what": {"type": "string"}},
+        "required": ["message_id", "at", "what"]}}
+
+
+@dataclass
+class FollowupContext:
+    """What a turn's schedule_followup calls need: the batch (who asked what), the route's generation."""
+
+    rk: str
+    batch_id: str
+    batch: Sequence[Inbound]
+    gen: int
+    item_id: str = ""
+    set: list[dict[str, str]] = field(default_factory=list)  # {"id", "when", "by"} of the timers this turn set
+    calls: int = 0
+
+    def asking(self, message_id: str) -> Inbound | None:
+        """The batch message the call names; a lone message needs no naming. None: not one of the batch's."""
+        people = [m for m in self.batch if m.sender_type == "user" or not m.sender_type]
+        if message_id:
+            return next((m for m in people if m.message_id == message_id), None)
+        return people[0] if len(people) == 1 else None
+
+
+def caps(rt: Runtime) -> Caps:
+    s = rt.settings
+    return Caps(route=s.followups_per_route, person=s.followups_per_person,
+                route_person=s.followups_per_route_person, total=s.followups_max_pending)
+
+
+def schedule(rt: Runtime, ctx: FollowupContext, args: dict[str, Any]) -> str:
+    """The tool result: the time understood and the id, or why nothing was set (the model tells the user)."""
+    n, ctx.calls = ctx.calls, ctx.calls + 1
+    if n >= MAX_PER_TURN:
+        return "not set: at most 3 follow-ups per reply"
+    what = " ".join(str(args.get("what") or "").split())[:WHAT_CHARS]
+    if not what:
+        return "not set: say what to follow up on"
+    m = ctx.asking(str(args.get("message_id") or "").strip())
+    if m is None:
+        return "not set: message_id must be the batch message asking for it, one of: " + ", ".join(
+            f"{x.message_id} (from {x.sender_id})" for x in ctx.batch)
+    now = rt.clock.now()
+    try:
+        when = read_instant(str(args.get("at") or ""), datetime.fromtimestamp(now, rt.settings.tz))
+    except InstantError as exc:
+        return f"not set: {exc}"
+    t = Timer(id=followup_id(ctx.rk, ctx.batch_id, n), kind=FOLLOWUP, route_key=ctx.rk, due=when.at.timestamp(),
+              chat_id=m.chat_id, thread_id=m.thread_id or "", item_id=ctx.item_id, what=what,
+              understood=when.understood, created_by=m.sender_id, created_at=now,
+              source_message_id=m.message_id, root_id=m.root_id or "", source_time_ms=_ms(m.create_time, now),
+              gen=ctx.gen)
+    added = rt.timers.add(t, caps=caps(rt), now=now, fence_gen=True)
+    if added < 0:
+        metrics.count(rt.state, rt.keys, "followups", f"refused_{REFUSED[added]}")
+        return refusal(rt, added)
+    if added == 1:
+        metrics.count(rt.state, rt.keys, "timers_set", FOLLOWUP)
+        log.info("follow-up set", extra={"route_key": ctx.rk, "reason": t.id, "message_id": m.message_id})
+    else:  # a rerun of the turn: the timer the first run set stands, whatever this run's model resolved
+        t = rt.timers.get(t.id) or t
+    ctx.set.append({"id": t.id, "when": t.understood, "by": t.created_by})
+    return f"set: follow-up {t.id} for {t.created_by} at {t.understood} ({rt.settings.bot_timezone}) — {t.what}"
+
+
+def void_turn(rt: Runtime, rk: str, batch_id: str) -> list[str]:
+    """A turn a user reset overtook never answers: the follow-ups it set (their ids are its own) are cancelled,
+    since nobody was told of them. Once per batch, like /reset's own cancel."""
+    ids = [followup_id(rk, batch_id, n) for n in range(MAX_PER_TURN)]
+    done = rt.timers.cancel_many(rk, ids, rt.keys.sent(rk, batch_id), "followups_voided", "superseded",
+                                 rt.clock.now())
+    if done:
+        metrics.count(rt.state, rt.keys, "timers_cancelled", "superseded", n=len(done))
+    return done
+
+
+def refusal(rt: Runtime, code: int) -> str:
+    s = rt.settings
+    return {
+        -1: f"not set: this conversation already has {s.followups_per_route} pending follow-ups "
+            "(see /followups; /cancel <id> removes one)",
+        -2: f"not set: this person already has {s.followups_per_person} pending follow-ups across all chats "
+            "(/followups shows those here; /cancel <id> removes one)",
+        -3: f"not set: this person already has {s.followups_per_route_person} pending follow-ups in this "
+            "conversation (see /followups; /cancel <id> removes one)",
+        -4: "not set: the assistant holds too many pending reminders right now; try again later",
+        -5: "not set: the conversation was reset meanwhile",
+    }[code]
+
+
+def _ms(create_time: str | None, now: float) -> int:
+    return int(create_time) if create_time and create_time.isdigit() else int(now * 1000)
+
+
+def footer(ctx: FollowupContext | None, sample: str) -> str:
+    """The reply's line naming each follow-up this turn set, with the time as understood."""
+    if ctx is None or not ctx.set:
+        return ""
+    if len({m.sender_id for m in ctx.batch}) > 1:  # several people spoke: say whose each one is (a mention)
+        return "\n".join(say("followup_set_for", sample, who=f"@{s['by']}", when=s["when"], id=s["id"])
+                         for s in ctx.set)
+    return "\n".join(say("followup_set", sample, when=s["when"], id=s["id"]) for s in ctx.set)
