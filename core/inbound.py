@@ -8,6 +8,9 @@ import json
 
 from pydantic import BaseModel
 
+# Message types of entries that are not people's messages, each answered by the service (turn/registry.py Event).
+CARD_ACTION_TYPE, RECORD_CHANGED_TYPE, TIMER_TYPE = "card_action", "record_changed", "timer"
+
 
 class Mention(BaseModel):
     key: str

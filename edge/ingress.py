@@ -19,18 +19,19 @@ from core.inbound import Inbound, dumps
 from core.keys import Keys
 from core.settings import Settings
 from edge.admission import IDENTITY_UNKNOWN, admit
-from edge.commands import RESET, command_of
 from edge.crypto import SIGNATURE_HEADER, DecryptError, SignatureError, SignatureVerifier, decrypt
 from edge.envelope import MESSAGE_RECEIVE, Envelope, MessageEvent, to_inbound
 from edge.side_events import SIDE_EVENTS, Bad, SideEvents
 from feishu import identity
 from feishu.message import ContentError, first_error, has_lone_surrogate
+from jobs import features  # noqa: F401  (registers every feature: their commands decide what resets a route)
 from memory import related
 from memory.sessions import new_session_id
 from routing.keys import route_for
 from routing.policy import policy_from
 from runs.inbox import Inbox
 from triage import buffer as triage
+from turn import registry
 
 # Admission reasons of group messages that simply did not address the bot (edge/admission.py).
 UNADDRESSED = ("not mentioned", "mention-all only")
@@ -245,7 +246,8 @@ class Ingress:
             return Response(200)
         route = route_for(inbound, self.policy, self.settings.bot_profile)
         ctx["route_key"] = route.key
-        reset = command_of(inbound.message_type, inbound.text) == RESET
+        command = registry.command_of(inbound.message_type, inbound.text)
+        reset = command is not None and command.resets
         pushed = self.inbox.push(route.key, dumps(inbound), message_id=inbound.message_id,
                                  content_key=inbound.content_key(), queue=route.queue,
                                  reset_sid=new_session_id() if reset else "")

@@ -18,7 +18,7 @@ from typing import Any
 import redis
 from pydantic import BaseModel
 
-from core.inbound import Inbound, dumps
+from core.inbound import CARD_ACTION_TYPE, RECORD_CHANGED_TYPE, Inbound, dumps
 from core.keys import Keys
 from core.settings import Settings
 from edge.admission import admit, listed
@@ -36,7 +36,6 @@ RECORD_CHANGED = "drive.file.bitable_record_changed_v1"
 MESSAGE_RECALLED = "im.message.recalled_v1"
 MESSAGE_UPDATED = "im.message.updated_v1"
 SIDE_EVENTS = (CARD_ACTION, RECORD_CHANGED, MESSAGE_RECALLED, MESSAGE_UPDATED)
-CARD_ACTION_TYPE, RECORD_CHANGED_TYPE = "card_action", "record_changed"  # Inbound.message_type of each
 DECISIONS = ("approve", "reject")
 PROPOSAL_ID = re.compile(r"^prop_[0-9a-f]{16}$")
 RECORD_ID = re.compile(r"^rec[A-Za-z0-9]{3,40}$")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from collections.abc import Callable
 
@@ -19,7 +20,6 @@ from bitable.refs import openable, record_ids, thread_ids, topic_link
 from core.errors import Permanent
 from core.inbound import Inbound, dumps
 from core.texts import say
-from edge.commands import link_argument
 from items import authority
 from items.context import is_member
 from items.first_answer import guard_ttl
@@ -30,10 +30,23 @@ from turn.thread import list_page
 
 log = logging.getLogger(__name__)
 ANALYSIS = "analysis"  # Inbound.message_type of an analysis request on an item route
+LINK = re.compile(r"^/item\s+link\s+(\S+)$", re.IGNORECASE)  # `/item link <record link or id>`, the whole text
+_TRAILING = re.compile(r"[\s。.!！~～]+$")
 
 
 class LinkConflict(Permanent):
     """The record and the topic already belong to different items (or the item has another record)."""
+
+
+def link_argument(text: str) -> str:
+    """The record link or id of `/item link <…>` ("" when the text is not that command). Pure."""
+    match = LINK.match(_TRAILING.sub("", text.strip()))
+    return match.group(1) if match else ""
+
+
+def opens_topic(item: Inbound) -> bool:
+    """The first message of a real topic: it carries the thread id and is (or has no) root. Pure."""
+    return bool(item.thread_id) and item.root_id in (None, "", item.message_id)
 
 
 def _fenced(fence: Callable[[], bool], rk: str) -> None:

@@ -1,5 +1,5 @@
-"""What a run does with item work: an item route's analysis or record change, an item command, a topic's
-opening report, a click on an approval card. Called by jobs/drain.py inside its failure handling."""
+"""What an item route's run does: an item's analysis or a record change, one entry at a time (registered by
+items/feature.py; the drain runs it inside its failure handling)."""
 
 from __future__ import annotations
 
@@ -8,17 +8,12 @@ import logging
 from collections.abc import Callable
 
 from core.errors import Permanent
-from core.inbound import Inbound
-from edge.side_events import RECORD_CHANGED_TYPE
-from items import approvals
-from items.claim import ANALYSIS, item_command, open_from_topic, record_changed
+from core.inbound import RECORD_CHANGED_TYPE, Inbound
+from items.claim import ANALYSIS, record_changed
 from items.first_answer import FirstAnswer
-from jobs.segments import CARD, ITEM_OPEN
-from routing.keys import kind_of
 from runs.runtime import Runtime
 
 log = logging.getLogger(__name__)
-ITEM_COMMANDS = ("item_new", "item_link", ITEM_OPEN, CARD)
 
 
 def item_entry(rt: Runtime, rk: str, message: Inbound, fence: Callable[[], bool]) -> str:
@@ -44,18 +39,3 @@ def item_gave_up(rt: Runtime, rk: str, message: Inbound, reason: str, fence: Cal
         FirstAnswer(rt, rk, str(json.loads(message.content)["item_id"]), fence).fail(reason)
     except Exception as exc:  # the dead letter is kept either way; an admin can replay it
         log.warning("could not mark the first answer failed", extra={"route_key": rk, "error": str(exc)})
-
-
-def item_segment(rt: Runtime, rk: str, message: Inbound, command: str, batch_id: str,
-                 fence: Callable[[], bool]) -> None:
-    """An item command, a topic's opening report or an approval click, on a chat route."""
-    if command == ITEM_OPEN:
-        if rt.bitable is not None:
-            open_from_topic(rt, message, "topic_root")  # its first-answer card is the reply
-        return
-    if command == CARD:
-        approvals.decide(rt, rk, message, batch_id, fence)
-        return
-    text = item_command(rt, rk, message, command, fence)
-    rt.outbox.reply(rk, batch_id, message.message_id, text, chat_id=message.chat_id,
-                    in_thread=kind_of(rk) == "topic", fence=fence)

@@ -27,21 +27,22 @@ from rq.queue import Queue
 
 from core import metrics
 from core.inbound import Inbound
-from items.runs import ITEM_COMMANDS, item_entry, item_gave_up, item_segment
+from jobs import features  # noqa: F401  (registers every feature before a run looks one up)
 from jobs.batches import Parsed, batch_id_of, ids, parse, parse_one
 from jobs.giveup import GiveUp, Outcome
-from jobs.segments import COMMAND, STALE, TIMER, next_segment
+from jobs.segments import COMMAND, STALE, next_segment
 from memory.sessions import RouteState
-from memory.timer import TIMER_TYPE
-from routing.keys import DIGEST, ITEM, kind_of
+from routing.keys import kind_of
 from runs import shutdown
 from runs.inbox import Commit
-from runs.outbox import LeaseLost
+from runs.outbox import LeaseLost, Superseded
 from runs.queues import rq_queue_name
 from runs.runtime import Runtime, current
-from timers.fire import fire
-from turn.answer import TurnResult, batch_size, run_turn
-from turn.session import Superseded, answer_command, ensure_session
+from turn import registry
+from turn.answer import TurnResult, run_turn
+from turn.registry import Call
+from turn.request import batch_size
+from turn.session import answer_command, ensure_session
 
 log = logging.getLogger(__name__)
 MAX_BATCHES_PER_RUN = 5  # then hand the route over, so one chatty route cannot hog a worker
@@ -104,7 +105,7 @@ def chain(rt: Runtime, job_id: str, origin: str) -> list[str]:
     return outcomes
 
 
-class Drain(GiveUp):
+class Drain:
     def __init__(self, rt: Runtime, route_key: str, job_id: str = "") -> None:
         self.rt, self.rk, self.job_id = rt, route_key, job_id
         self.exec_id = uuid_hex()  # per execution: RQ may re-run a job while an orphan still runs
@@ -113,6 +114,7 @@ class Drain(GiveUp):
         self.log = {"route_key": route_key, "exec_id": self.exec_id, "job_id": job_id}
         self.gen: int | None = None  # the generation of the segment being worked on (see `fence`)
         self.dropped = 0  # messages consumed unanswered because a user reset came after them
+        self.failures = GiveUp(self)
 
     def fence(self) -> bool:
         """Before every side effect: False when the lease is gone; `Superseded` when a user reset moved the
@@ -139,7 +141,7 @@ class Drain(GiveUp):
         except LeaseLost:
             return "lost-lease"
         except shutdown.ShutdownRequested:
-            return self._hand_over("stopped")
+            return self.hand_over("stopped")
         finally:
             keeper.stopped.set()
 
@@ -147,8 +149,8 @@ class Drain(GiveUp):
         inbox = self.rt.inbox
         for _ in range(MAX_BATCHES_PER_RUN):
             if shutdown.requested():
-                return self._hand_over("stopped")
-            raw = self._take()
+                return self.hand_over("stopped")
+            raw = self.take()
             if raw is None:
                 return "lost-lease"
             if not raw:
@@ -158,61 +160,57 @@ class Drain(GiveUp):
                 if state == -1:
                     return "lost-lease"
                 continue
-            outcome = self._process(raw)
+            outcome = self.process(raw)
             if outcome:
                 return outcome
-        return self._hand_over("handed-over")
+        return self.hand_over("handed-over")
 
-    def _take(self) -> list[str] | None:
+    def take(self) -> list[str] | None:
         return self.rt.inbox.take(self.rk, self.exec_id, budget_s=self.rt.settings.run_budget_seconds,
                                   job_id=self.job_id)
 
-    def _hand_over(self, outcome: str, delay_s: float = 0.0) -> str:
+    def hand_over(self, outcome: str, delay_s: float = 0.0) -> str:
         return outcome if self.rt.inbox.handover(self.rk, self.exec_id, self.queue, delay_s=delay_s) else "lost-lease"
+
+    def consumed_unanswered(self, n: int) -> None:
+        self.dropped += n
 
     # -- one batch ---------------------------------------------------------------------------------------
 
-    def _process(self, raw: list[str]) -> str | None:
+    def process(self, raw: list[str]) -> str | None:
         """Consume the segment at the front of the batch (jobs/segments.py); None when the run goes on."""
-        if self.kind == ITEM:  # an item's analysis or a record change: one entry at a time, no session
-            return self._guarded(raw[:1], lambda m, _b: item_entry(self.rt, self.rk, m, self.fence))
-        if self.kind == DIGEST:  # a chat's digest: one wake-up at a time, no session
-            return self._guarded(raw[:1], lambda m, b: fire(self.rt, self.rk, m, b, self.fence, None))
+        work = registry.ROUTE_WORK.get(self.kind)
+        if work is not None:  # an internal route (an item's analysis, a chat's digest): one entry at a time, no session
+            return self._guarded(raw[:1], lambda m, b: work.run(self._call(m, b)))
         items = [parse_one(item) for item in raw]
         state = self.rt.sessions.state(self.rk)
-        seg = next_segment(items, state.generation, self._items_on())
+        seg = next_segment(items, state.generation, self.kind, self.rt.settings)
         self.gen = state.generation
         if seg.kind == STALE:
             self._drop_stale(raw[:seg.n])
             return None
-        if seg.kind == COMMAND and seg.command in ITEM_COMMANDS:
-            command = seg.command
-            return self._guarded(raw[:1], lambda m, b: item_segment(self.rt, self.rk, m, command, b, self.fence))
-        if seg.kind == COMMAND and seg.command == TIMER:
-            return self._guarded(raw[:1], lambda m, b: fire(self.rt, self.rk, m, b, self.fence, state))
         if seg.kind == COMMAND:
-            return self._command(raw[0], seg.command or "", state)
+            return self._service(raw[0], seg.command or "", state)
         n = batch_size(self.rt, self.rk, items[:seg.n])
         if n < seg.n:
             log.info("batch larger than the budget: the rest waits for the next turn",
                      extra={**self.log, "message_id": ids(raw[n:seg.n])})
         return self._turn(raw[:n], state)
 
-    def _items_on(self) -> bool:
-        return self.kind == "topic" and self.rt.settings.items_enabled and \
-            self.rt.settings.item_create_policy == "topic_root"
+    def _call(self, message: Inbound, batch_id: str, state: RouteState | None = None, dropped: int = 0) -> Call:
+        return Call(self.rt, self.rk, message, batch_id, self.fence, state, dropped)
 
     def _guarded(self, raw: list[str], work: Callable[[Inbound, str], object]) -> str | None:
-        """One entry answered by the service (an item command, a click, an item route's work) with the same
+        """One entry answered by the service (a command, a click, a wake-up, an internal route's work) with the same
         failure handling as a turn: retried with backoff, paused on credentials, dead-lettered at last."""
         started = self._start(raw)
         if isinstance(started, Outcome):
             return started.value
         batch_id, extra, parsed = started
-        done = self._attempt(raw, batch_id, extra, lambda: work(parsed.readable[0], batch_id))
+        done = self.failures.attempt(raw, batch_id, extra, lambda: work(parsed.readable[0], batch_id))
         if isinstance(done, Outcome):
             return done.value
-        self._commit(Commit(n=len(raw), batch_id=batch_id))
+        self.commit(Commit(n=len(raw), batch_id=batch_id))
         return None
 
     def _start(self, raw: list[str]) -> Outcome | tuple[str, dict[str, Any], Parsed]:
@@ -221,37 +219,43 @@ class Drain(GiveUp):
         extra = {**self.log, "batch": batch_id, "message_id": ids(raw)}
         parsed = parse(raw)
         if not parsed.readable:
-            self._commit(Commit(n=len(raw), batch_id=batch_id, dead=self._dead(parsed, batch_id)))
+            self.commit(Commit(n=len(raw), batch_id=batch_id, dead=self.failures.dead(parsed, batch_id)))
             return Outcome(None)
         starts = self.rt.inbox.bump(self.rk, batch_id, "s")
-        worn_out = self._worn_out(batch_id, starts)
+        worn_out = self.failures.worn_out(batch_id, starts)
         if worn_out:
             log.error("batch gives up before its turn", extra={**extra, "attempt": starts, "reason": worn_out})
-            return Outcome(self._give_up(raw, batch_id, worn_out))
+            return Outcome(self.failures.give_up(raw, batch_id, worn_out))
         return batch_id, extra, parsed
 
-    def _on_bury(self, message: Inbound, batch_id: str, reason: str) -> None:
-        if self.kind == ITEM:
-            item_gave_up(self.rt, self.rk, message, reason, self.fence)
-        elif message.message_type == TIMER_TYPE:  # nobody sent it: the dead letter and the alert say it
-            log.error("timer run dead-lettered", extra={**self.log, "batch": batch_id, "message_id": message.message_id,
-                                                        "reason": reason})
-        else:
-            self._notify(message, batch_id)
+    def buried(self, message: Inbound, batch_id: str, reason: str) -> bool:
+        """An internal route's work does its own thing when given up (a failed first answer shows `failed`); a
+        wake-up nobody sent is only logged (the dead letter and the admin alert say it)."""
+        work = registry.ROUTE_WORK.get(self.kind)
+        if work is not None:
+            if work.gave_up is not None:
+                work.gave_up(self._call(message, batch_id), reason)
+            return True
+        event = registry.EVENTS.get(message.message_type)
+        if event is not None and not event.tell_sender:
+            log.error("wake-up dead-lettered", extra={**self.log, "batch": batch_id, "message_id": message.message_id,
+                                                      "reason": reason})
+            return True
+        return False
 
     def _drop_stale(self, raw: list[str]) -> None:
         batch_id = batch_id_of(raw)
         log.info("messages sent before a user reset: not answered",
                  extra={**self.log, "batch": batch_id, "message_id": ids(raw)})
-        self._commit(Commit(n=len(raw), batch_id=batch_id))
+        self.commit(Commit(n=len(raw), batch_id=batch_id))
         self.dropped += len(raw)
 
-    def _command(self, raw: str, command: str, state: RouteState) -> str | None:
-        """`/reset` or `/status`, answered by the service with a turn's failure handling: a reply that keeps
-        failing is retried, then dead-lettered, never left to wedge the route."""
-        outcome = self._guarded([raw], lambda m, b: answer_command(self.rt, self.rk, m, command, state, b,
-                                                                  self.fence, self.dropped))
-        self.dropped = 0
+    def _service(self, raw: str, name: str, state: RouteState) -> str | None:
+        """A command, an event or an opener, answered by the service with a turn's failure handling: a reply that
+        keeps failing is retried, then dead-lettered, never left to wedge the route."""
+        outcome = self._guarded([raw], lambda m, b: answer_command(self._call(m, b, state, self.dropped), name))
+        if any(c.name == name for c in registry.COMMANDS):
+            self.dropped = 0  # said in this command's reply (`/reset`), or moot
         return outcome
 
     def _turn(self, raw: list[str], state: RouteState) -> str | None:
@@ -266,20 +270,20 @@ class Drain(GiveUp):
             return run_turn(self.rt, self.rk, self.kind, parsed.readable, batch_id, self.fence, sid,
                             owner=(self.exec_id, state.generation))
 
-        result = self._attempt(raw, batch_id, extra, work)
+        result = self.failures.attempt(raw, batch_id, extra, work)
         if isinstance(result, Outcome):
             return result.value
         c = result.completion
         log.info("turn done", extra={**extra, "usage": {"in": c.input_tokens, "out": c.output_tokens,
                                                         "cache_read": c.cache_read_tokens}})
         metrics.count(self.rt.state, self.rt.keys, "turns", self.kind)
-        dead = self._dead(parsed, batch_id)
+        dead = self.failures.dead(parsed, batch_id)
         tokens = (c.input_tokens, c.output_tokens, c.cache_read_tokens)
-        self._commit(Commit(n=len(raw), batch_id=batch_id, entries=result.entries, dead=dead, gen=state.generation,
-                            tokens=tokens))
+        self.commit(Commit(n=len(raw), batch_id=batch_id, entries=result.entries, dead=dead, gen=state.generation,
+                           tokens=tokens))
         return None
 
-    def _commit(self, c: Commit) -> None:
+    def commit(self, c: Commit) -> None:
         if not self.rt.inbox.commit(self.rk, self.exec_id, c):
             raise LeaseLost(self.rk)
 

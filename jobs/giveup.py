@@ -1,7 +1,8 @@
 """A batch's failures: retry later, pause on credentials, or give up — split the batch so only a bad message is
 dead-lettered, bury it, tell each sender once.
 
-A mixin of jobs/drain.py's Drain, which provides the run's identity, its fence and the batch loop.
+A collaborator of jobs/drain.py's Drain: the drain hands it the run (`Run`: its identity, its fence and the batch
+loop's steps) and asks it to attempt a batch's work, to count a start, or to give a batch up.
 """
 
 from __future__ import annotations
@@ -12,22 +13,19 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from core import metrics
 from core.errors import AdapterError, Paused, Permanent, Retryable
 from core.inbound import Inbound
 from core.texts import say
 from jobs.batches import Parsed, ids, last_per_sender, parse
-from memory.timer import TIMER_TYPE
-from routing.keys import ITEM
 from runs import shutdown
 from runs.alerts import alert
 from runs.inbox import Commit
-from runs.outbox import LeaseLost
+from runs.outbox import LeaseLost, Superseded
 from runs.runtime import Runtime
-from turn import progress
-from turn.session import Superseded
+from turn import progress, registry
 from turn.stream import Stream
 
 log = logging.getLogger("jobs.drain")
@@ -44,30 +42,41 @@ class Outcome:
     value: str | None
 
 
-class GiveUp:
+class Run(Protocol):
+    """What the drain's run offers its failure handling."""
+
     rt: Runtime
     rk: str
     kind: str
     exec_id: str
     log: dict[str, Any]
-    dropped: int
+
+    def fence(self) -> bool: ...
+
+    def take(self) -> list[str] | None: ...
+
+    def process(self, raw: list[str]) -> str | None: ...
+
+    def commit(self, c: Commit) -> None: ...
+
+    def hand_over(self, outcome: str, delay_s: float = 0.0) -> str: ...
+
+    def consumed_unanswered(self, n: int) -> None: ...
+
+    def buried(self, message: Inbound, batch_id: str, reason: str) -> bool:
+        """Something of its own to do for a buried message (True: done, no dead-letter notice to its sender)."""
+        ...
+
+
+class GiveUp:
+    def __init__(self, run: Run) -> None:
+        self.run = run
+        self.rt, self.rk, self.kind, self.exec_id, self.log = run.rt, run.rk, run.kind, run.exec_id, run.log
 
     def fence(self) -> bool:
-        raise NotImplementedError
+        return self.run.fence()
 
-    def _take(self) -> list[str] | None:
-        raise NotImplementedError
-
-    def _process(self, raw: list[str]) -> str | None:
-        raise NotImplementedError
-
-    def _commit(self, c: Commit) -> None:
-        raise NotImplementedError
-
-    def _hand_over(self, outcome: str, delay_s: float = 0.0) -> str:
-        raise NotImplementedError
-
-    def _attempt(self, raw: list[str], batch_id: str, extra: dict[str, Any], work: Callable[[], T]) -> T | Outcome:
+    def attempt(self, raw: list[str], batch_id: str, extra: dict[str, Any], work: Callable[[], T]) -> T | Outcome:
         """`work`'s result, or the Outcome of its failure: a user reset overtook it (consumed unanswered), the
         lease was lost (re-raised), credentials failed (pause), permanent (give up), else retry later."""
         try:
@@ -75,8 +84,8 @@ class GiveUp:
         except Superseded:  # nothing posted from here on, nothing written
             self.rt.inbox.bump(self.rk, batch_id, "s", -1)
             log.info("overtaken by a user reset", extra=extra)
-            self._commit(Commit(n=len(raw), batch_id=batch_id))
-            self.dropped += len(raw)
+            self.run.commit(Commit(n=len(raw), batch_id=batch_id))
+            self.run.consumed_unanswered(len(raw))
             return Outcome(None)
         except (LeaseLost, shutdown.ShutdownRequested):
             self.rt.inbox.bump(self.rk, batch_id, "s", -1)
@@ -87,16 +96,16 @@ class GiveUp:
         except Permanent as exc:
             count_error(self.rt, exc)
             log.error("failed permanently", extra={**extra, "error": str(exc)})
-            return Outcome(self._give_up(raw, batch_id, str(exc)))
+            return Outcome(self.give_up(raw, batch_id, str(exc)))
         except Exception as exc:  # Retryable, and anything unexpected: both deserve another try
             return Outcome(self._failed(raw, batch_id, exc, extra))
 
-    def _give_up(self, raw: list[str], batch_id: str, reason: str) -> str | None:
+    def give_up(self, raw: list[str], batch_id: str, reason: str) -> str | None:
         """Split a batch of several messages (so only a bad one is buried), or bury it. A batch whose answer is
         stored is never split: its answer may be partly in the chat, and asking again would say it twice."""
         split = len(raw) > 1 and not self._answer_stored(batch_id)
-        people = [m for m in parse(raw).readable if m.message_type != TIMER_TYPE]  # a wake-up has no message
-        if self.kind != ITEM and people:  # the working reaction goes; a buried message gets the failure one
+        people = [m for m in parse(raw).readable if _from_a_person(m)]  # a wake-up has no message
+        if self.kind not in registry.ROUTE_WORK and people:  # the working reaction goes; a buried one gets CrossMark
             progress.gave_up(self.rt, self.rk, batch_id, people, self.fence, buried=not split)
             self._close_card(raw, batch_id)
         if split:
@@ -112,12 +121,12 @@ class GiveUp:
         log.warning("splitting a failed batch", extra={**self.log, "batch": batch_id, "message_id": ids(raw)})
         self.rt.inbox.forget(self.rk, batch_id)
         for _ in raw:
-            remaining = self._take()  # re-registers the deadline; proc shrinks by one per commit
+            remaining = self.run.take()  # re-registers the deadline; proc shrinks by one per commit
             if remaining is None:
                 return "lost-lease"
             if not remaining:
                 return None
-            outcome = self._process(remaining[:1])
+            outcome = self.run.process(remaining[:1])
             if outcome:
                 return outcome
         return None
@@ -131,7 +140,7 @@ class GiveUp:
                   "message_ids": [m.message_id for m in parsed.readable],
                   "event_ids": [m.event_id for m in parsed.readable], "at": round(time.time(), 3)}
         dead_id = f"{batch_id}-{os.urandom(3).hex()}"
-        self._commit(Commit(n=len(raw), batch_id=batch_id, dead=[(dead_id, json.dumps({"id": dead_id, **record},
+        self.run.commit(Commit(n=len(raw), batch_id=batch_id, dead=[(dead_id, json.dumps({"id": dead_id, **record},
                                                                                       ensure_ascii=False))]))
         log.error("batch dead-lettered", extra={**self.log, "batch": batch_id, "reason": reason,
                                                 "message_id": record["message_ids"],
@@ -139,7 +148,8 @@ class GiveUp:
         alert(self.rt, f"⚠️ 有消息处理失败，已进入死信（{dead_id}）：{reason[:200]}")
 
     def _on_bury(self, message: Inbound, batch_id: str, reason: str) -> None:
-        self._notify(message, batch_id)
+        if not self.run.buried(message, batch_id, reason):
+            self._notify(message, batch_id)
 
     def _close_card(self, raw: list[str], batch_id: str) -> None:
         """A streaming card the batch's runs left half written says it will not be finished."""
@@ -162,7 +172,7 @@ class GiveUp:
             log.warning("dead-letter notice failed", extra={**self.log, "message_id": message.message_id,
                                                             "error": f"{exc.__class__.__name__}: {exc}"})
 
-    def _dead(self, parsed: Parsed, batch_id: str) -> list[tuple[str, str]]:
+    def dead(self, parsed: Parsed, batch_id: str) -> list[tuple[str, str]]:
         """Dead-letter records for entries that are not readable events (kept verbatim for inspection)."""
         out = []
         for item in parsed.unreadable:
@@ -174,7 +184,7 @@ class GiveUp:
             log.error("unreadable inbox entry dead-lettered", extra={**self.log, "batch": batch_id})
         return out
 
-    def _worn_out(self, batch_id: str, starts: int) -> str | None:
+    def worn_out(self, batch_id: str, starts: int) -> str | None:
         """Why the batch gives up without a turn: its runs keep dying, or the watchdog broke them too often.
         Never when its answer is stored: then the turn only sends what is missing and commits."""
         if self._answer_stored(batch_id):
@@ -193,7 +203,7 @@ class GiveUp:
         error = f"{exc.__class__.__name__}: {exc}"
         if fails >= self.rt.settings.dead_letter_after:
             log.error("turn failed, giving up", extra={**extra, "attempt": fails, "error": error})
-            return self._give_up(raw, batch_id, f"failed {fails} times; last: {error}")
+            return self.give_up(raw, batch_id, f"failed {fails} times; last: {error}")
         delays = self.rt.settings.retry_delays
         delay = float(delays[min(fails, len(delays)) - 1])
         if isinstance(exc, Retryable) and exc.retry_after:
@@ -202,7 +212,7 @@ class GiveUp:
                                                       "duration_ms": int(delay * 1000)})
         source, code = (exc.source, exc.code) if isinstance(exc, AdapterError) else ("internal", "error")
         metrics.count(self.rt.state, self.rt.keys, "retries", source or "internal", code or "error")
-        return self._hand_over("retry-later", delay_s=delay)
+        return self.run.hand_over("retry-later", delay_s=delay)
 
     def _pause(self, exc: Paused, extra: dict[str, Any]) -> str:
         component = exc.source or "model"
@@ -213,6 +223,11 @@ class GiveUp:
             metrics.count(self.rt.state, self.rt.keys, "pauses", component)
             alert(self.rt, f"⚠️ 暂停处理：{component} 凭证或权限错误（{exc}）。消息已保留，修复后会自动继续。")
         return "paused" if self.rt.inbox.release(self.rk, self.exec_id) else "lost-lease"
+
+
+def _from_a_person(m: Inbound) -> bool:
+    event = registry.EVENTS.get(m.message_type)
+    return event is None or event.tell_sender
 
 
 def count_error(rt: Runtime, exc: Exception) -> None:

@@ -1,12 +1,13 @@
-"""How a run walks its batch: messages sent before a user reset, commands, and turns. Pure.
+"""How a run walks its batch: messages sent before a user reset, entries the service answers, and turns. Pure over
+the registry (turn/registry.py).
 
 A batch (the route's `proc` list) is consumed front to back in segments, each committed on its own:
 - `stale`: messages stored under an older generation than the route's — a user reset came after them;
   they are consumed unanswered (the reset's confirmation says how many);
-- `command`: one `/reset`, `/status` or item command (edge/commands.py), one card button click, one timer
-  event (a follow-up or triage wake-up, timers/; stale like a message when a reset came after it), or — with
-  items on — the @bot message that opens a topic (it becomes an item; its first answer is the reply);
-  answered by the service, not the model. A click is never stale: a decision outlives a reset;
+- `command`: one registered chat command (`/reset`, `/status`, `/登记`, `/followups` …), one registered event (a
+  card click — never stale: a decision outlives a reset —, a timer's wake-up, stale like a message), or one
+  message a registered opener claims (a topic's opening report, when items are on); answered by the service, not
+  the model;
 - `turn`: the longest run of other messages (unreadable entries included: they are dead-lettered with
   the turn's commit) — one model turn.
 """
@@ -15,52 +16,47 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from core.inbound import Inbound
-from edge.commands import command_of
-from edge.side_events import CARD_ACTION_TYPE
-from memory.timer import TIMER_TYPE
+from turn import registry
 
 STALE, COMMAND, TURN = "stale", "command", "turn"
-CARD, ITEM_OPEN, TIMER = "card_action", "item_open", "timer"
 
 
 @dataclass(frozen=True)
 class Segment:
     kind: str
     n: int  # entries of the batch, from its front
-    command: str | None = None
+    command: str | None = None  # the command's, event's (its message type) or opener's name
 
 
-def opens_topic(item: Inbound) -> bool:
-    """The first message of a real topic: it carries the thread id and is (or has no) root."""
-    return bool(item.thread_id) and item.root_id in (None, "", item.message_id)
-
-
-def _kind(item: Inbound | None, gen: int, items_on: bool) -> tuple[str, str | None]:
+def _kind(item: Inbound | None, gen: int, route_kind: str, settings: Any) -> tuple[str, str | None]:
     if item is None:
         return TURN, None
-    if item.message_type == CARD_ACTION_TYPE:
-        return COMMAND, CARD
+    event = registry.EVENTS.get(item.message_type)
+    if event is not None and not event.stale_after_reset:
+        return COMMAND, item.message_type
     if item.gen is not None and item.gen < gen:
         return STALE, None
-    if item.message_type == TIMER_TYPE:  # a follow-up or triage wake-up (timers/): the service decides
-        return COMMAND, TIMER
-    command = command_of(item.message_type, item.text)
-    if command:
-        return COMMAND, command
-    if items_on and opens_topic(item):
-        return COMMAND, ITEM_OPEN
+    if event is not None:
+        return COMMAND, item.message_type
+    command = registry.command_of(item.message_type, item.text)
+    if command is not None:
+        return COMMAND, command.name
+    for o in registry.OPENERS:
+        if settings is not None and o.applies(item, route_kind, settings):
+            return COMMAND, o.name
     return TURN, None
 
 
-def next_segment(items: Sequence[Inbound | None], gen: int, items_on: bool = False) -> Segment:
-    """The segment at the front of `items` (None = an unreadable entry), for a route at generation `gen`.
-    `items_on`: an @bot message opening a topic becomes an item (ITEM_CREATE_POLICY=topic_root)."""
-    first, command = _kind(items[0], gen, items_on)
+def next_segment(items: Sequence[Inbound | None], gen: int, route_kind: str = "", settings: Any = None) -> Segment:
+    """The segment at the front of `items` (None = an unreadable entry), for a route of `route_kind` at generation
+    `gen`. `settings` decide whether an opener applies (e.g. ITEM_CREATE_POLICY=topic_root); None: none does."""
+    first, command = _kind(items[0], gen, route_kind, settings)
     if first == COMMAND:
         return Segment(COMMAND, 1, command)
     n = 1
-    while n < len(items) and _kind(items[n], gen, items_on)[0] == first:
+    while n < len(items) and _kind(items[n], gen, route_kind, settings)[0] == first:
         n += 1
     return Segment(first, n)

@@ -17,10 +17,10 @@ from core.errors import AdapterError, Paused
 from core.inbound import Inbound
 from documents.access import read_acl
 from documents.context import Env, Materials
-from documents.links import find_refs
+from documents.links import DocRef, find_refs
 from documents.reader import Reader
 from feishu.docs import DocsApi
-from items.context import ItemContext, is_member
+from items.context import is_member
 from memory.prompt import system_blocks
 from runs.runtime import Runtime
 from turn import recall, rotation
@@ -32,8 +32,9 @@ SEEN_KEPT = 500  # documents a route remembers the revision of; past that the me
 
 
 def materials_for(rt: Runtime, rk: str, sid: str, batch: Sequence[Inbound], request_text: str,
-                  items: ItemContext, previous: Sequence[dict[str, Any]]) -> Materials:
-    """`previous`: the ledger of the session's last turn (its recall record's "documents")."""
+                  listed: Sequence[DocRef], previous: Sequence[dict[str, Any]]) -> Materials:
+    """`listed`: the documents the records of the turn's items list; `previous`: the ledger of the session's last turn
+    (its recall record's "documents")."""
     s = rt.settings
     docs = DocsApi(rt.feishu)
     b = rotation.budget_of(rt)
@@ -48,7 +49,7 @@ def materials_for(rt: Runtime, rk: str, sid: str, batch: Sequence[Inbound], requ
     seen_text = "\n".join([html.unescape(request_text), *_around(rt, rk, sid, batch)])
     linked = find_refs(seen_text, (s.feishu_web_origin,))
     seen = {str(k): int(v) for k, v in rt.state.hgetall(rt.keys.docs_seen(rk)).items()}
-    materials.build(linked, items.materials, previous, seen)
+    materials.build(linked, listed, previous, seen)
     return materials
 
 

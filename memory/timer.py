@@ -14,7 +14,6 @@ from typing import Any
 
 FOLLOWUP, DIGEST, TRIAGE = "followup", "digest", "triage"
 PENDING, FIRED, CANCELLED = "pending", "fired", "cancelled"
-TIMER_TYPE = "timer"  # Inbound.message_type of a timer event
 ENDED_TTL_S = 7 * 86400  # an ended timer's hash stays this long (admin, /followups history, the fire run)
 
 

@@ -34,6 +34,10 @@ class LeaseLost(Exception):
     """The run no longer owns its route; it must not touch the outside world."""
 
 
+class Superseded(Exception):
+    """A user reset moved the route to a newer generation while this segment was being worked on."""
+
+
 def reply_uuid(route_key: str, batch_id: str, chunk: int) -> str:
     """Same (route, batch, chunk) → same uuid, so Feishu posts a retried reply at most once."""
     return hashlib.sha256(f"{route_key}|{batch_id}|{chunk}".encode()).hexdigest()[:40]

@@ -12,6 +12,7 @@ import pytest
 import redis
 
 from core.keys import Keys
+from jobs import features  # noqa: F401  (in-process tests see every registered feature, as each process does)
 from memory.embedded import ensure_server, stop_server
 from sandbox.claude.standin import ClaudeStandin
 from sandbox.feishu.emulator import FeishuEmulator

@@ -1,5 +1,5 @@
-"""Pure rules of how a run walks its batch and reads commands and ids (jobs/segments.py, edge/commands.py,
-bitable/refs.py): no fakes needed."""
+"""Pure rules of how a run walks its batch and reads commands and ids (jobs/segments.py, the registered commands of
+turn/registry.py, bitable/refs.py): no fakes needed."""
 
 from __future__ import annotations
 
@@ -8,10 +8,12 @@ import json
 import pytest
 
 from bitable.refs import item_ids, record_ids, thread_ids
-from core.inbound import Inbound
-from edge.commands import ITEM_LINK, ITEM_NEW, RESET, STATUS, command_of, link_argument
-from edge.side_events import CARD_ACTION_TYPE
-from jobs.segments import CARD, COMMAND, ITEM_OPEN, STALE, TURN, next_segment, opens_topic
+from core.inbound import CARD_ACTION_TYPE, Inbound
+from core.settings import Settings
+from items.claim import link_argument, opens_topic
+from jobs.segments import COMMAND, STALE, TURN, next_segment
+from tests.harness import settings_from
+from turn.registry import command_of
 
 
 def msg(text: str = "hi", *, mid: str = "om_1", thread: str | None = None, root: str | None = None,
@@ -21,25 +23,38 @@ def msg(text: str = "hi", *, mid: str = "om_1", thread: str | None = None, root:
                    thread_id=thread, root_id=root, gen=gen)
 
 
+ITEM_NEW, ITEM_LINK, RESET, STATUS, CARD, ITEM_OPEN = "item_new", "item_link", "reset", "status", CARD_ACTION_TYPE, \
+    "item_open"
+
+
+def name(c: object) -> str | None:
+    return getattr(c, "name", None)
+
+
+def items_on(on: bool) -> Settings:
+    env = {"ITEM_CREATE_POLICY": "topic_root", "BITABLE_APP_TOKEN": "bascnA", "BITABLE_TABLE_ID": "tblA"}
+    return settings_from(env if on else {})
+
+
 def test_item_commands_are_whole_texts_only() -> None:
-    assert command_of("text", "/登记") == ITEM_NEW and command_of("post", "/item  new。") == ITEM_NEW
-    assert command_of("text", "/item link recAbc12345X") == ITEM_LINK
+    assert name(command_of("text", "/登记")) == ITEM_NEW and name(command_of("post", "/item  new。")) == ITEM_NEW
+    assert name(command_of("text", "/item link recAbc12345X")) == ITEM_LINK
     assert link_argument("/item link https://x/base/b?table=t&record=recAbc12345X") == \
         "https://x/base/b?table=t&record=recAbc12345X"
     assert command_of("text", "请帮我 /登记 一下") is None and command_of("text", "/item link") is None
-    assert command_of("image", "/登记") is None and command_of("text", "/reset") == RESET
-    assert command_of("text", "/status") == STATUS
+    assert command_of("image", "/登记") is None and name(command_of("text", "/reset")) == RESET
+    assert name(command_of("text", "/status")) == STATUS
 
 
 def test_a_topic_opening_report_is_an_item_only_when_items_are_on() -> None:
     root = msg("报表是空的", mid="om_r", thread="omt_1")
     assert opens_topic(root) and opens_topic(msg(mid="om_r", thread="omt_1", root="om_r"))
     assert not opens_topic(msg(mid="om_2", thread="omt_1", root="om_r")) and not opens_topic(msg())
-    assert next_segment([root], 0, items_on=True) == next_segment([root], 0, True)
-    assert next_segment([root], 0, items_on=True).command == ITEM_OPEN
-    assert next_segment([root], 0, items_on=False).kind == TURN
+    assert next_segment([root], 0, "topic", items_on(True)) == next_segment([root], 0, "topic", items_on(True))
+    assert next_segment([root], 0, "topic", items_on(True)).command == ITEM_OPEN
+    assert next_segment([root], 0, "topic", items_on(False)).kind == TURN
     reply = msg("追问", mid="om_2", thread="omt_1", root="om_r")
-    assert next_segment([reply, reply], 0, items_on=True).kind == TURN
+    assert next_segment([reply, reply], 0, "topic", items_on(True)).kind == TURN
 
 
 def test_a_card_click_is_never_stale_and_stands_alone() -> None:

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import itertools
 import threading
+from collections.abc import Callable
 
 import pytest
 
+from core.inbound import Inbound
 from runs.runtime import Runtime
 from tests.harness import deliver, message_id, session_log, settings_from, unique, wait_route_idle
-from turn.answer import _answer_for
+from turn import rotation
+from turn.ask import answer_for
+from turn.registry import Turn
 
 
 @pytest.fixture()
@@ -33,13 +37,20 @@ def test_two_runs_of_one_batch_send_the_same_answer(rt: Runtime, claude) -> None
         second_done.wait(10)
         return True
 
+    asker = (Inbound(event_id="e1", message_id="om_1", chat_id=rk.rsplit(":", 1)[-1], chat_type="p2p",
+                     sender_open_id="ou_a", sender_type="user", message_type="text", text="问", content="{}"),)
+
+    def turn(fence: Callable[[], bool]) -> Turn:
+        return Turn(rt, rk, "p2p", asker, batch, fence, "s_none", None, rotation.budget_of(rt),
+                    text="<message>问</message>")
+
     def first() -> None:
-        results["first"] = _answer_for(rt, rk, "p2p", batch, "<message>问</message>", slow_fence, "s_none").text
+        results["first"] = answer_for(turn(slow_fence)).text
 
     thread = threading.Thread(target=first)
     thread.start()
     assert first_asked.wait(10)
-    results["second"] = _answer_for(rt, rk, "p2p", batch, "<message>问</message>", lambda: True, "s_none").text
+    results["second"] = answer_for(turn(lambda: True)).text
     second_done.set()
     thread.join(10)
     assert results["first"] == results["second"] == "第2个答案"

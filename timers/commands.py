@@ -7,28 +7,30 @@ record now. A reply that cancels somebody else's follow-up mentions them: its cr
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Collection
-from dataclasses import dataclass, field
 from datetime import datetime
 
 from core import metrics
 from core.inbound import Inbound
 from core.texts import say
-from edge.commands import cancel_argument
 from memory.timer import CANCELLED, FOLLOWUP, Timer
 from runs.runtime import Runtime
 from timers import authority
+from turn.registry import Said
 
 log = logging.getLogger(__name__)
 WHAT_CHARS = 60
 
 
-@dataclass(frozen=True)
-class Said:
-    """A command's reply and the people it may mention (creators told of a cancel)."""
+CANCEL = re.compile(r"^/cancel(?:\s+(\S+))?$", re.IGNORECASE)  # `/cancel <id>`, the whole text
+_TRAILING = re.compile(r"[\s。.!！~～]+$")
 
-    text: str
-    people: dict[str, str] = field(default_factory=dict)
+
+def cancel_argument(text: str) -> str:
+    """The timer id of `/cancel <id>` ("" when none was given). Pure."""
+    match = CANCEL.match(_TRAILING.sub("", text.strip()))
+    return (match.group(1) or "") if match else ""
 
 
 def when_text(rt: Runtime, t: Timer) -> str:

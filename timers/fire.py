@@ -8,8 +8,9 @@ from collections.abc import Callable
 
 from core.inbound import Inbound
 from memory.sessions import RouteState
-from memory.timer import DIGEST, FOLLOWUP, TRIAGE, Timer
+from memory.timer import Timer
 from runs.runtime import Runtime
+from turn import registry
 
 log = logging.getLogger(__name__)
 
@@ -36,17 +37,8 @@ def fire(rt: Runtime, rk: str, event: Inbound, batch_id: str, fence: Callable[[]
     if t.state == "cancelled":  # cancelled after its event was pushed (a /cancel racing the scheduler)
         log.info(f"timer {t.id} cancelled before it ran: nothing posted", extra={"route_key": rk})
         return "cancelled"
-    if t.kind == FOLLOWUP and state is not None:
-        from timers.followup import fire_followup
-
-        return fire_followup(rt, rk, t, batch_id, fence, state)
-    if t.kind == TRIAGE and state is not None:
-        from triage.run import run_triage
-
-        return run_triage(rt, rk, t, batch_id, fence)
-    if t.kind == DIGEST:
-        from timers.digest_run import run_digest
-
-        return run_digest(rt, rk, t, batch_id, fence)
+    handler = registry.TIMER_KINDS.get(t.kind)
+    if handler is not None:
+        return handler.run(rt, rk, t, batch_id, fence, state)
     log.warning("timer of an unknown kind ignored", extra={"route_key": rk, "reason": t.kind})
     return "unknown kind"

@@ -15,8 +15,8 @@ from datetime import datetime
 
 from core import metrics
 from core.cron import Cron
-from core.inbound import Inbound, dumps
-from memory.timer import DIGEST, FIRED, PENDING, TIMER_TYPE, Timer, dedupe_key, digest_id
+from core.inbound import TIMER_TYPE, Inbound, dumps
+from memory.timer import DIGEST, FIRED, PENDING, Timer, dedupe_key, digest_id
 from routing.keys import digest_route, kind_of
 from runs.runtime import Runtime
 

@@ -34,9 +34,8 @@ from memory.compress import (
 from memory.prompt import Entry, estimate_tokens, session_messages
 from memory.sessions import END_COMPRESSION, SessionFenced, entry
 from runs import shutdown
-from runs.outbox import BATCH_CACHE_TTL_S, LeaseLost
+from runs.outbox import BATCH_CACHE_TTL_S, LeaseLost, Superseded
 from runs.runtime import Runtime
-from turn.session import Superseded
 
 log = logging.getLogger(__name__)
 SUMMARY_IDS_KEPT = 2000  # message ids a summary remembers it covers (the newest, when a route talks for months)

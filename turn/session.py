@@ -1,31 +1,23 @@
-"""The session side of a run: find or start the route's session, and answer `/reset`, `/status` and the
-follow-up commands (timers/commands.py)."""
+"""The session side of a run: find or start the route's session; `/reset` and `/status` (registered here, with the
+service's answer to every registered command, event and opener)."""
 
 from __future__ import annotations
 
 import json
 import logging
 import time
-from collections.abc import Callable
 
-from bitable.index import Item
-from bitable.refs import record_link
 from core.inbound import Inbound
 from core.texts import say
-from edge.commands import CANCEL, FOLLOWUPS
-from feishu.cards import STATUS_ZH
 from memory.sessions import END_IDLE, RouteState, SessionFenced, entry
 from routing.keys import kind_of
-from runs.outbox import LeaseLost
+from runs.outbox import LeaseLost, Superseded
 from runs.runtime import Runtime
-from timers import commands as timer_commands
+from turn import registry
 from turn.bootstrap import bootstrap_entries
+from turn.registry import Call, Command, Said
 
 log = logging.getLogger(__name__)
-
-
-class Superseded(Exception):
-    """A user reset moved the route to a newer generation while this segment was being worked on."""
 
 
 def ensure_session(rt: Runtime, rk: str, exec_id: str, state: RouteState) -> str:
@@ -64,44 +56,52 @@ def _shared(rk: str, message: Inbound) -> bool:
     return kind_of(rk) != "p2p" and not rk.endswith(f":{message.sender_id}")
 
 
-def answer_command(rt: Runtime, rk: str, message: Inbound, command: str, state: RouteState, batch_id: str,
-                   fence: Callable[[], bool], dropped: int) -> None:
+def answer_command(c: Call, name: str) -> None:
+    """A registered command, event or opener, answered by the service: a command's reply goes under its message."""
+    command = next((x for x in registry.COMMANDS if x.name == name), None)
+    if command is not None:
+        said = command.run(c)
+        if said is not None:
+            c.rt.outbox.reply(c.rk, c.batch_id, c.message.message_id, said.text, chat_id=c.message.chat_id,
+                              in_thread=kind_of(c.rk) == "topic", fence=c.fence, people=said.people or None)
+        return
+    event = registry.EVENTS.get(name)
+    if event is not None:
+        event.run(c)
+        return
+    opener = next(o for o in registry.OPENERS if o.name == name)
+    opener.run(c)
+
+
+def reset(c: Call) -> Said:
+    """`/reset`: the session started over at ingress; the reply says so, what was dropped, and what each feature did
+    (follow-ups cancelled or kept …)."""
+    m = c.message
+    text = say("reset_done_shared" if _shared(c.rk, m) else "reset_done", m.text)
+    if c.dropped:
+        text += "\n" + say("reset_dropped", m.text, n=c.dropped)
     people: dict[str, str] = {}
-    if command == "reset":
-        text = say("reset_done_shared" if _shared(rk, message) else "reset_done", message.text)
-        if dropped:
-            text += "\n" + say("reset_dropped", message.text, n=dropped)
-        followups = timer_commands.on_reset(rt, rk, message, batch_id)
-        text, people = "\n".join(p for p in (text, followups.text) if p), followups.people
-    elif command == FOLLOWUPS:
-        text = timer_commands.list_text(rt, rk, message)
-    elif command == CANCEL:
-        said = timer_commands.cancel_text(rt, rk, message)
-        text, people = said.text, said.people
-    else:
-        text = status_text(rt, rk, message, state)
-    rt.outbox.reply(rk, batch_id, message.message_id, text, chat_id=message.chat_id,
-                    in_thread=kind_of(rk) == "topic", fence=fence, people=people or None)
+    for f in registry.FEATURES:
+        if f.reset is not None:
+            said = f.reset(c)
+            text = "\n".join(x for x in (text, said.text) if x)
+            people.update(said.people)
+    return Said(text, people)
 
 
-def status_text(rt: Runtime, rk: str, message: Inbound, state: RouteState) -> str:
+def status(c: Call) -> Said:
+    rt, rk, m = c.rt, c.rk, c.message
+    state = c.state or rt.sessions.state(rk)
     session = rt.sessions.get(rk, state.session_id) if state.session_id else None
-    none = "无" if say("reset_done", message.text).startswith("好") else "none"
+    none = "无" if say("reset_done", m.text).startswith("好") else "none"
     counters = session.counters if session else {}
     item = rt.items.of_route(rk)
-    text = say("status", message.text, session_id=state.session_id or none,
+    text = say("status", m.text, session_id=state.session_id or none,
                parent_id=(session.parent_id if session else None) or none, generation=state.generation,
                tokens_in=counters.get("in", 0), tokens_out=counters.get("out", 0), turns=counters.get("turns", 0),
                item_id=item.item_id if item else none)
-    return text + (_item_status(rt, item, message.text, none) if item else "")
+    return Said(text + "".join(f.status(c, none) for f in registry.FEATURES if f.status is not None))
 
 
-def _item_status(rt: Runtime, item: Item, sample: str, none: str) -> str:
-    """The record link and the first answer's latest version (from the index: /status reads no Bitable)."""
-    s = rt.settings
-    link = record_link(s.feishu_web_origin, s.bitable_app_token or "", s.bitable_table_id or "", item.record_id) \
-        if item.record_id else none
-    versions = rt.items.versions(item.item_id)
-    latest = versions[-1] if versions else None
-    return say("status_item", sample, record_link=link, version=latest.version if latest else 0,
-               answer_status=STATUS_ZH.get(latest.status, latest.status) if latest else none)
+registry.command(Command("reset", reset, words=("/reset", "/new", "重置", "新话题"), resets=True))
+registry.command(Command("status", status, words=("/status",)))

@@ -1,0 +1,127 @@
+"""Items in the registry (turn/registry.py): their part of a turn, their commands, card clicks, topic openings and
+the item route's work. The turn and the drain learn of items only through these entries."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from bitable.refs import record_link
+from claude.client import Completion
+from core.inbound import CARD_ACTION_TYPE
+from core.texts import say
+from feishu.cards import STATUS_ZH
+from items import approvals, claim
+from items import context as item_context
+from items.runs import item_entry, item_gave_up
+from routing.keys import ITEM
+from turn import registry
+from turn.registry import Call, Command, Event, Feature, Opener, Part, RouteWork, Said, Turn
+
+
+class ItemsPart(Part):
+    """The route's own item and the items the batch names: facts before the batch, the version relied on in the
+    footer, a refusal in front for items the sender may not see, and the propose tool when the item has a record."""
+
+    def __init__(self, turn: Turn) -> None:
+        self.turn = turn
+        self.ctx = item_context.build(turn.rt, turn.kind, turn.batch)  # read fresh: never in the session log
+        self.proposals: list[dict[str, Any]] = []
+
+    @property
+    def evidence(self) -> str:
+        return self.ctx.evidence
+
+    @property
+    def materials(self) -> list[Any]:
+        return list(self.ctx.materials)
+
+    @property
+    def own_footer(self) -> str:
+        return self.ctx.footer
+
+    def block(self) -> str:
+        return self.ctx.block
+
+    def prefix(self) -> str:
+        return self.ctx.prefix
+
+    def footer(self, text: str) -> str:
+        return self.ctx.footer
+
+    def tools(self) -> list[dict[str, Any]]:
+        item = self.ctx.item
+        return [approvals.PROPOSE] if item and item.record_id else []
+
+    def call(self, name: str, args: dict[str, Any], room: int) -> str | None:
+        if name != approvals.PROPOSE["name"]:
+            return None
+        why = approvals.check_proposal(args)  # kept for after the reply (approvals.post): nothing written now
+        if why:
+            return f"not proposed: {why}"
+        if len(self.proposals) >= approvals.MAX_PROPOSALS:
+            return "not proposed: too many proposals in one reply"
+        self.proposals.append({k: args.get(k) for k in ("field", "value", "reason")})
+        return ("proposed: an approval card will follow your reply; the record changes only if its owner, its "
+                "reporter or an admin approves. Tell the user that.")
+
+    def record(self) -> dict[str, Any]:
+        return {"proposals": self.proposals} if self.proposals else {}
+
+    def answered(self, session_id: str) -> None:
+        for item in self.ctx.used:
+            self.turn.rt.items.touch(item.item_id, self.turn.rk, session_id)
+
+
+def start(turn: Turn, _parts: Mapping[str, Part]) -> ItemsPart:
+    return ItemsPart(turn)
+
+
+def replied(turn: Turn, completion: Completion) -> None:
+    """The turn's proposals, from its kept answer (so a rerun posts the same cards): an approval card each."""
+    proposals = (completion.recall or {}).get("proposals") or []
+    item = item_context.own_item(turn.rt, turn.kind, turn.batch) if proposals else None
+    if item and item.record_id:
+        approvals.post(turn.rt, turn.rk, item, proposals, turn.batch_id, turn.last, turn.fence)
+
+
+def status(c: Call, none: str) -> str:
+    """The route's item for /status: the record link and the first answer's latest version (from the index: /status
+    reads no Bitable)."""
+    item = c.rt.items.of_route(c.rk)
+    if item is None:
+        return ""
+    s = c.rt.settings
+    link = record_link(s.feishu_web_origin, s.bitable_app_token or "", s.bitable_table_id or "", item.record_id) \
+        if item.record_id else none
+    versions = c.rt.items.versions(item.item_id)
+    latest = versions[-1] if versions else None
+    return say("status_item", c.message.text, record_link=link, version=latest.version if latest else 0,
+               answer_status=STATUS_ZH.get(latest.status, latest.status) if latest else none)
+
+
+def _command(name: str) -> Any:
+    def run(c: Call) -> Said:
+        return Said(claim.item_command(c.rt, c.rk, c.message, name, c.fence))
+    return run
+
+
+def _opens(message: Any, kind: str, settings: Any) -> bool:
+    """With ITEM_CREATE_POLICY=topic_root, the @bot message that opens a topic becomes an item."""
+    return kind == "topic" and settings.items_enabled and settings.item_create_policy == "topic_root" \
+        and claim.opens_topic(message)
+
+
+def _open(c: Call) -> None:
+    if c.rt.bitable is not None:
+        claim.open_from_topic(c.rt, c.message, "topic_root")  # its first-answer card is the reply
+
+
+registry.feature(Feature("items", order=10, start=start, replied=replied, status=status))
+registry.command(Command("item_new", _command("item_new"), words=("/登记", "/item new")))
+registry.command(Command("item_link", _command("item_link"), pattern=claim.LINK))
+registry.event(Event(CARD_ACTION_TYPE, lambda c: approvals.decide(c.rt, c.rk, c.message, c.batch_id, c.fence),
+                     stale_after_reset=False))  # a decision outlives a reset
+registry.opener(Opener("item_open", _opens, _open))
+registry.route_work(RouteWork(ITEM, lambda c: item_entry(c.rt, c.rk, c.message, c.fence),
+                              gave_up=lambda c, reason: item_gave_up(c.rt, c.rk, c.message, reason, c.fence)))

@@ -1,0 +1,64 @@
+"""Timers in the registry (turn/registry.py): the schedule_followup tool and the clock line of a turn, what a
+`/reset` does to follow-ups, `/followups` and `/cancel`, timer wake-ups, the digest route, follow-up and digest
+timer kinds. The turn and the drain learn of timers only through these entries."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from core.inbound import TIMER_TYPE
+from memory.timer import DIGEST, FOLLOWUP
+from routing.keys import DIGEST as DIGEST_ROUTE
+from timers import commands, tool
+from timers.digest_run import run_digest
+from timers.fire import fire
+from timers.followup import fire_followup
+from timers.instant import now_line
+from turn import registry
+from turn.registry import Call, Command, Event, Feature, Part, RouteWork, Said, TimerKind, Turn
+
+
+class TimersPart(Part):
+    """The follow-ups a turn sets: the tool, the clock the model resolves times against, the footer naming them."""
+
+    def __init__(self, turn: Turn, item_id: str) -> None:
+        self.turn = turn
+        self.ctx = tool.FollowupContext(turn.rk, turn.batch_id, list(turn.batch), turn.gen, item_id=item_id)
+
+    def block(self) -> str:
+        now = datetime.fromtimestamp(self.turn.rt.clock.now(), self.turn.rt.settings.tz)
+        return now_line(now) + "\n"  # the model resolves "3点" against it
+
+    def call(self, name: str, args: dict[str, Any], room: int) -> str | None:
+        if name != tool.SCHEDULE_FOLLOWUP["name"]:
+            return None
+        return tool.schedule(self.turn.rt, self.ctx, args)
+
+    def footer(self, text: str) -> str:
+        return tool.footer(self.ctx, text)
+
+
+def start(turn: Turn, parts: Mapping[str, Part]) -> TimersPart:
+    item = getattr(parts.get("items"), "ctx", None)  # a follow-up in an item's topic remembers the item
+    own = getattr(item, "item", None)
+    return TimersPart(turn, own.item_id if own else "")
+
+
+def _reset(c: Call) -> Said:
+    return commands.on_reset(c.rt, c.rk, c.message, c.batch_id)
+
+
+registry.feature(Feature("timers", order=40, start=start, tools=lambda _kind: [tool.SCHEDULE_FOLLOWUP],
+                         superseded=lambda t: tool.void_turn(t.rt, t.rk, t.batch_id),
+                         reset=_reset))
+registry.command(Command("followups", lambda c: Said(commands.list_text(c.rt, c.rk, c.message)),
+                         words=("/followups", "/提醒")))
+registry.command(Command("cancel", lambda c: commands.cancel_text(c.rt, c.rk, c.message), pattern=commands.CANCEL))
+registry.event(Event(TIMER_TYPE, lambda c: fire(c.rt, c.rk, c.message, c.batch_id, c.fence, c.state),
+                     tell_sender=False))  # nobody sent it: the dead letter and the admin alert say it
+registry.route_work(RouteWork(DIGEST_ROUTE, lambda c: fire(c.rt, c.rk, c.message, c.batch_id, c.fence, None)))
+registry.timer_kind(TimerKind(FOLLOWUP, lambda rt, rk, t, b, fence, state:
+                              fire_followup(rt, rk, t, b, fence, state) if state is not None else "no route state"))
+registry.timer_kind(TimerKind(DIGEST, lambda rt, rk, t, b, fence, _state: run_digest(rt, rk, t, b, fence)))

@@ -1,0 +1,83 @@
+"""The model's answer for one turn: each registered feature's part, the request within budget, the tool loop, the
+footer — and the first answer kept wins, so a rerun of the batch sends that very answer, never a second one."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, replace
+from typing import Any
+
+from claude.client import Completion
+from core import metrics
+from memory.prompt import system_blocks
+from runs import shutdown
+from runs.outbox import BATCH_CACHE_TTL_S, LeaseLost
+from turn import recall, registry, rotation
+from turn.registry import Part, Turn
+
+
+def answer_for(turn: Turn, images: Sequence[dict[str, Any]] = (),
+               on_text: Callable[[str], None] | None = None) -> Completion:
+    """The answer for the turn's batch. A run that lost its lease while the model was thinking, and any later run of
+    the batch, get the answer the first one kept."""
+    rt = turn.rt
+    key = rt.keys.answer(turn.rk, turn.batch_id)
+    cached = rt.state.get(key)
+    if cached:
+        return Completion(**json.loads(cached))
+    turn = replace(turn, previous=recall.last_record(rt, turn.rk, turn.session_id) or {})  # where reading stopped
+    parts = start_parts(turn)
+    tools = recall.tools_for(turn.rk) + [t for p in parts.values() for t in p.tools()]
+    system = system_blocks(rt.persona, rt.team_notes, "\n\n".join(t for p in parts.values() if (t := p.system())))
+    blocks = "".join(p.block() for p in parts.values())  # this request only, never the session log
+    prepared = rotation.prepare(rt, turn.rk, turn.session_id, blocks + turn.text, turn.fence, system, tools, images,
+                                turn.owner)  # may rotate
+    with shutdown.interruptible():  # the model may call the tools (turn/recall.py runs them)
+        talk = recall.converse(rt, turn.rk, prepared.session_id, system, prepared.messages, tools,
+                               previous=dict(turn.previous), on_text=on_text, parts=parts)
+    completion = with_notes(talk.completion, parts)
+    for p in parts.values():
+        p.answered(prepared.session_id)
+    rotation.observe(rt, prepared, talk.first)
+    _count_usage(turn, completion)
+    if not turn.fence():
+        raise LeaseLost(turn.rk)
+    rt.state.set(key, json.dumps(asdict(completion), ensure_ascii=False), nx=True, ex=BATCH_CACHE_TTL_S)
+    for p in parts.values():
+        p.kept()
+    return Completion(**json.loads(rt.state.get(key) or "{}"))
+
+
+def start_parts(turn: Turn) -> dict[str, Part]:
+    """Each registered feature's part of the turn, in order; a part sees the parts started before it."""
+    parts: dict[str, Part] = {}
+    for f in registry.FEATURES:
+        part = f.start(turn, parts)
+        if part is not None:
+            parts[f.name] = part
+    return parts
+
+
+def with_notes(c: Completion, parts: dict[str, Part]) -> Completion:
+    """The reply names its evidence and what it set (each part's footer, in order) and starts with what the sender
+    must know first (a refusal for what they may not see, a how-to for a document not shared with the app)."""
+    footer = "\n".join(f for p in parts.values() if not p.footer_merged and (f := p.footer(c.text)))
+    prefix = "\n".join(x for p in parts.values() if (x := p.prefix()))
+    if not (footer or prefix) or not c.text:
+        return c
+    return replace(c, text="\n\n".join(x for x in (prefix, c.text, footer) if x))
+
+
+def with_record(entry_json: str, record: dict[str, Any] | None) -> str:
+    """The assistant log entry carrying the turn's recall record (committed with the batch)."""
+    if not record:
+        return entry_json
+    return json.dumps({**json.loads(entry_json), "recall": record}, ensure_ascii=False)
+
+
+def _count_usage(turn: Turn, c: Completion) -> None:
+    for kind_of_token, n in (("input", c.input_tokens), ("output", c.output_tokens),
+                             ("cache_read", c.cache_read_tokens)):
+        if n:
+            metrics.count(turn.rt.state, turn.rt.keys, "tokens", turn.kind, kind_of_token, n=n)
