@@ -14,7 +14,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 # The product's rooms in data-flow order: each may import only rooms before it (test_rooms_follow_the_data_flow).
 PRODUCT = ("core", "memory", "routing", "feishu", "claude", "bitable", "documents", "runs", "turn", "items", "timers",
-           "triage", "materials", "jobs", "edge", "bot")
+           "triage", "materials", "notes", "jobs", "edge", "bot")
+FEATURES = ("items", "timers", "triage", "materials", "notes", "documents")  # what the turn learns of by registry only
 PACKAGES = (*PRODUCT, "sandbox", "bench", "chaos", "tests")
 
 
@@ -93,6 +94,30 @@ def import_graph() -> dict[str, set[str]]:
 
 def test_no_import_cycles() -> None:
     assert cycles(import_graph()) == []
+
+
+def room_of(module: str) -> str:
+    return "app" if module == "app" else module.split(".")[0]
+
+
+def test_rooms_follow_the_data_flow() -> None:
+    """Each product room imports only rooms before it in PRODUCT: the ground (core) imports nothing of ours, the
+    adapters sit below the runs that use them, the edge sits on top and only pushes into the inbox. So no two rooms
+    import each other, directly or in a circle."""
+    rank = {room: n for n, room in enumerate(PRODUCT)}
+    wrong = sorted(f"{module} -> {dep}" for module, deps in import_graph().items() for dep in deps
+                   if room_of(module) in rank and room_of(dep) in rank and room_of(dep) != room_of(module)
+                   and rank[room_of(dep)] > rank[room_of(module)])
+    assert wrong == []
+
+
+def test_the_turn_imports_no_feature_and_little_else() -> None:
+    """The turn knows the registry (turn/registry.py), never a feature by name; no turn module is a hub."""
+    graph = import_graph()
+    turn = {m: deps for m, deps in graph.items() if room_of(m) == "turn"}
+    assert sorted(f"{m} -> {d}" for m, deps in turn.items() for d in deps if room_of(d) in FEATURES) == []
+    product = {m: [d for d in deps if room_of(d) in PRODUCT] for m, deps in turn.items()}
+    assert {m: len(deps) for m, deps in product.items() if len(deps) > 14} == {}
 
 
 @pytest.mark.parametrize("graph, expected", [

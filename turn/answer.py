@@ -10,11 +10,10 @@ from claude.client import Completion
 from core.inbound import Inbound
 from core.texts import say
 from memory import withdrawn
-from memory.prompt import estimate_tokens, format_batch
-from memory.sessions import entry
+from memory.prompt import format_batch
 from runs.outbox import Superseded
 from runs.runtime import Runtime
-from turn import ask, progress, registry, request, rotation
+from turn import ask, progress, registry, request
 from turn.batch_content import batch_content
 from turn.registry import Turn
 from turn.stream import Stream
@@ -41,7 +40,7 @@ def run_turn(rt: Runtime, route_key: str, kind: str, batch: Sequence[Inbound], b
     content = batch_content(rt, batch)  # forwarded bundles, images, files: fetched by the worker
     batch_text = format_batch(batch, request.spilled(rt, route_key, batch, content.bodies))
     # Related discussion goes into this request only; the session log keeps just the batch.
-    turn = Turn(rt, route_key, kind, tuple(batch), batch_id, fence, session_id, owner, rotation.budget_of(rt),
+    turn = Turn(rt, route_key, kind, tuple(batch), batch_id, fence, session_id, owner, request.budget(rt),
                 text=request.related_discussion(rt, kind, batch) + batch_text)
     shown.head_start()
     people = request.people(rt, batch)
@@ -66,12 +65,7 @@ def run_turn(rt: Runtime, route_key: str, kind: str, batch: Sequence[Inbound], b
     for f in registry.FEATURES:
         if f.replied is not None:
             f.replied(turn, completion)
-    ids = [m.message_id for m in batch]
-    entries = [entry("user", batch_text, batch_id=batch_id, message_ids=ids, senders=turn.senders,
-                     tokens=estimate_tokens(batch_text)),
-               ask.with_record(entry("assistant", answer, batch_id=batch_id, message_ids=reply_ids,
-                                     tokens=estimate_tokens(answer)), completion.recall)]
-    return TurnResult(reply_ids=reply_ids, entries=entries, completion=completion)
+    return TurnResult(reply_ids, ask.log_entries(turn, batch_text, answer, reply_ids, completion), completion)
 
 
 def superseded(turn: Turn) -> None:

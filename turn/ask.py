@@ -10,7 +10,8 @@ from typing import Any
 
 from claude.client import Completion
 from core import metrics
-from memory.prompt import system_blocks
+from memory.prompt import estimate_tokens, system_blocks
+from memory.sessions import entry
 from runs import shutdown
 from runs.outbox import BATCH_CACHE_TTL_S, LeaseLost
 from turn import recall, registry, rotation
@@ -67,6 +68,16 @@ def with_notes(c: Completion, parts: dict[str, Part]) -> Completion:
     if not (footer or prefix) or not c.text:
         return c
     return replace(c, text="\n\n".join(x for x in (prefix, c.text, footer) if x))
+
+
+def log_entries(turn: Turn, batch_text: str, answer: str, reply_ids: list[str], completion: Completion) -> list[str]:
+    """The turn's two session log entries (the batch as the model read it, the answer as Markdown with the turn's
+    recall record), committed atomically with the batch."""
+    ids = [m.message_id for m in turn.batch]
+    return [entry("user", batch_text, batch_id=turn.batch_id, message_ids=ids, senders=turn.senders,
+                  tokens=estimate_tokens(batch_text)),
+            with_record(entry("assistant", answer, batch_id=turn.batch_id, message_ids=reply_ids,
+                              tokens=estimate_tokens(answer)), completion.recall)]
 
 
 def with_record(entry_json: str, record: dict[str, Any] | None) -> str:

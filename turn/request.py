@@ -11,7 +11,13 @@ from memory import budget as bud
 from memory import related, withdrawn
 from memory.prompt import estimate_tokens, format_batch, system_blocks
 from runs.runtime import Runtime
-from turn import recall
+from turn import recall, rotation
+
+
+def budget(rt: Runtime) -> bud.Budget:
+    """The request budget now (CONTEXT_BUDGET_TOKENS, MAX_OUTPUT_TOKENS, the profile's calibration factor)."""
+    return rotation.budget_of(rt)
+
 
 BATCH_SHARE = 0.6  # of the input room a batch may take; the rest holds the summary, history and tool results
 
