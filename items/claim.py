@@ -21,7 +21,7 @@ from core.errors import Permanent
 from core.inbound import Inbound, dumps
 from core.texts import say
 from items import authority
-from items.context import is_member
+from items.facts import is_member
 from items.first_answer import guard_ttl
 from routing.keys import item_route
 from runs.outbox import LeaseLost

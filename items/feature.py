@@ -12,7 +12,7 @@ from core.inbound import CARD_ACTION_TYPE
 from core.texts import say
 from feishu.cards import STATUS_ZH
 from items import approvals, claim
-from items import context as item_context
+from items import facts as item_context
 from items.runs import item_entry, item_gave_up
 from routing.keys import ITEM
 from turn import registry

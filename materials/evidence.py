@@ -16,11 +16,11 @@ from typing import Any
 from core.errors import AdapterError, Paused
 from core.inbound import Inbound
 from documents.access import read_acl
-from documents.context import Env, Materials
 from documents.links import DocRef, find_refs
 from documents.reader import Reader
+from documents.selection import Env, Materials
 from feishu.docs import DocsApi
-from items.context import is_member
+from items.facts import is_member
 from memory.prompt import system_blocks
 from runs.runtime import Runtime
 from turn import recall, rotation

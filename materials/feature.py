@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from core.texts import say
-from documents.context import READ_DOCUMENT
+from documents.selection import READ_DOCUMENT
 from materials import evidence
 from turn import registry
 from turn.registry import Feature, Part, Turn

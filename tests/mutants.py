@@ -35,8 +35,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("A1", "a command's reply failure skips the attempt/failure/give-up path", "jobs/drain.py", (
         ("        outcome = self._guarded([raw], lambda m, b: answer_command(",
          "        from jobs.batches import parse_one\n"
-         "        answer_command(self.rt, self.rk, parse_one(raw), command, state, batch_id_of([raw]), self.fence,"
-         " self.dropped)\n        self._commit(Commit(n=1, batch_id=batch_id_of([raw])))\n"
+         "        answer_command(self._call(parse_one(raw), batch_id_of([raw]), state, self.dropped), name)\n"
+         "        self.commit(Commit(n=1, batch_id=batch_id_of([raw])))\n"
          "        outcome = None\n        _unused = (lambda m, b: answer_command("),),
         ("tests/test_failures.py::test_a_command_whose_reply_keeps_failing_is_dead_lettered_and_the_route_goes_on",)),
     Mutant("A2", "a batch with a stored answer is split and re-asked", "jobs/giveup.py", (
@@ -61,7 +61,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("A11", "a batch too large for the budget is sent whole (its tail cut unseen)", "jobs/drain.py", (
         ("        n = batch_size(self.rt, self.rk, items[:seg.n])", "        n = seg.n"),),
         ("tests/test_rotation.py::test_a_batch_larger_than_the_budget_is_answered_over_several_turns_nothing_unseen",)),
-    Mutant("A11b", "a lone oversize message is cut without a handle", "turn/answer.py", (
+    Mutant("A11b", "a lone oversize message is cut without a handle", "turn/request.py", (
         ("    if len(batch) != 1 or bodies[:1] != [None]:", "    if True:"),),
         ("tests/test_rotation.py::test_a_single_message_too_long_for_the_budget_is_spilled_with_a_handle",)),
     Mutant("A12", "read_thread's cursor moves to the next page past messages the request never carried",
@@ -118,7 +118,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("B4", "images of forwarded children are requested", "feishu/materials.py", (
         ("            if forwarded:\n", "            if False:\n"),),
         ("tests/test_materials.py::test_nested_bundles_recalled_messages_and_forwarded_images",)),
-    Mutant("C1", "the content dedupe key forgets the message's create_time", "edge/envelope.py", (
+    Mutant("C1", "the content dedupe key forgets the message's create_time", "core/inbound.py", (
         ('self.chat_id, self.create_time or "", ', "self.chat_id, "),),
         ("tests/test_failures.py::test_the_same_words_sent_twice_are_two_messages_both_answered",)),
     Mutant("C2", "the lease-lost fence before side effects is off", "jobs/drain.py", (
@@ -129,8 +129,8 @@ MUTANTS: tuple[Mutant, ...] = (
                ('        found = bt.search(schema.name("item_id"), item.item_id)', "        found = []"),
                ('client_token_for(f"item-record:{item.item_id}")', "client_token_for(str(time.time()))")),
         ("tests/test_items_attack.py::test_a_record_create_whose_answer_was_lost_makes_one_record",)),
-    Mutant("C4", "a pacing slot is scored at its grant, not at Feishu's answer", "runs/outbox.py", (
-        ("            self._done([key], [token, window + IN_FLIGHT_MS])", "            pass"),
+    Mutant("C4", "a pacing slot is scored at its grant, not at Feishu's answer", "feishu/pacing.py", (
+        ("redis.call('ZADD', KEYS[1], now, ARGV[1])\nredis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]))\n", ""),
         ("redis.call('ZADD', KEYS[1], now + tonumber(ARGV[4]), ARGV[3])", "redis.call('ZADD', KEYS[1], now, ARGV[3])")),
         ("tests/test_pacing.py::test_a_slow_and_jittery_feishu_still_sees_at_most_five_a_second_in_a_chat",)),
     Mutant("C5", "a kept rejected event keeps its top-level token", "edge/ingress.py", (
@@ -145,39 +145,40 @@ MUTANTS: tuple[Mutant, ...] = (
         ("    if authority.may_decide(who, rt.settings.item_admins, ()):\n        return True\n", "")),
         ("tests/test_items_attack.py::test_the_records_owner_and_an_item_admin_may_approve",)),
     # Issue 15: materials
-    Mutant("D1", "a document is used whatever the asker may view", "documents/context.py", (
+    Mutant("D1", "a document is used whatever the asker may view", "documents/selection.py", (
         ("        return all(may_view(acl, s, self.env.member_of) for s in self.senders)", "        return True"),),
         ("tests/test_documents.py::test_a_document_the_asker_may_not_view_stays_out_of_their_request",
          "tests/test_documents.py::test_read_document_refuses_what_the_asker_may_not_view")),
     Mutant("D2", "a chat collaborator counts without the sender being in the chat", "documents/access.py", (
         ("    return any(member_of(chat, sender) for chat in acl.chats)", "    return bool(acl.chats)"),),
         ("tests/test_documents.py::test_a_chat_collaborator_counts_for_its_members",)),
-    Mutant("D3", "an item's record materials are checked like any link (closed ones refused)", "documents/context.py", (
+    Mutant("D3", "an item's record materials are checked like any link (closed ones refused)",
+           "documents/selection.py", (
         ("        if use.link in self.record_keys:\n            return True\n", ""),),
         ("tests/test_documents_items.py",)),
     Mutant("D4", "an unchanged document is downloaded again", "documents/reader.py", (
         ('        hit = self._cached("docx", token, revision)', "        hit = None"),),
         ("tests/test_documents.py::test_an_edit_between_turns_is_said_and_unchanged_documents_are_not_downloaded",)),
-    Mutant("D5", "an edit since the last use is not said", "documents/context.py", (
+    Mutant("D5", "an edit since the last use is not said", "documents/selection.py", (
         ("        if earlier is not None and earlier != doc.revision:", "        if False:"),),
         ("tests/test_documents.py::test_an_edit_between_turns_is_said_and_unchanged_documents_are_not_downloaded",)),
-    Mutant("D6", "the next turn starts a long document over, not at the ledger's cursor", "documents/context.py", (
+    Mutant("D6", "the next turn starts a long document over, not at the ledger's cursor", "documents/selection.py", (
         ('            use.cursor = int(last["cursor"])', "            use.cursor = 0"),),
         ("tests/test_documents.py::test_a_300_page_document_stays_in_budget_and_resumes_at_the_cursor",)),
-    Mutant("D7", "the ledger records more than the requests carried", "documents/context.py", (
+    Mutant("D7", "the ledger records more than the requests carried", "documents/selection.py", (
         ("                use.included.append([a, b])", "                use.included.append([a, b + 1])"),),
         ("tests/test_documents.py::test_a_300_page_document_stays_in_budget_and_resumes_at_the_cursor",)),
     Mutant("D8", "a wiki node is looked up every time", "documents/reader.py", (
         ("        cached = self.r.get(key)\n        if cached:\n            return dict(json.loads(cached))",
          "        cached = None\n        if cached:\n            return dict(json.loads(cached))"),),
         ("tests/test_documents.py::test_a_wiki_link_resolves_to_the_same_document_with_one_node_lookup",)),
-    Mutant("D9", "a material taken out of the record stays carried", "documents/context.py", (
+    Mutant("D9", "a material taken out of the record stays carried", "documents/selection.py", (
         ('            if ref and p.get("source") != "record" and _carry(p):', "            if ref and _carry(p):"),),
         ("tests/test_documents_items.py",)),
-    Mutant("D10", "a document not shared with the app gets no how-to", "documents/context.py", (
+    Mutant("D10", "a document not shared with the app gets no how-to", "documents/selection.py", (
         ('"no_access": "doc_not_shared", ', ""),),
         ("tests/test_documents.py::test_a_document_not_shared_with_the_app_gets_a_how_to_and_no_pause",)),
-    Mutant("D11", "document text may close our elements", "documents/context.py", (
+    Mutant("D11", "document text may close our elements", "documents/selection.py", (
         ('    return _TAGLIKE.sub("&lt;", text)', "    return text"),),
         ("tests/test_documents_rules.py::test_document_text_can_never_close_or_open_our_elements",)),
     Mutant("E1", "the sweeper's recovery pass is skipped (takeover waits for the full sweep)", "jobs/sweeper.py", (
@@ -221,9 +222,8 @@ MUTANTS: tuple[Mutant, ...] = (
          "message_id=key + repr(time.time()), content_key=key + repr(time.time()), queue=rt.queue_of(t.route_key))"),),
         ("tests/test_timers.py::test_two_schedulers_racing_push_each_due_timer_exactly_once",
          "tests/test_timers.py::test_a_crash_between_the_push_and_the_end_pushes_no_second_event")),
-    Mutant("F2", "/reset leaves the route's follow-ups pending", "turn/session.py", (
-        ("        followups = timer_commands.on_reset(rt, rk, message, batch_id)",
-         "        followups = timer_commands.Said('')"),),
+    Mutant("F2", "/reset leaves the route's follow-ups pending", "timers/feature.py", (
+        ("    return commands.on_reset(c.rt, c.rk, c.message, c.batch_id)", "    return Said('')"),),
         ("tests/test_followups.py::test_reset_cancels_the_routes_pending_followups_and_says_how_many",)),
     Mutant("F3", "a recalled request keeps its follow-up", "edge/side_events.py", (
         ("        cancelled = self._cancel_followups(message_id)", "        cancelled: list[str] = []"),),
@@ -321,11 +321,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("G12", "one digest per chat and day whatever the cron says", "timers/scheduler.py", (
         ('digest_id(chat_id, slot.strftime("%Y-%m-%dT%H%M"))', 'digest_id(chat_id, slot.strftime("%Y-%m-%d"))'),),
         ("tests/test_always_on.py::test_each_cron_slot_of_a_day_gets_its_digest_even_after_an_empty_one",)),
-    Mutant("G13", "a turn a reset overtook leaves its follow-ups standing", "turn/answer.py", (
-        ("        tool.void_turn(rt, route_key, batch_id)  # nobody was told of its follow-ups: they do not stand\n",
-         ""),
-        ("    except Superseded:\n        tool.void_turn(rt, route_key, batch_id)\n        raise\n",
-         "    except Superseded:\n        raise\n")),
+    Mutant("G13", "a turn a reset overtook leaves its follow-ups standing", "timers/feature.py", (
+        ("                         superseded=lambda t: tool.void_turn(t.rt, t.rk, t.batch_id),\n", ""),),
         ("tests/test_seams.py::test_a_reset_that_overtakes_a_turn_leaves_none_of_its_followups",)),
     Mutant("G14", "the tool sets a follow-up after a reset moved the route on", "timers/tool.py", (
         ("    added = rt.timers.add(t, caps=caps(rt), now=now, fence_gen=True)",
@@ -334,8 +331,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("G15", "a follow-up time without an offset is taken in the server's zone", "timers/instant.py", (
         ("    if at.tzinfo is None or at.utcoffset() is None:", "    if False:"),),
         ("tests/test_timers.py::test_instants_naive_past_and_too_far_are_refused_and_others_stated_in_the_bots_zone",)),
-    Mutant("G16", "the model is not told the current time and zone", "turn/answer.py", (
-        ('batch_text + "\\n" + now_line(now)', "batch_text"),),
+    Mutant("G16", "the model is not told the current time and zone", "timers/feature.py", (
+        ('        return now_line(now) + "\\n"  # the model resolves "3点" against it', '        return ""'),),
         ("tests/test_followups.py::test_a_followup_set_on_monday_fires_once_on_wednesday_in_its_topic_after_restarts",)),
     Mutant("G17", "a reminder whose topic or chat is gone is dead-lettered", "timers/followup.py", (
         ("        gone = GONE.get(str(exc.code))", "        gone = None"),),
@@ -392,7 +389,7 @@ MUTANTS: tuple[Mutant, ...] = (
         ('if kind == "reference_synced" and not _children(block):', "if False:"),),
         ("tests/test_documents_grants.py::test_a_reference_synced_block_shows_its_source_to_those_who_may_view_the_source",
          "tests/test_documents_rules.py::test_synced_blocks_show_their_content")),
-    Mutant("H9", "synced content from a document the asker may not view is shown", "documents/context.py", (
+    Mutant("H9", "synced content from a document the asker may not view is shown", "documents/selection.py", (
         ("if doc.sources and not self._sources_allowed(doc.sources):", "if False:"),),
         ("tests/test_documents_grants.py::test_a_reference_synced_block_shows_its_source_to_those_who_may_view_the_source",)),
     Mutant("H10", "docx reads are not paced", "feishu/docs.py", (
@@ -405,7 +402,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("H12", "topic history needs only the read scope", "feishu/capabilities.py", (
         ('               also=("im:message.group_msg",)),', "               also=()),"),),
         ("tests/test_doctor.py::test_scope_rows_follow_the_documented_lists",)),
-    Mutant("H13", "a synced block's source is checked for one sender of a batch only", "documents/context.py", (
+    Mutant("H13", "a synced block's source is checked for one sender of a batch only", "documents/selection.py", (
         ("for source in sources for s in self.senders)", "for source in sources for s in self.senders[-1:])"),),
         ("tests/test_documents_grants.py::test_a_batch_of_several_senders_sees_synced_content_only_if_every_sender_may",)),
     # (end of H)

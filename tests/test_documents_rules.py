@@ -8,9 +8,9 @@ from hypothesis import strategies as st
 
 from core.errors import Permanent
 from documents.access import Acl, may_view
-from documents.context import _carry, defang, share
 from documents.reader import _column, _range_of, other_tabs
 from documents.render import NOT_SYNCED, docx_markdown
+from documents.selection import _carry, defang, share
 from feishu.docs import DocUnavailable, unavailable
 from turn.recall import request_text
 

@@ -9,8 +9,8 @@
     rotates); for each pair of consecutive turn requests, the byte-identical prefix (tools, system,
     messages, in the order the API caches them) as a fraction of the later request. Median ≥ 0.8.
 
-    python -m bench.context                    # both (~3–5 min, ~2.5 GB of Redis for (a))
-    python -m bench.context --routes 200 --messages 200 --skip-stack
+    python -m bench.assembly                    # both (~3–5 min, ~2.5 GB of Redis for (a))
+    python -m bench.assembly --routes 200 --messages 200 --skip-stack
 """
 
 from __future__ import annotations
