@@ -1,9 +1,11 @@
-"""One settings model with the contract's flat env names, loaded once per process."""
+"""One settings model with the contract's flat env names, loaded once per process; grouped views by concern in
+core/settings_groups.py (`settings.timers`, `settings.feishu_limits`, `settings.memory`, `settings.item_columns`)."""
 
 from __future__ import annotations
 
 import os
 import sys
+from dataclasses import fields
 from typing import Annotated, Literal
 from zoneinfo import ZoneInfo
 
@@ -17,6 +19,8 @@ from pydantic import (
     model_validator,
 )
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from core.settings_groups import FeishuLimits, FollowupCaps, ItemColumns, MemorySettings, TimerSettings
 
 # Sandbox mode (FEISHU_APP_ID unset): fixed, obviously fake credentials shared by the service,
 # the bundled emulators and `python -m sandbox say`. They protect nothing real.
@@ -311,6 +315,30 @@ class Settings(BaseSettings):
     @property
     def retry_delays(self) -> list[int]:
         return [int(v) for v in self.run_retry_delays]
+
+    # -- groups (core/settings_groups.py): what each room reads -------------------------------------------------
+
+    @property
+    def feishu_limits(self) -> FeishuLimits:
+        return FeishuLimits(self.feishu_chat_qps, self.feishu_app_qps, self.feishu_api_qpm,
+                            self.feishu_timeout_seconds, self.reply_chunk_chars)
+
+    @property
+    def timers(self) -> TimerSettings:
+        caps = FollowupCaps(self.followups_per_route, self.followups_per_route_person, self.followups_per_person,
+                            self.followups_max_pending)
+        return TimerSettings(self.bot_timezone, self.timer_check_seconds, caps, self.digest_chats, self.digest_cron,
+                             self.triage_chats, self.triage_model, self.triage_quiet_seconds,
+                             self.triage_post_period_seconds, self.triage_budget_tokens, self.item_closed_statuses)
+
+    @property
+    def memory(self) -> MemorySettings:
+        return MemorySettings(self.assistant_persona, self.assistant_persona_file, self.team_notes_file,
+                              self.memory_scope)
+
+    @property
+    def item_columns(self) -> ItemColumns:
+        return ItemColumns(*(getattr(self, f"bitable_field_{f.name}") for f in fields(ItemColumns)))
 
 
 def _has_secret(value: SecretStr | None) -> bool:

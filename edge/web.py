@@ -62,7 +62,7 @@ def readyz() -> tuple[Response, int]:
     lacking = bool(preflight and preflight.get("missing"))
     ha = _redis_ha(i)
     ha_bad = bool(ha and ha.get("problems"))
-    full = timers >= i.settings.followups_max_pending  # new follow-ups are refused until some fire or end
+    full = timers >= i.settings.timers.followups.max_pending  # new follow-ups are refused until some fire or end
     status = "degraded" if paused or unsafe or table_bad or off or lacking or ha_bad or full else "ready"
     return jsonify(status=status, redis=True, paused=paused, redis_checks=checks, dead_letters=dead,
                    bitable=table or None, capabilities_off=off, preflight=preflight, redis_ha=ha,
@@ -71,18 +71,19 @@ def readyz() -> tuple[Response, int]:
 
 def _always_on(s: Settings, pending: int, first_due: list[tuple[str, float]]) -> dict[str, object]:
     """Digest and triage settings, and the timers waiting (README: Follow-ups, digests and quiet triage)."""
+    t, caps = s.timers, s.timers.followups
     return {
-        "timezone": s.bot_timezone,
+        "timezone": t.timezone,
         "timers_pending": pending,
         "next_due": first_due[0][1] if first_due else None,
-        "followups": {"max_pending": s.followups_max_pending, "at_bound": pending >= s.followups_max_pending,
-                      "per_route": s.followups_per_route, "per_route_person": s.followups_per_route_person,
-                      "per_person": s.followups_per_person},
-        "digest": {"chats": list(s.digest_chats), "cron": s.digest_cron, "on": bool(s.digest_chats)},
-        "triage": {"chats": list(s.triage_chats), "model": s.triage_model or s.anthropic_model,
-                   "quiet_seconds": s.triage_quiet_seconds, "post_period_seconds": s.triage_post_period_seconds,
-                   "on": bool(s.triage_chats)},
-        "item_closed_statuses": list(s.item_closed_statuses),
+        "followups": {"max_pending": caps.max_pending, "at_bound": pending >= caps.max_pending,
+                      "per_route": caps.per_route, "per_route_person": caps.per_route_person,
+                      "per_person": caps.per_person},
+        "digest": {"chats": list(t.digest_chats), "cron": t.digest_cron, "on": bool(t.digest_chats)},
+        "triage": {"chats": list(t.triage_chats), "model": t.triage_model or s.anthropic_model,
+                   "quiet_seconds": t.triage_quiet_seconds, "post_period_seconds": t.triage_post_period_seconds,
+                   "on": bool(t.triage_chats)},
+        "item_closed_statuses": list(t.closed_statuses),
     }
 
 

@@ -70,12 +70,12 @@ def needs(settings: Settings) -> list[Need]:
                  f"{CONSOLE} → 事件与回调 → 回调配置 (callback configuration, not event configuration): "
                  "add card.action.trigger with the same request URL"),
         ]
-    if settings.triage_chats:
+    if settings.timers.triage_chats:
         rows.append(Need("quiet triage (TRIAGE_CHATS)", "scope", ("im:message.group_msg",
                                                                   "im:message.group_msg:readonly"), True,
                          "grant im:message.group_msg (sensitive: every group message reaches the bot); without it "
                          "messages that do not @mention the bot never arrive and triage stays silent"))
-    if (settings.digest_chats or settings.triage_chats) and not settings.items_enabled:
+    if (settings.timers.digest_chats or settings.timers.triage_chats) and not settings.items_enabled:
         rows.append(Need("digests and triage need items", "config", ("BITABLE_APP_TOKEN", "BITABLE_TABLE_ID"), True,
                          "set BITABLE_APP_TOKEN and BITABLE_TABLE_ID: digests list open items, triage watches item "
                          "topics"))

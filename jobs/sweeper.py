@@ -247,7 +247,7 @@ class Sweeper:
             self.next_digests = now + DIGEST_CHECK_S
         if now >= self.next_timers:
             scheduler.fire_due(self.rt)
-            self.next_timers = now + self.rt.settings.timer_check_seconds
+            self.next_timers = now + self.rt.settings.timers.check_seconds
 
     def serve(self) -> None:
         log.info("sweeper started")

@@ -25,7 +25,7 @@ class NotesPart(Part):
     def __init__(self, turn: Turn) -> None:
         self.turn = turn
         last = turn.last
-        self.scope = notes.scope_id(turn.rt.settings.memory_scope, chat_id=last.chat_id, sender_id=last.sender_id)
+        self.scope = notes.scope_id(turn.rt.settings.memory.scope, chat_id=last.chat_id, sender_id=last.sender_id)
         self.by = last.sender_id
 
     def system(self) -> str:

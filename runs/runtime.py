@@ -54,11 +54,11 @@ class Runtime:
     @cached_property
     def persona(self) -> str:
         s = self.settings
-        return read_text(s.assistant_persona, s.assistant_persona_file)
+        return read_text(s.memory.persona, s.memory.persona_file)
 
     @cached_property
     def team_notes(self) -> str:
-        return read_text(None, self.settings.team_notes_file)
+        return read_text(None, self.settings.memory.team_notes_file)
 
     @cached_property
     def sessions(self) -> Sessions:
@@ -86,8 +86,9 @@ class Runtime:
     @cached_property
     def outbox(self) -> Outbox:
         s = self.settings
-        return Outbox(self.inbox, self.keys, self.feishu, s.reply_chunk_chars, chat_qps=s.feishu_chat_qps,
-                      app_qps=s.feishu_app_qps, api_qpm=s.feishu_api_qpm)
+        limits = s.feishu_limits
+        return Outbox(self.inbox, self.keys, self.feishu, limits.reply_chunk_chars, chat_qps=limits.chat_qps,
+                      app_qps=limits.app_qps, api_qpm=limits.api_qpm)
 
     @cached_property
     def clock(self) -> Clock:

@@ -248,14 +248,14 @@ MUTANTS: tuple[Mutant, ...] = (
         ('    return f"dg_{chat_id}_{slot}"', '    import os\n    return f"dg_{chat_id}_{slot}_{os.getpid()}"'),),
         ("tests/test_always_on.py::test_the_digest_lists_exactly_the_chats_open_items_once_per_day_across_restarts",)),
     Mutant("F9", "triage posts again within the post period", "triage/run.py", (
-        ("    if posted_by != firing and ago < rt.settings.triage_post_period_seconds:",
+        ("    if posted_by != firing and ago < rt.settings.timers.triage_post_period_seconds:",
          "    if False:"),),
         ("tests/test_always_on.py::test_a_topic_gets_at_most_one_unasked_post_per_period_and_only_where_opted_in",)),
     Mutant("F10", "a triage call per message instead of per topic and quiet period", "triage/buffer.py", (
         ("    period = int(now // quiet)", "    period = int(now * 1e6)"),),
         ("tests/test_always_on.py::test_a_topic_gets_at_most_one_unasked_post_per_period_and_only_where_opted_in",)),
     Mutant("F11", "the web keeps and schedules triage for chats that did not opt in", "triage/buffer.py", (
-        ('    if m.chat_type == "p2p" or not m.thread_id or m.chat_id not in settings.triage_chats:',
+        ('    if m.chat_type == "p2p" or not m.thread_id or m.chat_id not in settings.timers.triage_chats:',
          '    if m.chat_type == "p2p" or not m.thread_id:'),),
         ("tests/test_always_on.py::test_a_topic_gets_at_most_one_unasked_post_per_period_and_only_where_opted_in",)),
     Mutant("F13", "a follow-up's reminder keyed by the batch: a replay after an applied-but-refused post repeats it",

@@ -141,7 +141,7 @@ def _record(rt: Runtime, t: Timer) -> Record | None:
 
 def _closed(rt: Runtime, record: Record) -> bool:
     assert rt.bitable is not None
-    return record.text(rt.bitable.schema().name("status")).strip() in rt.settings.item_closed_statuses
+    return record.text(rt.bitable.schema().name("status")).strip() in rt.settings.timers.closed_statuses
 
 
 def _check(rt: Runtime, rk: str, t: Timer, record: Record | None, batch_id: str, state: RouteState) -> Check:
@@ -154,7 +154,7 @@ def _check(rt: Runtime, rk: str, t: Timer, record: Record | None, batch_id: str,
     since = _since(rt, rk, t)
     request = _recent(rt, rk, state) + _request(rt, t, record, owners, since)
     completion = rt.llm.complete([{"type": "text", "text": SYSTEM}], [{"role": "user", "content": request}],
-                                 model=rt.settings.triage_model or None, max_tokens=300)
+                                 model=rt.settings.timers.triage_model or None, max_tokens=300)
     metrics.count(rt.state, rt.keys, "tokens", "followup", "input", n=completion.input_tokens)
     check = parse_check(completion.text, fallback=t.what)
     rt.state.set(key, json.dumps(check.__dict__, ensure_ascii=False), nx=True, ex=BATCH_CACHE_TTL_S)

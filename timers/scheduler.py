@@ -76,15 +76,15 @@ _last_slot: dict[str, float] = {}  # cron → the slot this process last made su
 def ensure_digests(rt: Runtime, now: float | None = None) -> int:
     """Each configured chat has a pending digest timer for its next slot (idempotent); returns how many were added."""
     s = rt.settings
-    if not s.digest_chats:
+    if not s.timers.digest_chats:
         return 0
     at = rt.clock.now() if now is None else now
-    slot = Cron.parse(s.digest_cron).next_after(datetime.fromtimestamp(at, s.tz))
-    if _last_slot.get(s.digest_cron) == slot.timestamp():
+    slot = Cron.parse(s.timers.digest_cron).next_after(datetime.fromtimestamp(at, s.tz))
+    if _last_slot.get(s.timers.digest_cron) == slot.timestamp():
         return 0
-    _last_slot[s.digest_cron] = slot.timestamp()
+    _last_slot[s.timers.digest_cron] = slot.timestamp()
     added = 0
-    for chat_id in s.digest_chats:
+    for chat_id in s.timers.digest_chats:
         rk = digest_route(s.bot_profile, chat_id)
         t = Timer(id=digest_id(chat_id, slot.strftime("%Y-%m-%dT%H%M")), kind=DIGEST, route_key=rk,
                   due=slot.timestamp(),

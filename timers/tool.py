@@ -59,8 +59,8 @@ class FollowupContext:
 
 def caps(rt: Runtime) -> Caps:
     s = rt.settings
-    return Caps(route=s.followups_per_route, person=s.followups_per_person,
-                route_person=s.followups_per_route_person, total=s.followups_max_pending)
+    return Caps(route=s.timers.followups.per_route, person=s.timers.followups.per_person,
+                route_person=s.timers.followups.per_route_person, total=s.timers.followups.max_pending)
 
 
 def schedule(rt: Runtime, ctx: FollowupContext, args: dict[str, Any]) -> str:
@@ -95,7 +95,7 @@ def schedule(rt: Runtime, ctx: FollowupContext, args: dict[str, Any]) -> str:
     else:  # a rerun of the turn: the timer the first run set stands, whatever this run's model resolved
         t = rt.timers.get(t.id) or t
     ctx.set.append({"id": t.id, "when": t.understood, "by": t.created_by})
-    return f"set: follow-up {t.id} for {t.created_by} at {t.understood} ({rt.settings.bot_timezone}) — {t.what}"
+    return f"set: follow-up {t.id} for {t.created_by} at {t.understood} ({rt.settings.timers.timezone}) — {t.what}"
 
 
 def void_turn(rt: Runtime, rk: str, batch_id: str) -> list[str]:
@@ -112,11 +112,11 @@ def void_turn(rt: Runtime, rk: str, batch_id: str) -> list[str]:
 def refusal(rt: Runtime, code: int) -> str:
     s = rt.settings
     return {
-        -1: f"not set: this conversation already has {s.followups_per_route} pending follow-ups "
+        -1: f"not set: this conversation already has {s.timers.followups.per_route} pending follow-ups "
             "(see /followups; /cancel <id> removes one)",
-        -2: f"not set: this person already has {s.followups_per_person} pending follow-ups across all chats "
+        -2: f"not set: this person already has {s.timers.followups.per_person} pending follow-ups across all chats "
             "(/followups shows those here; /cancel <id> removes one)",
-        -3: f"not set: this person already has {s.followups_per_route_person} pending follow-ups in this "
+        -3: f"not set: this person already has {s.timers.followups.per_route_person} pending follow-ups in this "
             "conversation (see /followups; /cancel <id> removes one)",
         -4: "not set: the assistant holds too many pending reminders right now; try again later",
         -5: "not set: the conversation was reset meanwhile",

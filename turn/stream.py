@@ -68,7 +68,7 @@ class Stream:
         self.on = enabled(rt) and not self.plain
         self.shown, self.next_at = "", 0.0
         self.interval = rt.settings.stream_update_seconds
-        self.limit = rt.settings.reply_chunk_chars
+        self.limit = rt.settings.feishu_limits.reply_chunk_chars
 
     # -- while the model writes --------------------------------------------------------------------------
 
