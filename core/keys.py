@@ -288,6 +288,42 @@ class Keys:
         """SET of the follow-ups one request message created (a recall cancels them); expires after they are due."""
         return f"{self.prefix}:timers:source:{message_id}"
 
+    # -- memories (memories/): what outlives sessions, per scope (people/<id>, chats/<id>, items/<id>) ---------
+
+    def memory_files(self, scope: str) -> str:
+        """HASH path → JSON {text, author, at, version, chars}: one scope's files (memories/store.py)."""
+        return f"{self.prefix}:mem:{{{scope}}}:files"
+
+    def memory_meta(self, scope: str) -> str:
+        """HASH version, chars, updated_at, updated_by, dreamed_at of one scope."""
+        return f"{self.prefix}:mem:{{{scope}}}:meta"
+
+    def memory_undo(self, scope: str) -> str:
+        """LIST of the scope's last changes (the files' previous states), newest first, for /memory undo."""
+        return f"{self.prefix}:mem:{{{scope}}}:undo"
+
+    def memory_log(self, scope: str) -> str:
+        """LIST of the scope's changelog lines (consolidations, undos), newest first."""
+        return f"{self.prefix}:mem:{{{scope}}}:log"
+
+    @property
+    def memory_changed(self) -> str:
+        """ZSET scope → time of its last change (what a consolidation slot looks at)."""
+        return f"{self.prefix}:mem:changed"
+
+    @property
+    def memory_scopes(self) -> str:
+        """ZSET scope → time of its last change, never trimmed: every scope that holds memory (admin, console)."""
+        return f"{self.prefix}:mem:scopes"
+
+    def memory_routes(self, scope: str) -> str:
+        """ZSET route key → last turn: the routes a scope's memory was loaded in (consolidation reads their day)."""
+        return f"{self.prefix}:mem:{{{scope}}}:routes"
+
+    def chat_owner(self, chat_id: str) -> str:
+        """STRING the chat's owner open_id (GET chat), cached briefly; "" = none known."""
+        return f"{self.prefix}:chat:owner:{chat_id}"
+
     def triage_buffer(self, chat_id: str, thread_id: str) -> str:
         """ZSET of a topic's unaddressed messages waiting for quiet triage (JSON member → time)."""
         return f"{self.prefix}:triage:{chat_id}:{thread_id}"

@@ -136,7 +136,15 @@ class Settings(BaseSettings):
     assistant_persona: str | None = None  # who the assistant is, in a sentence or two (or a file:)
     assistant_persona_file: str | None = None
     team_notes_file: str | None = None  # standing team notes (markdown), part of the cached system prefix
-    memory_scope: Literal["profile", "chat", "user"] = "chat"  # where notes the assistant saves are shared
+    memory_scope: Literal["profile", "chat", "user"] = "chat"  # where the old save_note notes were shared (read only)
+    # Memory (README: "Memory"): people/<open_id>, chats/<chat_id>, items/<item_id> through the memory tool
+    memory_admins: CsvList = ()  # open_ids who may change any chat's shared memory (besides the chat's owner)
+    memory_budget_share: float = Field(0.15, gt=0, le=0.5)  # of the input budget, what loaded memory may take
+    memory_max_files: int = Field(20, ge=1, le=500)  # files one scope holds
+    memory_max_chars: int = Field(100_000, ge=1000)  # characters one scope holds, all files together
+    memory_file_chars: int = Field(8000, ge=200)  # characters one memory file holds
+    memory_dream_cron: str = "30 3 * * *"  # when changed scopes are consolidated (cron, BOT_TIMEZONE)
+    memory_dream_model: str = "claude-haiku-4-5"  # the small model consolidations ask
     session_idle_hours_p2p: float = Field(0.0, ge=0)  # 0 = no idle boundary: sessions resume across days
     session_idle_hours_group: float = Field(0.0, ge=0)
     session_idle_hours_topic: float = Field(0.0, ge=0)
@@ -171,6 +179,7 @@ class Settings(BaseSettings):
     @field_validator(
         "routing_allow_chats", "routing_deny_chats", "routing_allow_users", "routing_deny_users",
         "run_retry_delays", "item_admins", "redis_sentinels", "item_closed_statuses", "digest_chats", "triage_chats",
+        "memory_admins",
         mode="before",
     )
     @classmethod
@@ -206,12 +215,12 @@ class Settings(BaseSettings):
             raise ValueError(f"unknown timezone {value!r}; use an IANA name such as Asia/Shanghai") from None
         return value
 
-    @field_validator("digest_cron")
+    @field_validator("digest_cron", "memory_dream_cron")
     @classmethod
-    def _cron(cls, value: str) -> str:
+    def _cron(cls, value: str, info: ValidationInfo) -> str:
         from core.cron import Cron
 
-        Cron.parse(value, name="DIGEST_CRON")  # a ValueError names the bad field
+        Cron.parse(value, name=str(info.field_name).upper())  # a ValueError names the bad field
         return value
 
     @field_validator("digest_chats", "triage_chats")
@@ -334,7 +343,9 @@ class Settings(BaseSettings):
     @property
     def memory(self) -> MemorySettings:
         return MemorySettings(self.assistant_persona, self.assistant_persona_file, self.team_notes_file,
-                              self.memory_scope)
+                              self.memory_scope, self.memory_admins, self.memory_budget_share, self.memory_max_files,
+                              self.memory_max_chars, self.memory_file_chars, self.memory_dream_cron,
+                              self.memory_dream_model)
 
     @property
     def item_columns(self) -> ItemColumns:

@@ -52,12 +52,19 @@ class TimerSettings:
 
 @dataclass(frozen=True)
 class MemorySettings:
-    """Who the assistant is and what it keeps between sessions."""
+    """Who the assistant is and what it keeps between sessions (README: Memory)."""
 
     persona: str | None  # ASSISTANT_PERSONA
     persona_file: str | None  # ASSISTANT_PERSONA_FILE
     team_notes_file: str | None  # TEAM_NOTES_FILE
-    scope: str  # MEMORY_SCOPE: who shares the notes the assistant saves
+    scope: str  # MEMORY_SCOPE: who shared the old save_note notes (still shown until migrated)
+    admins: tuple[str, ...]  # MEMORY_ADMINS: may change any chat's shared memory
+    budget_share: float  # MEMORY_BUDGET_SHARE: of the input budget, what loaded memory may take
+    max_files: int  # MEMORY_MAX_FILES: per scope
+    max_chars: int  # MEMORY_MAX_CHARS: per scope
+    file_chars: int  # MEMORY_FILE_CHARS: per file
+    dream_cron: str  # MEMORY_DREAM_CRON: when changed scopes are consolidated
+    dream_model: str  # MEMORY_DREAM_MODEL
 
 
 @dataclass(frozen=True)

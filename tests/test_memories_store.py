@@ -1,0 +1,137 @@
+"""Memory scopes (issue 25): paths and grants (pure tables), the store on the real Redis (versions, caps, undo,
+racing writers), and the memory tool backend's commands within a turn's grant."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import redis
+
+from core.keys import Keys
+from memories.paths import Grant, PathError, Scope, grant, parse
+from memories.store import Caps, Memories, MemoryFull
+from memories.tool import ScopedMemory
+from tests.harness import unique
+
+ALICE, BOB = Scope("people", "ou_alice"), Scope("people", "ou_bob")
+CHAT, ITEM = Scope("chats", "oc_team"), Scope("items", "itm_0123456789ab")
+CAPS = Caps(files=20, chars=100_000, file_chars=8000)
+
+
+@pytest.mark.parametrize("path", [
+    "/memories/people/ou_alice/../ou_bob/x.md", "/memories/people/ou_alice/./x.md", "/memories/people/ou_alice//x.md",
+    "/memories/people/ou_alice/%2e%2e/x.md", "/memories/people/ou_alice/%252e%252e/x",
+    "/memories/people/ou_alice/．．/x",
+    "/etc/passwd", "memories/people/ou_alice/x.md", "/memoriesx/people/ou_alice", "/memories/people/ou_alice\\..\\x",
+    "/memories/secrets/x", "/memories/people/../../etc", "/memories/people/ou_alice/x\x00.md", "", 42,
+    "/memories/chats/not-a-chat/x.md", "/memories/people/ou_alice/a/b/c/d/e/f.md",
+])
+def test_paths_that_escape_or_do_not_name_a_scope_are_refused(path: object) -> None:
+    with pytest.raises(PathError):
+        parse(path)
+
+
+def test_paths_name_a_scope_and_a_file() -> None:
+    w = parse("/memories/people/ou_alice/notes/roles.md")
+    assert (w.scope, w.file) == (ALICE, "notes/roles.md")
+    assert parse("/memories").scope is None and parse("/memories/chats").kind == "chats"
+    assert parse("/memories/items/itm_0123456789ab/").file == ""
+    assert parse("/memories/chats/oc_team/团队约定.md").file == "团队约定.md"
+
+
+def test_a_batch_grants_its_senders_its_chat_to_read_and_its_item() -> None:
+    g = grant(["ou_alice", "ou_bob"], "oc_team", "group", "itm_0123456789ab", chat_writers=set())
+    assert g.read == {ALICE, BOB, CHAT, ITEM} and g.write == {ALICE, BOB, ITEM}
+    with pytest.raises(PathError, match=r"read-only here.*owner"):
+        g.check(parse("/memories/chats/oc_team/rules.md"), writing=True)
+    denied = [str(_err(g, f"/memories/people/ou_carol/{f}")) for f in ("x.md", "instructions.md")]
+    assert denied[0].replace("x.md", "") == denied[1].replace("instructions.md", "")  # says nothing of what is there
+    assert "ou_carol" in denied[0] and "not one of the memory scopes" in denied[0]
+    owner = grant(["ou_owner"], "oc_team", "group", "", chat_writers={"ou_owner"})
+    assert CHAT in owner.write
+    private = grant(["ou_alice"], "oc_dm", "p2p", "", chat_writers={"ou_alice"})
+    assert private.read == {ALICE}  # a private chat has no team memory: the person's own is theirs
+
+
+def _err(g: Grant, path: str) -> Exception:
+    try:
+        g.check(parse(path), writing=False)
+    except PathError as exc:
+        return exc
+    raise AssertionError("not refused")
+
+
+@pytest.fixture()
+def store(r: redis.Redis) -> Memories:
+    return Memories(r, Keys(unique("mem")), CAPS)
+
+
+def test_writes_are_versioned_capped_and_undone_five_deep(store: Memories) -> None:
+    for n in range(7):
+        store.change(ALICE, "ou_alice", f"v{n}", lambda files, n=n: {"instructions.md": f"第{n}版"})
+    assert store.file(ALICE, "instructions.md").text == "第6版"  # type: ignore[union-attr]
+    assert store.version(ALICE) == 7 and store.undoable(ALICE) == 5
+    for n in (5, 4, 3, 2, 1):
+        assert store.undo(ALICE, "ou_alice") is not None
+        assert store.file(ALICE, "instructions.md").text == f"第{n}版"  # type: ignore[union-attr]
+    assert store.undo(ALICE, "ou_alice") is None  # the last five only
+    assert store.version(ALICE) == 12  # undo moves the version on too (every writer's compare-and-set sees it)
+    big = Caps(files=2, chars=10, file_chars=8)
+    small = Memories(store.r, store.k, big)
+    with pytest.raises(MemoryFull, match="at most 8"):
+        small.change(BOB, "ou_bob", "x", lambda f: {"a.md": "123456789"})
+    small.change(BOB, "ou_bob", "x", lambda f: {"a.md": "12345"})
+    with pytest.raises(MemoryFull, match="more than 10 characters"):
+        small.change(BOB, "ou_bob", "x", lambda f: {"b.md": "123456"})
+    small.change(BOB, "ou_bob", "x", lambda f: {"b.md": "12"})
+    with pytest.raises(MemoryFull, match="2 files"):
+        small.change(BOB, "ou_bob", "x", lambda f: {"c.md": "1"})
+    small.change(BOB, "ou_bob", "x", lambda f: {"a.md": None})  # a delete frees room
+    small.change(BOB, "ou_bob", "x", lambda f: {"c.md": "1"})
+
+
+def test_racing_writers_lose_nothing(store: Memories) -> None:
+    """Twelve threads append a line each to one file, twenty times: every line is there once."""
+    def append(n: int) -> None:
+        for i in range(20):
+            store.change(CHAT, f"ou_{n}", "append", lambda f, n=n, i=i: {
+                "log.md": (f["log.md"].text + "\n" if "log.md" in f else "") + f"{n}-{i}"})
+
+    threads = [threading.Thread(target=append, args=(n,)) for n in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    lines = store.file(CHAT, "log.md").text.split("\n")  # type: ignore[union-attr]
+    assert sorted(lines) == sorted(f"{n}-{i}" for n in range(12) for i in range(20))
+    assert store.version(CHAT) == 240
+
+
+def test_the_tool_reads_and_writes_only_within_the_grant(store: Memories) -> None:
+    g = grant(["ou_alice"], "oc_team", "group", "itm_0123456789ab", chat_writers=set())
+    store.change(BOB, "ou_bob", "x", lambda f: {"instructions.md": "Bob 的秘密偏好"})
+    tool = ScopedMemory(store, g, "ou_alice")
+    out, err = tool.run({"command": "create", "path": "/memories/people/ou_alice/instructions.md",
+                         "file_text": "以后回答我用英文，简短点"})
+    assert not err and "created" in out
+    out, err = tool.run({"command": "str_replace", "path": "/memories/people/ou_alice/instructions.md",
+                         "old_str": "简短点", "new_str": "简短一点"})
+    assert not err and "简短一点" in out
+    out, err = tool.run({"command": "view", "path": "/memories/people/ou_bob/instructions.md"})
+    assert err and "Bob" not in out and "秘密" not in out
+    out, err = tool.run({"command": "view", "path": "/memories"})
+    assert not err and "ou_bob" not in out and "/memories/people/ou_alice/instructions.md" in out
+    out, err = tool.run({"command": "create", "path": "/memories/chats/oc_team/rules.md", "file_text": "x"})
+    assert err and "owner" in out
+    out, err = tool.run({"command": "create", "path": "/memories/people/ou_alice/../ou_bob/x.md", "file_text": "x"})
+    assert err and "escape" in out
+    out, err = tool.run({"command": "insert", "path": "/memories/items/itm_0123456789ab/progress.md",
+                         "insert_line": 0, "insert_text": "x"})
+    assert err and "does not exist" in out
+    tool.run({"command": "create", "path": "/memories/items/itm_0123456789ab/progress.md", "file_text": "已确认：月底"})
+    out, err = tool.run({"command": "insert", "path": "/memories/items/itm_0123456789ab/progress.md",
+                         "insert_line": 1, "insert_text": "待查：索引"})
+    assert not err and store.file(ITEM, "progress.md").text == "已确认：月底\n待查：索引"  # type: ignore[union-attr]
+    assert [c[1] for c in tool.changed] == ["instructions.md", "instructions.md", "progress.md", "progress.md"]
+    assert store.file(BOB, "instructions.md").text == "Bob 的秘密偏好"  # type: ignore[union-attr]
