@@ -98,14 +98,14 @@ class Claude:
         )
 
     def step(self, system: list[dict[str, Any]], messages: list[dict[str, Any]], tools: list[dict[str, Any]],
-             *, final: bool = False, on_text: Callable[[str], None] | None = None) -> Step:
+             *, final: bool = False, on_text: Callable[[str], None] | None = None, model: str | None = None) -> Step:
         """One request offering `tools`; `final` forbids tool calls (tool_choice none) so the loop ends.
         `on_text`: the request is streamed and called with this step's text so far as it grows."""
         extra: dict[str, Any] = {"tools": tools} if tools else {}
         if tools and final:
             extra["tool_choice"] = {"type": "none"}
-        kw: dict[str, Any] = dict(model=self.model, max_tokens=self.max_tokens, system=system, messages=messages,
-                                  **extra)
+        kw: dict[str, Any] = dict(model=model or self.model, max_tokens=self.max_tokens, system=system,
+                                  messages=messages, **extra)
         try:
             msg = self._streamed(kw, on_text) if on_text else self.client.messages.create(**kw)
         except anthropic.AnthropicError as exc:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from croniter import CroniterBadCronError, CroniterBadDateError, CroniterNotAlphaError, croniter
 
@@ -86,6 +86,13 @@ class Cron:
         if moment.tzinfo is None or moment.utcoffset() is None:
             raise ValueError("next_after needs a timezone-aware datetime")
         got: datetime = croniter(self.expr, moment, day_or=self.day_or).get_next(datetime)
+        return got
+
+    def previous_at_or_before(self, moment: datetime) -> datetime:
+        """The last time at or before `moment` (aware) that the expression fires, in moment's zone."""
+        if moment.tzinfo is None or moment.utcoffset() is None:
+            raise ValueError("previous_at_or_before needs a timezone-aware datetime")
+        got: datetime = croniter(self.expr, moment + timedelta(seconds=1), day_or=self.day_or).get_prev(datetime)
         return got
 
     def matches(self, local: datetime) -> bool:

@@ -316,6 +316,10 @@ class Keys:
         """ZSET scope → time of its last change, never trimmed: every scope that holds memory (admin, console)."""
         return f"{self.prefix}:mem:scopes"
 
+    def memory_dream_slot(self, slot: int) -> str:
+        """STRING set once a consolidation slot's events were pushed (every sweeper checks it; 7 days)."""
+        return f"{self.prefix}:mem:dreamed:{slot}"
+
     def memory_routes(self, scope: str) -> str:
         """ZSET route key → last turn: the routes a scope's memory was loaded in (consolidation reads their day)."""
         return f"{self.prefix}:mem:{{{scope}}}:routes"

@@ -49,6 +49,8 @@ CAPABILITIES = {c.name: c for c in (
                also=("im:message.group_msg",)),
     Capability("chat_members", ("im:chat.members:read", "im:chat:readonly", "im:chat"),
                "membership checks (item references, /item link)"),
+    Capability("chat_info", ("im:chat.group_info:readonly", "im:chat:readonly", "im:chat"),
+               "who owns a group (without it only MEMORY_ADMINS change a chat's shared memory)"),
     Capability("record_events", ("bitable:app", "drive:drive"), "Bitable record events (records naming a topic)"),
     Capability("documents", ("docx:document:readonly", "docx:document"), "reading linked docx documents"),
     Capability("drive_files", ("drive:drive.metadata:readonly", "drive:drive"),

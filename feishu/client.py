@@ -19,6 +19,7 @@ from lark_oapi.api.im.v1 import (
     DeleteMessageReactionRequest,
     Emoji,
     GetChatMembersRequest,
+    GetChatRequest,
     GetMessageRequest,
     PatchMessageRequest,
     PatchMessageRequestBody,
@@ -218,6 +219,15 @@ class FeishuApi:
             if not token:
                 break
         return members
+
+    def chat_owner(self, chat_id: str) -> str:
+        """The group's owner as an open_id (GET /im/v1/chats/:chat_id, owner_id with user_id_type=open_id); "" when
+        Feishu names none (a chat the bot created has the bot as owner: no person)."""
+        req = GetChatRequest.builder().chat_id(chat_id).user_id_type("open_id").build()
+        resp = self._call(self.client.im.v1.chat.get, req, "chat_info")
+        data = resp.data
+        owner = str(getattr(data, "owner_id", "") or "")
+        return owner if getattr(data, "owner_id_type", "open_id") in ("open_id", None, "") else ""
 
     def send_text(self, chat_id: str, text: str, *, uuid: str) -> str:
         """A new message in a chat (admin alerts); `uuid` makes a retried send post at most once."""

@@ -181,7 +181,7 @@ class Drain:
         """Consume the segment at the front of the batch (jobs/segments.py); None when the run goes on."""
         work = registry.ROUTE_WORK.get(self.kind)
         if work is not None:  # an internal route (an item's analysis, a chat's digest): one entry at a time, no session
-            return self._guarded(raw[:1], lambda m, b: work.run(self._call(m, b)))
+            return self._guarded(raw[:1], work.run)
         items = [parse_one(item) for item in raw]
         state = self.rt.sessions.state(self.rk)
         seg = next_segment(items, state.generation, self.kind, self.rt.settings)
@@ -200,17 +200,21 @@ class Drain:
     def _call(self, message: Inbound, batch_id: str, state: RouteState | None = None, dropped: int = 0) -> Call:
         return Call(self.rt, self.rk, message, batch_id, self.fence, state, dropped)
 
-    def _guarded(self, raw: list[str], work: Callable[[Inbound, str], object]) -> str | None:
+    def _guarded(self, raw: list[str], work: Callable[[Call], object], state: RouteState | None = None) -> str | None:
         """One entry answered by the service (a command, a click, a wake-up, an internal route's work) with the same
-        failure handling as a turn: retried with backoff, paused on credentials, dead-lettered at last."""
+        failure handling as a turn: retried with backoff, paused on credentials, dead-lettered at last. What it posted
+        unasked (`Call.told`) enters the route's session log with its commit, under the route's generation."""
         started = self._start(raw)
         if isinstance(started, Outcome):
             return started.value
         batch_id, extra, parsed = started
-        done = self.failures.attempt(raw, batch_id, extra, lambda: work(parsed.readable[0], batch_id))
+        call = self._call(parsed.readable[0], batch_id, state, self.dropped)
+        done = self.failures.attempt(raw, batch_id, extra, lambda: work(call))
         if isinstance(done, Outcome):
             return done.value
-        self.commit(Commit(n=len(raw), batch_id=batch_id))
+        told = call.told if state is not None and state.session_id else []
+        self.commit(Commit(n=len(raw), batch_id=batch_id, entries=told, gen=state.generation if told and state
+                           else None))
         return None
 
     def _start(self, raw: list[str]) -> Outcome | tuple[str, dict[str, Any], Parsed]:
@@ -253,7 +257,7 @@ class Drain:
     def _service(self, raw: str, name: str, state: RouteState) -> str | None:
         """A command, an event or an opener, answered by the service with a turn's failure handling: a reply that
         keeps failing is retried, then dead-lettered, never left to wedge the route."""
-        outcome = self._guarded([raw], lambda m, b: answer_command(self._call(m, b, state, self.dropped), name))
+        outcome = self._guarded([raw], lambda c: answer_command(c, name), state)
         if any(c.name == name for c in registry.COMMANDS):
             self.dropped = 0  # said in this command's reply (`/reset`), or moot
         return outcome

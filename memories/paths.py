@@ -20,6 +20,8 @@ _ID = {"people": re.compile(r"^o[un]_[A-Za-z0-9_-]{1,64}$|^[A-Za-z0-9]{4,64}$"),
        "chats": re.compile(r"^oc_[A-Za-z0-9_-]{1,64}$"), "items": re.compile(r"^itm_[A-Za-z0-9_-]{1,64}$")}
 _SEGMENT = re.compile(r"^[\w\u3400-\u9fff .()-]{1,80}$")  # a file or folder name: letters, digits, CJK, . _ - ( )
 MAX_DEPTH = 4  # folders below a scope
+LOADED = {"people": "instructions.md", "chats": "instructions.md", "items": "progress.md"}  # in every request, whole
+LOADED_CHARS = 2000  # so a file loaded in every request holds at most this much
 
 
 class PathError(ValueError):

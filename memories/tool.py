@@ -6,8 +6,8 @@ are `ToolError`s the model reads as tool errors. What the turn changed is kept (
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
 from anthropic.lib.tools import BetaAbstractMemoryTool, ToolError
 from anthropic.types.beta import (
@@ -19,18 +19,28 @@ from anthropic.types.beta import (
     BetaMemoryTool20250818ViewCommand,
 )
 
-from memories.paths import ROOT, Grant, PathError, Scope, Where, parse
-from memories.store import Conflict, File, Memories, MemoryFull
+from memories.paths import LOADED, LOADED_CHARS, ROOT, Grant, PathError, Scope, Where, parse
+from memories.store import Conflict, File, MemoryFull
 
 WIDTH = 6  # line numbers, as the SDK's file-system backend prints them
 MEMORY_TOOL = {"type": "memory_20250818", "name": "memory"}
 
 
+class ScopeStore(Protocol):
+    """What the tool writes through: the scopes in Redis (memories/store.py), or a staged copy (memories/dream.py)."""
+
+    def files(self, scope: Scope) -> dict[str, File]: ...
+
+    def change(self, scope: Scope, by: str, what: str,
+               edit: Callable[[Mapping[str, File]], Mapping[str, str | None]], *, log: str = "") -> Any: ...
+
+
 class ScopedMemory(BetaAbstractMemoryTool):
-    def __init__(self, store: Memories, grant: Grant, by: str) -> None:
+    def __init__(self, store: ScopeStore, grant: Grant, by: str) -> None:
         super().__init__()
         self.store, self.grant, self.by = store, grant, by
         self.changed: list[tuple[str, str, str]] = []  # (scope name, file, what happened)
+        self.refused: list[str] = []  # scopes a write was refused in, read-only here (the reply says who may)
 
     def run(self, args: Mapping[str, Any]) -> tuple[str, bool]:
         """(result, is_error) for one tool call."""
@@ -152,6 +162,8 @@ class ScopedMemory(BetaAbstractMemoryTool):
 
     def _writable(self, path: str) -> tuple[Scope, Where]:
         where = parse(path)
+        if where.scope is not None and where.scope in self.grant.read and where.scope not in self.grant.write:
+            self.refused.append(where.scope.name)
         scope = self.grant.check(where, writing=True)
         if path.rstrip("/") == ROOT:
             raise ToolError("Cannot change the /memories directory itself")
@@ -164,7 +176,15 @@ class ScopedMemory(BetaAbstractMemoryTool):
         return found.text
 
     def _change(self, scope: Scope, file: str, what: str, edit: Any) -> None:
-        self.store.change(scope, self.by, f"{file} {what}", edit)
+        def checked(files: Mapping[str, File]) -> Mapping[str, str | None]:
+            changes = edit(files)
+            loaded = changes.get(LOADED[scope.kind])
+            if loaded is not None and len(loaded) > LOADED_CHARS:
+                raise ToolError(f"{scope.root}/{LOADED[scope.kind]} is loaded in every request: keep it under "
+                                f"{LOADED_CHARS} characters (it would hold {len(loaded)}); put the rest elsewhere")
+            return changes
+
+        self.store.change(scope, self.by, f"{file} {what}", checked)
         self.changed.append((scope.name, file, what))
 
 

@@ -38,6 +38,7 @@ class Timer:
     ended_at: float = 0.0
     end_reason: str = ""
     fired_note: str = ""  # what the fire run did (posted / why nothing)
+    told: str = ""  # what it posted unasked, in words (the route's transcript keeps it: the next turn knows)
 
     def to_hash(self) -> dict[str, str]:
         return {k: str(v) for k, v in asdict(self).items()}

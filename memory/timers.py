@@ -136,6 +136,10 @@ class Timers:
         keys = [self.k.timer(t.id), self.k.timers_due, self.k.timers_of(t.route_key), self.k.timers_of_person("")]
         return bool(self._end(keys, [t.id, state, reason, now, ENDED_TTL_S, "" if due is None else repr(due)]))
 
+    def told(self, timer_id: str, text: str) -> None:
+        """What the fire run posted unasked (its route's next turn is told of it)."""
+        self.r.hset(self.k.timer(timer_id), "told", text[:500])
+
     def note(self, timer_id: str, text: str) -> None:
         """What the fire run did with it (shown by /admin/api/timers)."""
         self.r.hset(self.k.timer(timer_id), "fired_note", text[:300])

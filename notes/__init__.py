@@ -1,3 +1,2 @@
-"""Notes the assistant saves while working (the save_note tool) and shows again in later turns of its memory scope
-(`MEMORY_SCOPE`). In: the model's save_note calls. Out: notes in Redis (memory/notes.py), shown after the cached
-system prefix."""
+"""Notes the old `save_note` tool kept (per MEMORY_SCOPE), shown after the cached system prefix until migrated into
+memory scopes (`python -m memories.migrate`). In: nothing new. Out: the old notes, read only."""

@@ -14,6 +14,8 @@ Kind = Literal["p2p", "group", "topic"]
 ITEM = "item"
 # `feishu:<profile>:digest:<chat_id>` runs a chat's digest (timers/digest_run.py): a wake-up, never a message.
 DIGEST = "digest"
+# `feishu:<profile>:memory:<kind>:<id>` consolidates one memory scope (memories/dream.py): a wake-up, never a message.
+MEMORY = "memory"
 
 
 @dataclass(frozen=True)
@@ -33,7 +35,7 @@ def route_kind(inbound: Inbound) -> Kind:
 def kind_of(route_key: str) -> str:
     """Route keys carry their kind (`feishu:<profile>:<kind>:…`), so it never needs storing."""
     kind = route_key.split(":")[2]
-    if kind not in ("p2p", "group", "topic", ITEM, DIGEST):
+    if kind not in ("p2p", "group", "topic", ITEM, DIGEST, MEMORY):
         raise ValueError(f"not a route key: {route_key!r}")
     return kind
 
@@ -45,6 +47,12 @@ def item_route(profile: str, subject: str) -> str:
 
 def digest_route(profile: str, chat_id: str) -> str:
     return f"feishu:{profile}:{DIGEST}:{chat_id}"
+
+
+def memory_route(profile: str, scope: str) -> str:
+    """The internal route that consolidates a memory scope (`people/<id>`, `chats/<id>`, `items/<id>`)."""
+    kind, _, ident = scope.partition("/")
+    return f"feishu:{profile}:{MEMORY}:{kind}:{ident}"
 
 
 def route_for(inbound: Inbound, policy: Policy, profile: str) -> Route:

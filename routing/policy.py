@@ -57,5 +57,6 @@ def policy_from(settings: Settings) -> Policy:
             "topic": settings.routing_queue_topic,
             "item": settings.routing_queue_topic,  # an item's analysis belongs with its topic's work
             "digest": settings.routing_queue_group,  # a chat's digest: a group's wake-up
+            "memory": settings.routing_queue_group,  # a memory scope's consolidation: housekeeping, like a digest
         },
     )

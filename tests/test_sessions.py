@@ -244,24 +244,6 @@ def test_what_the_user_wrote_and_showed_reaches_the_model(service, feishu, claud
     assert '<image ref="1"/>' in logged and images[0]["source"]["data"] not in logged  # no image data in history
 
 
-def test_a_note_saved_in_one_route_is_shared_within_its_scope_only(service, feishu, claude, r, keys) -> None:
-    """MEMORY_SCOPE=chat (default): Alice's note reaches Bob's turns in the same group, not another group."""
-    chat, other = unique("oc_group"), unique("oc_group")
-    group = {"chat_type": "group", "mentions": AT_BOT}
-    ask(service, feishu, r, keys, f"feishu:test:group:{chat}:ou_alice", chat_id=chat, sender_open_id="ou_alice",
-        text="@_user_1 记住：ETL 任务归 Alice 管 marker-note", **group)
-    ask(service, feishu, r, keys, f"feishu:test:group:{chat}:ou_bob", chat_id=chat, sender_open_id="ou_bob",
-        text="@_user_1 ETL 谁负责？", **group)
-    ask(service, feishu, r, keys, f"feishu:test:group:{other}:ou_bob", chat_id=other, sender_open_id="ou_bob",
-        text="@_user_1 别的群的问题", **group)
-    bob = model_requests_with(claude, "ETL 谁负责")[0]["body"]
-    assert "marker-note" in json.dumps(bob["system"], ensure_ascii=False)
-    assert "marker-note" not in json.dumps(bob["messages"], ensure_ascii=False)  # a note, not history
-    elsewhere = model_requests_with(claude, "别的群的问题")[0]["body"]
-    assert "marker-note" not in json.dumps(elsewhere, ensure_ascii=False)
-    assert bob["system"][0]["cache_control"] == {"type": "ephemeral"} and "cache_control" not in bob["system"][-1]
-
-
 def test_a_dead_letter_replayed_after_a_reset_is_answered_not_dropped(service, admin_web, feishu, claude, r,
                                                                        keys) -> None:
     """Its events carry the generation they were stored under; an admin's replay is an explicit request

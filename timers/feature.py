@@ -4,20 +4,23 @@ timer kinds. The turn and the drain learn of timers only through these entries."
 
 from __future__ import annotations
 
+import html
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import datetime, tzinfo
 from typing import Any
 
 from core.inbound import TIMER_TYPE
-from memory.timer import DIGEST, FOLLOWUP
+from memory.sessions import entry
+from memory.timer import DIGEST, FOLLOWUP, Timer
 from routing.keys import DIGEST as DIGEST_ROUTE
 from timers import commands, tool
 from timers.digest_run import run_digest
-from timers.fire import fire
+from timers.fire import fire, timer_of
 from timers.followup import fire_followup
 from timers.instant import now_line
+from timers.scheduler import ensure_digests
 from turn import registry
-from turn.registry import Call, Command, Event, Feature, Part, RouteWork, Said, TimerKind, Turn
+from turn.registry import Call, Command, Event, Feature, Part, Periodic, RouteWork, Said, TimerKind, Turn
 
 
 class TimersPart(Part):
@@ -56,9 +59,27 @@ registry.feature(Feature("timers", order=40, start=start, tools=lambda _kind: [t
 registry.command(Command("followups", lambda c: Said(commands.list_text(c.rt, c.rk, c.message)),
                          words=("/followups", "/提醒")))
 registry.command(Command("cancel", lambda c: commands.cancel_text(c.rt, c.rk, c.message), pattern=commands.CANCEL))
-registry.event(Event(TIMER_TYPE, lambda c: fire(c.rt, c.rk, c.message, c.batch_id, c.fence, c.state),
-                     tell_sender=False))  # nobody sent it: the dead letter and the admin alert say it
+def _wake_up(c: Call) -> str:
+    """A due timer's run; what it posted unasked enters the route's transcript (its next turn knows it was told)."""
+    note = fire(c.rt, c.rk, c.message, c.batch_id, c.fence, c.state)
+    t = timer_of(c.rt, c.rk, c.message)
+    if t is not None and t.told:
+        c.told.extend(told_entries(t, c.batch_id, c.rt.settings.tz))
+    return note
+
+
+def told_entries(t: Timer, batch_id: str, tz: tzinfo) -> list[str]:
+    """A user/assistant pair, so the log keeps its pairing: what woke the assistant, and what it said."""
+    when = datetime.fromtimestamp(t.due, tz).strftime("%m-%d %H:%M")
+    wake = f'<wake_up kind="{t.kind}" at="{when}" set_by="{html.escape(t.created_by)}">{html.escape(t.what)}</wake_up>'
+    return [entry("user", wake, batch_id=batch_id, kind="told"),
+            entry("assistant", f"已提醒过：{t.told}" if t.kind == FOLLOWUP else f"已在话题里说过：{t.told}",
+                  batch_id=batch_id, kind="told")]
+
+
+registry.event(Event(TIMER_TYPE, _wake_up, tell_sender=False))  # nobody sent it: the dead letter and the alert say it
 registry.route_work(RouteWork(DIGEST_ROUTE, lambda c: fire(c.rt, c.rk, c.message, c.batch_id, c.fence, None)))
 registry.timer_kind(TimerKind(FOLLOWUP, lambda rt, rk, t, b, fence, state:
                               fire_followup(rt, rk, t, b, fence, state) if state is not None else "no route state"))
 registry.timer_kind(TimerKind(DIGEST, lambda rt, rk, t, b, fence, _state: run_digest(rt, rk, t, b, fence)))
+registry.periodic(Periodic("digests", ensure_digests))

@@ -72,6 +72,7 @@ def fire_followup(rt: Runtime, rk: str, t: Timer, batch_id: str, fence: Callable
         if gone is None:
             raise
         return _done(rt, rk, t, f"nothing posted: {gone}", "gone")
+    rt.timers.told(t.id, check.text)
     return _done(rt, rk, t, f"posted {','.join(ids)}", "posted")
 
 

@@ -153,9 +153,11 @@ def _act(rt: Runtime, rk: str, t: Timer, item: Item, d: Decision, fresh: Sequenc
     if d.kind == "propose" and item.record_id and rt.bitable is not None:
         approvals.post(rt, rk, item, [{"field": d.field, "value": d.value, "reason": d.note or "quiet triage"}],
                        firing, _as_inbound(t, target), fence)  # the proposal's id and card keyed by the firing
+        rt.timers.told(t.id, f"审批卡：建议把 {d.field} 改为 {d.value}（{d.note or '新证据'}）")
         return _done(rt, rk, "propose", f"proposed {d.field} → {d.value}")
     note = d.note or "新证据已记录。"
     rt.outbox.reply(rk, firing, str(target["message_id"]), note, chat_id=t.chat_id, in_thread=True, fence=fence)
+    rt.timers.told(t.id, note)
     return _done(rt, rk, "note", note)
 
 

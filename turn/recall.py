@@ -21,7 +21,7 @@ from memory.sessions import END_USER_RESET
 from runs.runtime import Runtime
 from turn import registry, rotation
 from turn.pages import Pages, add_once
-from turn.registry import Part
+from turn.registry import Part, ToolRefused
 from turn.thread import (
     DATA_NOTE,
     RouteScope,
@@ -223,6 +223,8 @@ class Reader(Pages):
             self.calls.append({"tool": use.get("name"), "input": args})
             try:
                 text, error = self._dispatch(str(use.get("name")), args, per, context), False
+            except ToolRefused as exc:  # a feature's tool said no (a memory path outside the batch's scopes …)
+                text, error = str(exc), True
             except (Permanent, Paused) as exc:  # reading is optional: the model answers without it
                 text, error = f"not available: {exc}", True
             text = self.b.fit_text(text, per)

@@ -9,7 +9,8 @@ A feature registers, from its own room (loaded by jobs/features.py, in every pro
 - `Event`: an inbox entry of its own message type (a card click, a timer's wake-up), answered by the service;
 - `Opener`: a message that starts the feature's work instead of a turn (a topic's opening report);
 - `RouteWork`: the whole work of an internal route kind (an item's analysis route, a chat's digest route);
-- `TimerKind`: what a due timer of its kind does.
+- `TimerKind`: what a due timer of its kind does;
+- `Periodic`: housekeeping every sweeper runs about once a second (idempotent across sweepers).
 """
 
 from __future__ import annotations
@@ -59,6 +60,10 @@ class Turn:
     @property
     def senders(self) -> list[str]:
         return sorted({m.sender_id for m in self.batch})
+
+
+class ToolRefused(Exception):
+    """A part's tool refused the call; str(err) is the tool error the model reads (is_error)."""
 
 
 class Part:
@@ -135,6 +140,7 @@ class Call:
     fence: Fence
     state: RouteState | None = None
     dropped: int = 0  # messages consumed unanswered because a user reset came after them (for /reset's reply)
+    told: list[str] = field(default_factory=list)  # session log entries of what it posted unasked (committed with it)
 
 
 @dataclass(frozen=True)
@@ -168,6 +174,15 @@ class RouteWork:
     gave_up: Callable[[Call, str], None] | None = None  # (call, reason): best effort after a dead letter
 
 
+@dataclass(frozen=True)
+class Periodic:
+    """Housekeeping each sweeper runs about once a second (idempotent across sweepers): a digest's next slot, a
+    memory consolidation slot's events."""
+
+    name: str
+    run: Callable[[Runtime], object]
+
+
 TimerRun = Callable[["Runtime", str, "Timer", str, Fence, "RouteState | None"], str]
 
 
@@ -183,6 +198,7 @@ EVENTS: dict[str, Event] = {}
 OPENERS: list[Opener] = []
 ROUTE_WORK: dict[str, RouteWork] = {}
 TIMER_KINDS: dict[str, TimerKind] = {}
+PERIODIC: list[Periodic] = []
 
 
 def feature(f: Feature) -> Feature:
@@ -214,6 +230,11 @@ def route_work(w: RouteWork) -> RouteWork:
 def timer_kind(t: TimerKind) -> TimerKind:
     TIMER_KINDS[t.kind] = t
     return t
+
+
+def periodic(p: Periodic) -> Periodic:
+    _replace(PERIODIC, p, lambda x: x.name == p.name)
+    return p
 
 
 def _replace(items: list[Any], new: Any, same: Callable[[Any], bool]) -> None:

@@ -66,25 +66,3 @@ def recall_reply(body: dict[str, Any]) -> list[dict[str, Any]] | str | None:
     if texts:
         summary += f"，从「{texts[0][:30]}」到「{texts[-1][:30]}」"
     return summary + ("。还有更早/更多的消息没读完，可以让我继续看。" if nxt else "。")
-
-
-NOTE_TRIGGERS = ("记住：", "记住:", "remember:")
-
-
-def note_reply(body: dict[str, Any]) -> list[dict[str, Any]] | str | None:
-    """Asked to remember something ("记住：…"), the stand-in calls save_note once, then confirms."""
-    names = {t.get("name") for t in body.get("tools") or [] if isinstance(t, dict)}
-    messages = body["messages"]
-    if "save_note" not in names or not messages:
-        return None
-    results = _results(messages[-1])
-    if results:
-        return "好的，记下了。" if any("saved as" in r for r in results) else None
-    question = html.unescape(block_text(messages[-1].get("content") or ""))
-    for trigger in NOTE_TRIGGERS:
-        if trigger in question:
-            fact = question.split(trigger, 1)[1].split("\n", 1)[0].strip()
-            return [{"type": "text", "text": "好的。"},
-                    {"type": "tool_use", "id": "toolu_" + stable_hash(body)[:22], "name": "save_note",
-                     "input": {"text": fact}}]
-    return None

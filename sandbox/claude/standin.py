@@ -13,6 +13,7 @@ from flask import Flask, Response, request
 from sandbox.claude import wire
 from sandbox.claude.control import register_control
 from sandbox.claude.documents import document_reply
+from sandbox.claude.dream import dream_reply
 from sandbox.claude.faults import (
     CallLog,
     PoisonBook,
@@ -27,7 +28,8 @@ from sandbox.claude.faults import (
 )
 from sandbox.claude.followups import check_reply, schedule_reply
 from sandbox.claude.items import analysis_reply, propose_reply
-from sandbox.claude.recall import note_reply, recall_reply
+from sandbox.claude.memory import memory_reply
+from sandbox.claude.recall import recall_reply
 from sandbox.claude.triage import triage_reply
 from sandbox.faults import Fault, FaultBook, FaultProfile
 from sandbox.server import (
@@ -302,7 +304,8 @@ class ClaudeStandin(LoopbackServer):
             responder = self._responder
         answer: Answer = wire.compression_reply(body) or (
             responder(body) if responder else (check_reply(body) or triage_reply(body) or analysis_reply(body)
-                                               or schedule_reply(body) or propose_reply(body) or note_reply(body)
+                                               or dream_reply(body) or memory_reply(body)
+                                               or schedule_reply(body) or propose_reply(body)
                                                or recall_reply(body) or document_reply(body)
                                                or wire.default_reply(body)))
         if body["max_tokens"] == 0:

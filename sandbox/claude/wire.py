@@ -79,7 +79,33 @@ def validate(body: Any, *, needs_max_tokens: bool = True) -> dict[str, Any]:
             raise _invalid("max_tokens: field required and must be an integer >= 0")
     _check_messages(body.get("messages"))
     _check_system(body.get("system"))
+    _check_tools(body.get("tools"))
     return body
+
+
+# Anthropic-defined tools the API accepts by type (the client runs them: the memory tool's commands come back as
+# tool_use blocks named after the tool); a custom tool needs a name and an input_schema.
+CLIENT_TOOL_TYPES = {"memory_20250818": "memory"}
+
+
+def _check_tools(tools: Any) -> None:
+    if tools is None:
+        return
+    if not isinstance(tools, list):
+        raise _invalid("tools: must be a list")
+    names = []
+    for n, tool in enumerate(tools):
+        if not isinstance(tool, dict) or not isinstance(tool.get("name"), str):
+            raise _invalid(f"tools.{n}: each tool needs a name")
+        kind = tool.get("type")
+        if kind in CLIENT_TOOL_TYPES:
+            if tool["name"] != CLIENT_TOOL_TYPES[kind]:
+                raise _invalid(f"tools.{n}.name: the {kind} tool must be named {CLIENT_TOOL_TYPES[kind]!r}")
+        elif kind not in (None, "custom") or not isinstance(tool.get("input_schema"), dict):
+            raise _invalid(f"tools.{n}: input_schema: field required")
+        names.append(tool["name"])
+    if len(names) != len(set(names)):
+        raise _invalid("tools: tool names must be unique")
 
 
 def block_text(content: Any) -> str:

@@ -70,7 +70,7 @@ def register_control(app: Flask, emu: Any) -> None:
         body = control_body()
         return emu.add_chat(
             body["chat_id"], body.get("chat_mode", "group"), body.get("group_message_type", "chat"),
-            body.get("name", ""), members=body.get("members"),
+            body.get("name", ""), members=body.get("members"), owner=body.get("owner", ""),
         )
 
     def set_members() -> dict[str, Any]:

@@ -123,10 +123,10 @@ class FeishuEmulator(Controls, DocControls, CardKitControls, ItemsApi, LoopbackS
 
     def add_chat(
         self, chat_id: str, chat_mode: str = "group", group_message_type: str = "chat", name: str = "",
-        members: list[str] | None = None,
+        members: list[str] | None = None, owner: str = "",
     ) -> dict[str, Any]:
-        """Register a chat; `members` (open_ids) are what GET chat members lists."""
-        chat = self.store.add_chat(chat_id, chat_mode, group_message_type, name)
+        """Register a chat; `members` (open_ids) are what GET chat members lists, `owner` what GET chat names."""
+        chat = self.store.add_chat(chat_id, chat_mode, group_message_type, name, owner)
         if members is not None:
             self.store.set_members(chat_id, members)
         return chat

@@ -275,6 +275,7 @@ OP_SCOPES: dict[str, tuple[str, ...]] = {
     "get": ("im:message:readonly", "im:message"),
     "list": READ_MESSAGES,
     "chat_members": ("im:chat.members:read", "im:chat:readonly", "im:chat"),
+    "chat": ("im:chat.group_info:readonly", "im:chat:readonly", "im:chat"),  # 获取群信息
     "drive_subscribe": ("bitable:app", "drive:drive"),
     # documents: each API reference's "权限要求" list (sandbox/documents/api.py names the pages)
     "doc_meta": ("docx:document:readonly", "docx:document"),

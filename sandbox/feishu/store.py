@@ -116,9 +116,12 @@ class FeishuStore(CardsAndPeople, MessageReads, Reactions):
     # -- chats --------------------------------------------------------------------------------------
 
     def add_chat(
-        self, chat_id: str, chat_mode: str = "group", group_message_type: str = "chat", name: str = ""
+        self, chat_id: str, chat_mode: str = "group", group_message_type: str = "chat", name: str = "",
+        owner: str = "",
     ) -> dict[str, Any]:
         chat: dict[str, Any] = {"chat_id": chat_id, "name": name or chat_id, "chat_mode": chat_mode}
+        if owner and chat_mode != "p2p":  # GET chat answers owner_id in the user_id_type asked (open_id here)
+            chat.update(owner_id=owner, owner_id_type="open_id")
         if chat_mode == "group":
             chat.update(group_message_type=group_message_type, chat_type="private")
         chat.update(tenant_key=TENANT_KEY, external=False, description="", avatar="", chat_status="normal")
