@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from dataclasses import dataclass
 
 from core.texts import say
@@ -59,7 +58,7 @@ def list_memory(c: Call) -> Said:
     if not found:
         return Said(say("memory_none", m.text))
     lines = [say("memory_line", m.text, n=n, whose=whose(e.scope, m.sender_id, m.text), path=e.file.path,
-                 first=e.file.first_line[:FIRST_CHARS], updated=time.strftime("%m-%d", time.localtime(e.file.at)))
+                 first=e.file.first_line[:FIRST_CHARS], updated=store_of(c.rt).stamp(e.file.at, "%m-%d"))
              for n, e in enumerate(found, start=1)]
     logs = [line for s in sorted(g.read) for line in store_of(c.rt).log(s)[:2]]
     text = say("memory_list", m.text, n=len(found), lines="\n".join(lines))

@@ -12,7 +12,6 @@ from __future__ import annotations
 import html
 import json
 import logging
-import time
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
@@ -72,7 +71,7 @@ def run(c: Call) -> str:
     scope = Scope.parse(str(json.loads(c.message.content)["scope"]))
     rt = c.rt
     store = store_of(rt)
-    started, version = time.time(), store.version(scope)
+    started, version = rt.clock.now(), store.version(scope)
     original = store.files(scope)
     staged = Staged(store, scope, original)
     tool = ScopedMemory(staged, Grant(frozenset({scope}), frozenset({scope}), {}), "consolidation")
@@ -80,7 +79,7 @@ def run(c: Call) -> str:
     changes = staged.diff()
     if not changes:
         return _done(rt, scope, started, "nothing to change")
-    line = f"{time.strftime('%m-%d %H:%M')} 整理记忆：{summary[:120]}"
+    line = f"{store.stamp()} 整理记忆：{summary[:120]}"
 
     def apply(current: Mapping[str, File]) -> dict[str, str | None]:
         if store.version(scope) != version or dict(current) != original:
@@ -88,10 +87,10 @@ def run(c: Call) -> str:
         return changes
 
     try:
-        store.change(scope, "consolidation", "consolidation", apply, log=line)
+        store.change(scope, "consolidation", "consolidation", apply, log=line, consolidated=True)
     except (Conflict, MemoryFull) as exc:  # all or nothing: the run is tried again from the current files
         raise Retryable(str(exc), source="memory", code="changed") from exc
-    return _done(rt, scope, started, f"{len(changes)} file(s) changed")
+    return _done(rt, scope, started, f"{len(changes)} file(s) changed")  # (already out of the changed set)
 
 
 def _talk(rt: Runtime, scope: Scope, files: Mapping[str, File], tool: ScopedMemory) -> str:
@@ -124,7 +123,7 @@ def _request(rt: Runtime, scope: Scope, files: Mapping[str, File]) -> str:
 
 def _recent(rt: Runtime, scope: Scope) -> str:
     """The tails of the routes this scope was loaded in over the last day (as data)."""
-    since = time.time() - 86400
+    since = rt.clock.now() - 86400
     routes = [str(x) for x in rt.state.zrevrangebyscore(rt.keys.memory_routes(scope.name), "+inf", since,
                                                         start=0, num=ROUTES_SHOWN)]
     out = []
@@ -174,7 +173,7 @@ class Staged:
             if text is None:
                 self.current.pop(path, None)
             else:
-                self.current[path] = File(path, text, by, time.time(), 0)
+                self.current[path] = File(path, text, by, self.store.clock(), 0)
         if len(self.current) > self.caps.files or sum(len(f.text) for f in self.current.values()) > self.caps.chars:
             raise MemoryFull(f"{scope.root} would pass its caps")
         return changes

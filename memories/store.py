@@ -13,6 +13,7 @@ import random
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import datetime, tzinfo
 from typing import Any
 
 import redis
@@ -54,7 +55,8 @@ class Caps:
 
 
 # KEYS: files, meta, undo, changed, log, scopes   ARGV: expected version, now, by, what, max files, max chars,
-#       undo kept ('0' = an undo: pop instead of push), scope name, log line, n, then n × (path, json or '', chars)
+#       undo kept ('0' = an undo: pop instead of push), scope name, log line, n, consolidated ('1': the scope leaves
+#       the changed set instead of entering it), then n × (path, json or '', chars)
 # → new version; -1 the version moved (read again); -2 too many files; -3 too many characters
 _APPLY = """
 local version = tonumber(redis.call('HGET', KEYS[2], 'version') or '0')
@@ -64,7 +66,7 @@ local chars = tonumber(redis.call('HGET', KEYS[2], 'chars') or '0')
 local n = tonumber(ARGV[10])
 local before = {}
 for i = 0, n - 1 do
-  local path, new, len = ARGV[11 + 3 * i], ARGV[12 + 3 * i], tonumber(ARGV[13 + 3 * i])
+  local path, new, len = ARGV[12 + 3 * i], ARGV[13 + 3 * i], tonumber(ARGV[14 + 3 * i])
   local old = redis.call('HGET', KEYS[1], path)
   if old then
     chars = chars - tonumber(cjson.decode(old).chars or 0)
@@ -78,7 +80,7 @@ end
 if files > tonumber(ARGV[5]) then return -2 end
 if chars > tonumber(ARGV[6]) then return -3 end
 for i = 0, n - 1 do
-  local path, new = ARGV[11 + 3 * i], ARGV[12 + 3 * i]
+  local path, new = ARGV[12 + 3 * i], ARGV[13 + 3 * i]
   if new == '' then redis.call('HDEL', KEYS[1], path) else redis.call('HSET', KEYS[1], path, new) end
 end
 if tonumber(ARGV[7]) > 0 then
@@ -90,7 +92,11 @@ else
 end
 version = version + 1
 redis.call('HSET', KEYS[2], 'version', version, 'chars', chars, 'updated_at', ARGV[2], 'updated_by', ARGV[3])
-redis.call('ZADD', KEYS[4], ARGV[2], ARGV[8])
+if ARGV[11] == '1' then
+  redis.call('ZREM', KEYS[4], ARGV[8])  -- what it read was the scope's latest version: nothing is left to tidy
+else
+  redis.call('ZADD', KEYS[4], ARGV[2], ARGV[8])
+end
 redis.call('ZADD', KEYS[6], ARGV[2], ARGV[8])
 if ARGV[9] ~= '' then
   redis.call('LPUSH', KEYS[5], ARGV[9])
@@ -101,9 +107,15 @@ return version
 
 
 class Memories:
-    def __init__(self, r: redis.Redis, keys: Keys, caps: Caps) -> None:
-        self.r, self.k, self.caps = r, keys, caps
+    def __init__(self, r: redis.Redis, keys: Keys, caps: Caps, clock: Callable[[], float] = time.time,
+                 tz: tzinfo | None = None) -> None:
+        """clock and tz: the service's (a pinned clock stamps files, the changelog and consolidation slots alike)."""
+        self.r, self.k, self.caps, self.clock, self.tz = r, keys, caps, clock, tz
         self._apply = r.register_script(_APPLY)
+
+    def stamp(self, at: float | None = None, fmt: str = "%m-%d %H:%M") -> str:
+        """A time as people here read it (now by default)."""
+        return datetime.fromtimestamp(self.clock() if at is None else at, self.tz).strftime(fmt)
 
     # -- reading ----------------------------------------------------------------------------------------------
 
@@ -136,9 +148,10 @@ class Memories:
     # -- writing ----------------------------------------------------------------------------------------------
 
     def change(self, scope: Scope, by: str, what: str, edit: Callable[[Mapping[str, File]], Mapping[str, str | None]],
-               *, log: str = "") -> dict[str, str | None]:
+               *, log: str = "", consolidated: bool = False) -> dict[str, str | None]:
         """Apply `edit` (current files → {path: new text, or None to delete}) atomically against the version it read;
-        read again and retry when another writer got there first. Raises MemoryFull or whatever `edit` raises."""
+        read again and retry when another writer got there first. Raises MemoryFull or whatever `edit` raises.
+        consolidated: the change is a consolidation's, so the scope needs none until someone changes it again."""
         for _ in range(RETRIES):
             version = self.version(scope)
             current = self.files(scope)
@@ -149,7 +162,7 @@ class Memories:
                                      f"most {self.caps.file_chars}. Keep it shorter or split it.")
             if not changes:
                 return changes
-            result = self._write(scope, version, by, what, changes, log, undo=True)
+            result = self._write(scope, version, by, what, changes, log, undo=True, consolidated=consolidated)
             if result >= 0:
                 return changes
             if result == -1:
@@ -170,7 +183,7 @@ class Memories:
             for path, old in record["changes"]:
                 changes[str(path)] = json.loads(old)["text"] if old else None
             result = self._write(scope, version, by, f"undo: {record.get('what', '')}", changes,
-                                 f"{_stamp()} 撤销了：{record.get('what', '')}", undo=False)
+                                 f"{self.stamp()} 撤销了：{record.get('what', '')}", undo=False)
             if result >= 0:
                 return str(record.get("what") or "")
             if result != -1:
@@ -179,8 +192,8 @@ class Memories:
         raise Conflict(f"{scope.root} kept changing; try again")
 
     def _write(self, scope: Scope, version: int, by: str, what: str, changes: Mapping[str, str | None], log: str,
-               *, undo: bool) -> int:
-        now = time.time()
+               *, undo: bool, consolidated: bool = False) -> int:
+        now = self.clock()
         args: list[Any] = []
         for path, text in changes.items():
             if text is None:
@@ -192,7 +205,8 @@ class Memories:
         keys = [k.memory_files(scope.name), k.memory_meta(scope.name), k.memory_undo(scope.name), k.memory_changed,
                 k.memory_log(scope.name), k.memory_scopes]
         return int(self._apply(keys, [version, repr(now), by, what[:200], self.caps.files, self.caps.chars,
-                                      UNDO_KEPT if undo else 0, scope.name, log, len(changes), *args]))
+                                      UNDO_KEPT if undo else 0, scope.name, log, len(changes),
+                                      "1" if consolidated else "0", *args]))
 
     def _full(self, scope: Scope, code: int) -> str:
         if code == -2:
@@ -211,6 +225,3 @@ def _file(path: str, raw: Any) -> File:
 def _pause() -> None:
     time.sleep(random.uniform(0.001, 0.02))
 
-
-def _stamp() -> str:
-    return time.strftime("%m-%d %H:%M")

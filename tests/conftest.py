@@ -65,7 +65,10 @@ def workdir() -> Iterator[Path]:
     path = Path(tempfile.mkdtemp(prefix="fb-"))
     (path / ".env").write_text(POISONED_DOTENV)
     yield path
-    shutil.rmtree(path, ignore_errors=True)
+    if os.environ.get("KEEP_WORKDIR"):  # service logs of a failed run: KEEP_WORKDIR=1 make test
+        print(f"\nworkdir kept: {path}")
+    else:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -25,6 +25,7 @@ from sandbox.claude.recall import _results
 from sandbox.claude.wire import block_text, stable_hash
 
 TOOL = "memory"
+ERROR = "\x00error: "  # how _turn marks a tool result the service flagged is_error
 _MESSAGE = re.compile(r'<message sender="([^"]*)" message_id="([^"]*)"[^>]*>\n?(.*?)\n?</message>', re.DOTALL)
 _NOW = re.compile(r"<now>(\d{4})-(\d\d)-(\d\d)T")
 _SCOPE = re.compile(r"/memories/(people|chats|items)/([A-Za-z0-9_-]+)/")
@@ -51,21 +52,23 @@ def memory_reply(body: dict[str, Any]) -> list[dict[str, Any]] | str | None:
         calls = _writes(wanted, results[0], question)
         return _calls(body, calls, "我来记下。") if calls else "这些我没法记下来。"
     writes = results[1:]
-    refused = [r for r in writes if r.startswith(("Access denied", "Path", "Cannot", "No replacement", "File"))
-               and "successfully" not in r]
+    refused = [r for r in writes if r.startswith(ERROR)]
     if refused and len(refused) == len(writes):
-        return "没能记下：" + refused[0]
-    return "好的，记住了。" + ("（有一部分没能记下：" + refused[0] + "）" if refused else "")
+        return "没能记下：" + refused[0][len(ERROR):]
+    return "好的，记住了。" + ("（有一部分没能记下：" + refused[0][len(ERROR):] + "）" if refused else "")
 
 
 def _turn(messages: list[dict[str, Any]]) -> tuple[str, list[str]]:
-    """(the user's turn as text, the tool results of this turn so far, oldest first)."""
+    """(the user's turn as text, the tool results of this turn so far, oldest first; a result the service marked
+    is_error starts with ERROR, as a model reads the flag)."""
     results: list[str] = []
     for message in reversed(messages):
         found = _results(message)
         if message.get("role") == "user" and not found:
             return block_text(message.get("content") or ""), results
-        results = found + results
+        errors = [isinstance(b, dict) and b.get("type") == "tool_result" and bool(b.get("is_error"))
+                  for b in message.get("content") or [] if isinstance(b, dict) and b.get("type") == "tool_result"]
+        results = [ERROR + r if bad else r for r, bad in zip(found, errors, strict=True)] + results
     return "", results
 
 
