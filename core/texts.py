@@ -90,6 +90,12 @@ TEXTS = {
         "zh": "（记忆已更新：{what}）",
         "en": "(Memory updated: {what})",
     },
+    "memory_refused_team_owner_unknown": {
+        "zh": "（没有记入团队记忆：暂时查不到群主（应用缺少群信息权限 im:chat.group_info:readonly，或飞书没有响应），"
+              "目前只有记忆管理员（MEMORY_ADMINS）可以修改。）",
+        "en": "(Not kept in the team's memory: the chat's owner could not be looked up (the app lacks the group-info "
+              "scope, or Feishu did not answer), so only a memory admin (MEMORY_ADMINS) may change it now.)",
+    },
     "memory_refused_team": {
         "zh": "（没有记入团队记忆：只有群主或记忆管理员（MEMORY_ADMINS）可以修改团队的记忆。）",
         "en": "(Not kept in the team's memory: only the chat's owner or a memory admin (MEMORY_ADMINS) may change it.)",

@@ -1,5 +1,5 @@
-"""The admin API (`/admin/api/*`, Bearer ADMIN_TOKEN): dead letters, route state, items, timers. Redis only, as all
-web code.
+"""The admin API (`/admin/api/*`, Bearer ADMIN_TOKEN): dead letters, route state, items, timers, memory scopes. Redis
+only, as all web code.
 
 Without ADMIN_TOKEN every admin path answers 404, as if it did not exist. The token is compared in
 constant time; a missing or wrong one gets 401.
@@ -15,6 +15,8 @@ from typing import Any
 from flask import Blueprint, Response, current_app, jsonify, request
 
 from jobs import deadletter
+from memories.part import store_of
+from memories.paths import PathError, Scope
 from memory.sessions import Sessions
 from runs.runtime import Runtime
 
@@ -134,6 +136,79 @@ def cancel_timer(timer_id: str) -> tuple[Response, int]:
         return jsonify(id=timer_id, result="not-pending", state=(rt.timers.get(timer_id) or t).state), 409
     rt.state.hincrby(rt.keys.metrics, "timers_cancelled|admin", 1)
     return jsonify(id=timer_id, result="cancelled"), 200
+
+
+@bp.get("/memory")
+@guarded
+def list_memory_scopes() -> tuple[Response, int]:
+    """Every scope ever written, newest change first (`?offset=&limit=` to page)."""
+    try:
+        offset = max(0, int(request.args.get("offset", 0)))
+        limit = min(500, max(1, int(request.args.get("limit", 100))))
+    except ValueError:
+        return jsonify(error="offset and limit must be whole numbers"), 400
+    scopes = store_of(_runtime()).scopes(offset, limit)
+    return jsonify(count=len(scopes), scopes=[{"scope": name, "changed_at": at} for name, at in scopes],
+                   show="GET /admin/api/memory/<kind>/<id>"), 200
+
+
+@bp.get("/memory/<kind>/<ident>")
+@guarded
+def show_memory(kind: str, ident: str) -> tuple[Response, int]:
+    """A scope's files (path, text, author, at, version), its version, changelog and how many undos it holds."""
+    scope, error = _scope(kind, ident)
+    if scope is None:
+        return error
+    store = store_of(_runtime())
+    version = store.version(scope)
+    if not version:
+        return jsonify(error=f"nothing was ever remembered in {scope.name}"), 404
+    files = [{"path": f.path, "text": f.text, "author": f.author, "at": f.at, "version": f.version}
+             for f in sorted(store.files(scope).values(), key=lambda f: f.path)]
+    return jsonify(scope=scope.name, version=version, files=files, log=store.log(scope),
+                   undoable=store.undoable(scope),
+                   delete=f"DELETE /admin/api/memory/{scope.name}[?path=<file>]",
+                   undo=f"POST /admin/api/memory/{scope.name}/undo"), 200
+
+
+@bp.delete("/memory/<kind>/<ident>")
+@guarded
+def delete_memory(kind: str, ident: str) -> tuple[Response, int]:
+    """Every file of the scope, or the one `?path=` names; undoable like any change. 404 when there was nothing."""
+    scope, error = _scope(kind, ident)
+    if scope is None:
+        return error
+    path = request.args.get("path", "")
+    store = store_of(_runtime())
+
+    def edit(files: Any) -> dict[str, str | None]:
+        return {path: None} if path and path in files else ({} if path else dict.fromkeys(files))
+
+    gone = store.change(scope, "admin", f"{path or 'all files'} deleted by an admin", edit,
+                        log=f"{store.stamp()} 管理员删除了：{path or '全部文件'}")
+    if not gone:
+        return jsonify(error=f"no {path or 'files'} in {scope.name}"), 404
+    return jsonify(scope=scope.name, deleted=sorted(gone), version=store.version(scope)), 200
+
+
+@bp.post("/memory/<kind>/<ident>/undo")
+@guarded
+def undo_memory(kind: str, ident: str) -> tuple[Response, int]:
+    """Restores the files the scope's newest change touched; 409 when there is nothing to undo."""
+    scope, error = _scope(kind, ident)
+    if scope is None:
+        return error
+    what = store_of(_runtime()).undo(scope, "admin")
+    if what is None:
+        return jsonify(error=f"nothing to undo in {scope.name}"), 409
+    return jsonify(scope=scope.name, undone=what), 200
+
+
+def _scope(kind: str, ident: str) -> tuple[Scope | None, tuple[Response, int]]:
+    try:
+        return Scope.parse(f"{kind}/{ident}"), (jsonify(), 200)
+    except PathError as exc:
+        return None, (jsonify(error=f"{exc} (kinds: people/<open_id>, chats/<chat_id>, items/<item_id>)"), 400)
 
 
 def _lease_state(value: str | None) -> str:

@@ -35,8 +35,9 @@ def store_of(rt: Runtime) -> Memories:
                     clock=rt.clock.now, tz=rt.settings.tz)
 
 
-def chat_owner(rt: Runtime, chat_id: str) -> str:
-    """The group's owner (GET chat), cached OWNER_CACHE_S; "" when unknown (no scope, Feishu down: nobody counts)."""
+def chat_owner(rt: Runtime, chat_id: str) -> str | None:
+    """The group's owner (GET chat), cached OWNER_CACHE_S; None when unknown (no scope, Feishu down: nobody counts,
+    and nothing is cached, so a granted scope counts at once)."""
     key = rt.keys.chat_owner(chat_id)
     cached = rt.state.get(key)
     if cached is not None:
@@ -46,7 +47,7 @@ def chat_owner(rt: Runtime, chat_id: str) -> str:
     except AdapterError as exc:
         log.warning("chat owner unknown: only MEMORY_ADMINS change its memory", extra={"reason": chat_id,
                                                                                         "error": str(exc)})
-        return ""
+        return None
     rt.state.set(key, owner, ex=OWNER_CACHE_S)
     return owner
 
@@ -54,10 +55,11 @@ def chat_owner(rt: Runtime, chat_id: str) -> str:
 def grant_of(rt: Runtime, senders: list[str], chat_id: str, chat_type: str, item_id: str) -> Grant:
     admins = set(rt.settings.memory.admins)
     writers = {s for s in senders if s in admins}
+    owner: str | None = ""
     if chat_type != "p2p" and not writers and senders:
         owner = chat_owner(rt, chat_id)
         writers = {s for s in senders if s == owner}
-    return paths.grant(senders, chat_id, chat_type, item_id, chat_writers=writers)
+    return paths.grant(senders, chat_id, chat_type, item_id, chat_writers=writers, owner_known=owner is not None)
 
 
 class MemoriesPart(Part):
@@ -80,15 +82,15 @@ class MemoriesPart(Part):
         parts, index = [], []
         for scope in scopes:
             for path, f in sorted(files[scope].items()):
-                if path == LOADED[scope.kind] and len(f.text) <= LOADED_CHARS:
-                    parts.append((scope, _file_xml(scope, f, self.store)))
+                if path in LOADED[scope.kind] and len(f.text) <= LOADED_CHARS:
+                    parts.append((scope, path, _file_xml(scope, f, self.store)))
                 else:
                     index.append(_index_line(scope, f, self.store))
         out, used = [], budget.cost(NOTE) + 20
-        for scope, xml in parts:
+        for scope, path, xml in parts:
             cost = budget.cost(xml)
             if used + cost > room:
-                index.insert(0, f"- {scope.root}/{LOADED[scope.kind]} (not loaded: no room; view it)")
+                index.insert(0, f"- {scope.root}/{path} (not loaded: no room; view it)")
                 continue
             out.append(xml)
             used += cost
@@ -122,7 +124,8 @@ class MemoriesPart(Part):
                                  for s, f, _what in self.tool.changed)
             lines.append(say("memory_changed", text, what="；".join(seen)))
         if any(s.startswith("chats/") for s in self.tool.refused):
-            lines.append(say("memory_refused_team", text))
+            unknown = any(w == paths.OWNER_UNKNOWN for w in self.grant.why_not.values())
+            lines.append(say("memory_refused_team_owner_unknown" if unknown else "memory_refused_team", text))
         return "\n".join(lines)
 
     def answered(self, session_id: str) -> None:

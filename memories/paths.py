@@ -20,7 +20,8 @@ _ID = {"people": re.compile(r"^o[un]_[A-Za-z0-9_-]{1,64}$|^[A-Za-z0-9]{4,64}$"),
        "chats": re.compile(r"^oc_[A-Za-z0-9_-]{1,64}$"), "items": re.compile(r"^itm_[A-Za-z0-9_-]{1,64}$")}
 _SEGMENT = re.compile(r"^[\w\u3400-\u9fff .()-]{1,80}$")  # a file or folder name: letters, digits, CJK, . _ - ( )
 MAX_DEPTH = 4  # folders below a scope
-LOADED = {"people": "instructions.md", "chats": "instructions.md", "items": "progress.md"}  # in every request, whole
+# in every request, whole: each scope's instructions.md, and an item's progress.md
+LOADED = {"people": ("instructions.md",), "chats": ("instructions.md",), "items": ("instructions.md", "progress.md")}
 LOADED_CHARS = 2000  # so a file loaded in every request holds at most this much
 
 
@@ -118,8 +119,14 @@ class Grant:
         return scope
 
 
-def grant(senders: list[str], chat_id: str, chat_type: str, item_id: str, *, chat_writers: set[str]) -> Grant:
-    """The scopes of one batch: `chat_writers` are the senders who may write the chat's memory (its owner, admins)."""
+OWNER_UNKNOWN = ("The chat's owner could not be looked up (the app lacks the group-info scope, or Feishu did not "
+                 "answer), so only a memory admin (MEMORY_ADMINS) may change the team's memory right now.")
+
+
+def grant(senders: list[str], chat_id: str, chat_type: str, item_id: str, *, chat_writers: set[str],
+          owner_known: bool = True) -> Grant:
+    """The scopes of one batch: `chat_writers` are the senders who may write the chat's memory (its owner, admins);
+    owner_known False: the owner could not be looked up (the refusal says so)."""
     people = {Scope("people", s) for s in senders if s and _ID["people"].match(s)}
     read, write = set(people), set(people)
     why: dict[Scope, str] = {}
@@ -129,7 +136,8 @@ def grant(senders: list[str], chat_id: str, chat_type: str, item_id: str, *, cha
         if chat_writers:
             write.add(chat)
         else:
-            why[chat] = "Only the chat's owner or a memory admin (MEMORY_ADMINS) may change the team's memory."
+            why[chat] = ("Only the chat's owner or a memory admin (MEMORY_ADMINS) may change the team's memory."
+                         if owner_known else OWNER_UNKNOWN)
     if item_id and _ID["items"].match(item_id):
         item = Scope("items", item_id)
         read.add(item)

@@ -178,10 +178,11 @@ class ScopedMemory(BetaAbstractMemoryTool):
     def _change(self, scope: Scope, file: str, what: str, edit: Any) -> None:
         def checked(files: Mapping[str, File]) -> Mapping[str, str | None]:
             changes = edit(files)
-            loaded = changes.get(LOADED[scope.kind])
-            if loaded is not None and len(loaded) > LOADED_CHARS:
-                raise ToolError(f"{scope.root}/{LOADED[scope.kind]} is loaded in every request: keep it under "
-                                f"{LOADED_CHARS} characters (it would hold {len(loaded)}); put the rest elsewhere")
+            for name in LOADED[scope.kind]:
+                loaded = changes.get(name)
+                if loaded is not None and len(loaded) > LOADED_CHARS:
+                    raise ToolError(f"{scope.root}/{name} is loaded in every request: keep it under "
+                                    f"{LOADED_CHARS} characters (it would hold {len(loaded)}); put the rest elsewhere")
             return changes
 
         self.store.change(scope, self.by, f"{file} {what}", checked)

@@ -135,3 +135,42 @@ def test_the_tool_reads_and_writes_only_within_the_grant(store: Memories) -> Non
     assert not err and store.file(ITEM, "progress.md").text == "已确认：月底\n待查：索引"  # type: ignore[union-attr]
     assert [c[1] for c in tool.changed] == ["instructions.md", "instructions.md", "progress.md", "progress.md"]
     assert store.file(BOB, "instructions.md").text == "Bob 的秘密偏好"  # type: ignore[union-attr]
+
+
+# -- moving the retired save_note notes in (memories/migrate.py) ---------------------------------------------------
+
+def test_old_notes_move_into_their_scopes_once_and_the_deployment_wide_ones_stay(r: redis.Redis) -> None:
+    from memories.migrate import PREFIX, migrate
+    from memory.notes import Notes
+
+    keys = Keys(unique("mig"))
+    store = Memories(r, keys, Caps(files=20, chars=100_000, file_chars=120))
+    notes = Notes(r, keys)
+    group_rk, dm_rk = f"feishu:{keys.profile}:group:oc_team:ou_a", f"feishu:{keys.profile}:p2p:oc_dm"
+    for n in range(4):
+        notes.save("chat:oc_team", f"群里的第{n}条：发版窗口是周四下午，需要提前一天在群里报备", by="ou_a",
+                   route_key=group_rk)
+    notes.save("chat:oc_dm", "我的周报发给王经理", by="ou_dm", route_key=dm_rk)
+    notes.save("user:ou_u", "偏好表格形式", by="ou_u", route_key=dm_rk)
+    notes.save("all", "全公司的约定", by="ou_a", route_key=group_rk)
+    dry = migrate(r, keys, store, None, dry_run=True)
+    assert any("dry run" in line for line in dry) and not store.scopes()
+    said = migrate(r, keys, store, None, dry_run=False)
+    team = store.files(CHAT)
+    assert len(team) >= 2 and all(p.startswith(PREFIX) and len(f.text) <= 120 for p, f in team.items())
+    shown = "\n".join(f.text for _, f in sorted(team.items()))
+    assert [shown.count(f"第{n}条") for n in range(4)] == [1, 1, 1, 1] and shown.index("第0条") < shown.index("第3条")
+    assert "王经理" in store.files(Scope("people", "ou_dm"))[f"{PREFIX}1.md"].text  # a private chat's: its person's
+    assert "表格" in store.files(Scope("people", "ou_u"))[f"{PREFIX}1.md"].text
+    assert any("全公司的约定" in line and "TEAM_NOTES_FILE" in line for line in said)
+    assert notes.newest("chat:oc_team") == [] and [n["text"] for n in notes.newest("all")] == ["全公司的约定"]
+    version = store.version(CHAT)
+    again = migrate(r, keys, store, None, dry_run=False)  # nothing left to move: nothing doubles
+    assert store.version(CHAT) == version and not any("oc_team" in line for line in again)
+    # a crash after the write and before the delete: the next run writes the same files, no note twice
+    notes.save("chat:oc_team2", "崩溃前写入的", by="ou_a", route_key=group_rk)
+    two = Scope("chats", "oc_team2")
+    migrate(r, keys, store, None, dry_run=False)
+    notes.save("chat:oc_team2", "崩溃前写入的", by="ou_a", route_key=group_rk)  # as if the delete never happened
+    migrate(r, keys, store, None, dry_run=False)
+    assert [f.text.count("崩溃前写入的") for f in store.files(two).values()] == [1]

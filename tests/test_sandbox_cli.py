@@ -49,7 +49,8 @@ def cli(rig: tuple[WebServer, Keys, dict[str, str]], feishu: Any, monkeypatch: p
 
     def run(*args: str) -> tuple[int, str]:
         capsys.readouterr()
-        code = main([*args, "--url", f"{web.url}/feishu/events"] if args[0] not in ("records", "clock") else list(args))
+        local = args[0] in ("records", "clock", "memory")  # commands that do not post to the webhook
+        code = main(list(args) if local else [*args, "--url", f"{web.url}/feishu/events"])
         return code, capsys.readouterr().out
 
     return run
@@ -108,3 +109,18 @@ def test_a_followup_set_with_say_is_watched_firing_with_clock(rig, cli, r) -> No
     assert re.search(r"bot \[" + chat + r"\]: .*提醒：看报表", out), out
     code, out = cli("clock", "reset", "--wait", "0")
     assert code == 0 and "offset +0 s" in out
+
+
+def test_memory_prints_what_a_person_asked_to_be_remembered(rig, cli) -> None:
+    """Issue 25: `python -m sandbox memory people/<open_id>` prints the scope; a bad name gets a clear error."""
+    user, chat = unique("ou_cli_mem"), unique("oc_cli_mem")
+    code, out = cli("say", "以后回答我先给结论", "--chat", chat, "--user", user, "--wait", "30")
+    assert code == 0 and "记忆已更新" in out, out
+    code, out = cli("memory", f"people/{user}")
+    assert code == 0 and "── instructions.md" in out and "先给结论" in out and f"({user}," in out, out
+    code, out = cli("memory")
+    assert code == 0 and f"people/{user}" in out
+    code, out = cli("memory", "people/../chats")
+    assert code == 2 and "people/<open_id>" in out
+    code, out = cli("memory", f"people/{unique('ou_nobody')}")
+    assert code == 0 and "nothing remembered" in out

@@ -18,6 +18,7 @@ from sandbox.claude.standin import ClaudeStandin
 from sandbox.cli import clock as cli_clock
 from sandbox.cli import docs as cli_docs
 from sandbox.cli import items as cli_items
+from sandbox.cli import memory as cli_memory
 from sandbox.cli import records as cli_records
 from sandbox.cli.wire import (
     HTTP_TIMEOUT,
@@ -277,6 +278,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_records.add_commands(sub)
     cli_docs.add_commands(sub)
     cli_clock.add_commands(sub)
+    cli_memory.add_commands(sub)
     return parser
 
 
