@@ -29,13 +29,15 @@ TZ = ZoneInfo("Asia/Shanghai")
 MONDAY_9 = datetime(2026, 11, 30, 9, 0, tzinfo=TZ)
 AT_BOT = [mention(BOT_OPEN_ID, "助手")]
 CAPS = Caps(files=20, chars=100_000, file_chars=8000)
+DIGEST_CHAT = unique("oc_mem_digest")
 
 
 @pytest.fixture(scope="module")
 def stack(env: dict[str, str], workdir: Path, feishu: Any) -> Iterator[OwnStack]:
     s = OwnStack.with_items(env, workdir, feishu, "mem", clock=MONDAY_9, WORKER_CONCURRENCY="3",
                             ADMIN_TOKEN="mem-admin", MEMORY_ADMINS="ou_memadmin", TIMER_CHECK_SECONDS="0.2",
-                            RUN_RETRY_DELAYS="1,1,1", DEAD_LETTER_AFTER="2", CONTEXT_BUDGET_TOKENS="6000")
+                            RUN_RETRY_DELAYS="1,1,1", DEAD_LETTER_AFTER="2", CONTEXT_BUDGET_TOKENS="6000",
+                            DIGEST_CHATS=DIGEST_CHAT, DIGEST_CRON="0 8 * * *")
     yield s
     s.stop()
 
@@ -153,6 +155,18 @@ def test_a_reminder_fired_yesterday_is_known_as_told_today(stack, feishu, claude
     ask(stack, feishu, "ou_told", "月报的事你还记得吗（today）", **where)
     sent = request_of(claude, "today")
     assert "已提醒过：提醒：交月报" in sent and "<wake_up kind=\\\"followup\\\"" in sent
+
+
+def test_a_digest_posted_this_morning_is_known_in_the_chats_routes(stack, feishu, claude, r) -> None:
+    feishu.add_chat(DIGEST_CHAT)
+    feishu.add_record(APP, TABLE, {"标题": "导出报表超时", "来源群": [{"id": DIGEST_CHAT}], "状态": "待处理"})
+    stack.set_clock(r, datetime(2026, 12, 15, 7, 59, 55, tzinfo=TZ))
+    wait_for(lambda: [m for m in feishu.bot_messages(DIGEST_CHAT) if m["msg_type"] == "interactive"], 30,
+             what="the digest card")
+    stack.set_clock(r, datetime(2026, 12, 15, 9, 0, tzinfo=TZ))
+    ask(stack, feishu, "ou_reader", "早上那条汇总里有什么（after-digest）", chat_id=DIGEST_CHAT, chat_type="group")
+    sent = request_of(claude, "after-digest")
+    assert "已发过待办汇总" in sent and "导出报表超时" in sent and "you (the assistant), posted unasked" in sent
 
 
 # -- 5. /memory, /forget, /memory undo, and /reset keeps memory ----------------------------------------------------

@@ -8,11 +8,13 @@ that id (the outbox ledger, then Feishu's uuid window), so a rerun or a second s
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime
 
 from core import metrics
+from memory import related
 from memory.timer import Timer
 from runs.runtime import Runtime
 from timers.digest import DigestRow, digest_card, open_items
@@ -36,6 +38,10 @@ def run_digest(rt: Runtime, rk: str, t: Timer, batch_id: str, fence: Callable[[]
     label = datetime.fromtimestamp(t.due, s.tz).strftime("%m月%d日 %H:%M")
     card = digest_card(rows, now_ms=int(now * 1000), tz=s.tz, date_label=label)
     message_id = rt.outbox.post_card(rk, f"digest-{t.id}", t.chat_id, card, fence=fence)
+    titles = "；".join(r.title[:40] for r in rows[:10]) + ("…" if len(rows) > 10 else "")
+    related.keep_own(rt.state, rt.keys, t.chat_id, message_id,
+                     f"已发过待办汇总（{label}，{len(rows)} 个未结事项）：{titles}",
+                     time.time())  # real time, as Feishu stamps the messages it is shown among
     return _done(rt, rk, t, f"posted {message_id} with {len(rows)} open items", "posted")
 
 
