@@ -43,6 +43,9 @@ COUNTERS = {
     "digests": ("digests_total", "Digest runs, by outcome (posted / empty / skipped)", ("outcome",)),
     "triage": ("triage_decisions_total", "Quiet triage decisions by kind (quiet / note / propose / capped)",
                ("decision",)),
+    "memory_writes": ("memory_writes_total", "Changes written to memory scopes, by scope kind", ("kind",)),
+    "memory_consolidations": ("memory_consolidations_total", "Consolidation runs, by outcome (changed / nothing)",
+                              ("outcome",)),
 }
 OLDEST_SAMPLE = 20
 

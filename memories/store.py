@@ -18,6 +18,7 @@ from typing import Any
 
 import redis
 
+from core import metrics
 from core.keys import Keys
 from memories.paths import Scope
 
@@ -164,6 +165,7 @@ class Memories:
                 return changes
             result = self._write(scope, version, by, what, changes, log, undo=True, consolidated=consolidated)
             if result >= 0:
+                metrics.count(self.r, self.k, "memory_writes", scope.kind)
                 return changes
             if result == -1:
                 _pause()
