@@ -86,6 +86,8 @@ class ScopedMemory(BetaAbstractMemoryTool):
         scope, where = self._writable(command.path)
 
         def edit(files: Mapping[str, File]) -> dict[str, str | None]:
+            if where.file in files and files[where.file].text == command.file_text:
+                return {}  # a retried turn creating what it already created: nothing to do, nothing doubles
             if where.file in files:
                 raise ToolError(f"File {command.path} already exists")
             return {where.file: command.file_text}
@@ -123,7 +125,10 @@ class ScopedMemory(BetaAbstractMemoryTool):
             if not 0 <= command.insert_line <= len(lines):
                 raise ToolError(f"Invalid `insert_line` parameter: {command.insert_line}. It should be within the "
                                 f"range of lines of the file: [0, {len(lines)}]")
-            lines[command.insert_line:command.insert_line] = command.insert_text.rstrip("\n").split("\n")
+            new = command.insert_text.rstrip("\n").split("\n")
+            if _holds(lines, new):
+                return {}  # already there (a retried turn inserting again): a line is remembered once
+            lines[command.insert_line:command.insert_line] = new
             return {where.file: "\n".join(lines)}
 
         self._change(scope, where.file, "edited", edit)
@@ -185,8 +190,15 @@ class ScopedMemory(BetaAbstractMemoryTool):
                                     f"{LOADED_CHARS} characters (it would hold {len(loaded)}); put the rest elsewhere")
             return changes
 
-        self.store.change(scope, self.by, f"{file} {what}", checked)
-        self.changed.append((scope.name, file, what))
+        if self.store.change(scope, self.by, f"{file} {what}", checked):
+            self.changed.append((scope.name, file, what))
+
+
+def _holds(lines: list[str], new: list[str]) -> bool:
+    """`new` (non-blank) already stands in `lines` as consecutive lines."""
+    if not any(x.strip() for x in new):
+        return False
+    return any(lines[i:i + len(new)] == new for i in range(len(lines) - len(new) + 1))
 
 
 def _numbered(path: str, text: str, view_range: list[int] | None) -> str:

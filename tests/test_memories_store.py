@@ -174,3 +174,25 @@ def test_old_notes_move_into_their_scopes_once_and_the_deployment_wide_ones_stay
     notes.save("chat:oc_team2", "崩溃前写入的", by="ou_a", route_key=group_rk)  # as if the delete never happened
     migrate(r, keys, store, None, dry_run=False)
     assert [f.text.count("崩溃前写入的") for f in store.files(two).values()] == [1]
+
+
+def test_a_retried_turn_writing_again_remembers_each_line_once_and_names_no_change(store: Memories) -> None:
+    """A turn killed after its write and before its reply runs again: the same create or insert must not double."""
+    g = grant(["ou_alice"], "oc_team", "group", "itm_0123456789ab", chat_writers=set())
+    path = "/memories/items/itm_0123456789ab/progress.md"
+    create = {"command": "create", "path": path, "file_text": "已确认：月底"}
+    insert = {"command": "insert", "path": path, "insert_line": 1, "insert_text": "待查：索引\n"}
+    for attempt in range(2):
+        tool = ScopedMemory(store, g, "ou_alice")
+        out, err = tool.run(create)
+        assert not err, out
+        assert bool(tool.changed) is (attempt == 0)  # the retry changed nothing, so its footer names nothing
+    for attempt in range(2):
+        tool = ScopedMemory(store, g, "ou_alice")
+        out, err = tool.run(insert)
+        assert not err, out
+        assert bool(tool.changed) is (attempt == 0)
+    assert store.file(ITEM, "progress.md").text == "已确认：月底\n待查：索引"  # type: ignore[union-attr]
+    assert store.version(ITEM) == 2
+    out, err = ScopedMemory(store, g, "ou_alice").run({"command": "create", "path": path, "file_text": "别的"})
+    assert err and "already exists" in out  # a different text is still refused
