@@ -538,6 +538,65 @@ MUTANTS: tuple[Mutant, ...] = (
          "            return _joined([*parts, _not_shown(len(items) - i)]), i, False"),),
         ("tests/test_recall.py::test_a_tight_request_never_gets_a_thread_page_that_shows_nothing",)),
     # (end of L)
+
+    # -- issue 25: memory that outlives sessions: M* -------------------------------------------------------------
+    Mutant("M1", "a write does not check the scope's version (last writer wins)", "memories/store.py", (
+        ("if version ~= tonumber(ARGV[1]) then return -1 end", "if false then return -1 end"),),
+        ("tests/test_memories_store.py::test_racing_writers_lose_nothing",)),
+    Mutant("M2", "a chat's memory is writable by any member", "memories/paths.py", (
+        ("        if chat_writers:\n", "        if True:\n"),),
+        ("tests/test_memories.py::test_a_team_rule_is_kept_only_from_the_owner_and_reaches_every_route_of_that_chat",
+         "tests/test_memories_store.py::test_a_batch_grants_its_senders_its_chat_to_read_and_its_item")),
+    Mutant("M3", "the tool writes any scope the path names", "memories/tool.py", (
+        ("        scope = self.grant.check(where, writing=True)\n",
+         "        scope = where.scope if where.scope is not None else self.grant.check(where, writing=True)\n"),),
+        ("tests/test_memories.py::test_nothing_a_document_quote_or_record_says_writes_another_persons_or_the_teams_memory",)),
+    Mutant("M4", "a consolidation applies its round although the scope changed meanwhile", "memories/dream.py", (
+        ("        if store.version(scope) != version or dict(current) != original:\n",
+         "        if False:\n"),),
+        ("tests/test_memories.py::test_a_write_during_a_consolidation_is_kept_and_the_consolidation_applies_on_top_of_it",)),
+    Mutant("M5", "loaded memory is not held to its budget share", "memories/part.py", (
+        ("        room = int(budget.total * self.turn.rt.settings.memory.budget_share)",
+         "        room = int(budget.total * 10)"),),
+        ("tests/test_memories.py::test_a_full_scope_stays_within_budget_loads_instructions_whole_and_indexes_the_rest",)),
+    Mutant("M6", "/reset forgets the resetter's memory", "memories/commands.py", (
+        ('    return Said(say("memory_kept_on_reset", c.message.text))',
+         '    store_of(c.rt).change(Scope("people", c.message.sender_id), "reset", "reset", dict.fromkeys)\n'
+         '    return Said(say("memory_kept_on_reset", c.message.text))'),),
+        ("tests/test_memories.py::test_memory_commands_are_visible_in_the_next_request_and_reset_keeps_memory",)),
+    Mutant("M7", "what a reminder said unasked does not enter the route's transcript", "timers/feature.py", (
+        ("        c.told.extend(told_entries(t, c.batch_id, c.rt.settings.tz))", "        pass"),),
+        ("tests/test_memories.py::test_a_reminder_fired_yesterday_is_known_as_told_today",)),
+    Mutant("M8", "a digest is not known to the chat's routes", "timers/digest_run.py", (
+        ("    related.keep_own(rt.state, rt.keys, t.chat_id, message_id,",
+         "    (lambda *a: None)(rt.state, rt.keys,"),),
+        ("tests/test_memories.py::test_a_digest_posted_this_morning_is_known_in_the_chats_routes",)),
+    Mutant("M9", "a retried turn's insert doubles the line", "memories/tool.py", (
+        ("            if _holds(lines, new):\n", "            if False:\n"),),
+        ("tests/test_memories_store.py::test_a_retried_turn_writing_again_remembers_each_line_once_and_names_no_change",)),
+    Mutant("M10", "/forget n deletes the chat's memory for a member", "memories/commands.py", (
+        ("    if e.scope not in g.write or (", "    if False and ("),),
+        ("tests/test_memories.py::test_forget_is_refused_for_the_teams_memory_unless_owner",)),
+    Mutant("M11", "a consolidation's own write keeps the scope marked as changed (consolidated every night)",
+           "memories/store.py", (
+        ("  redis.call('ZREM', KEYS[4], ARGV[8])  -- what it read",
+         "  redis.call('ZADD', KEYS[4], ARGV[2], ARGV[8])  -- "),),
+        ("tests/test_memories.py::test_consolidation_keeps_the_newer_owner_says_since_when_and_was_and_a_failed_one_changes_nothing",)),
+    Mutant("M12", "an owner who could not be looked up is reported as 'not the owner'", "memories/part.py", (
+        ("chat_writers=writers, owner_known=owner is not None)", "chat_writers=writers, owner_known=True)"),),
+        ("tests/test_memories.py::test_without_the_group_info_scope_only_a_memory_admin_changes_the_teams_memory_and_the_reply_says_why",)),
+    Mutant("M13", "an unknown owner is cached (a scope granted later counts only after the cache expires)",
+           "memories/part.py", (
+        ('                                                                                        "error": str(exc)})\n'
+         "        return None",
+         '                                                                                        "error": str(exc)})\n'
+         '        rt.state.set(key, "", ex=OWNER_CACHE_S)\n        return None'),),
+        ("tests/test_memories.py::test_without_the_group_info_scope_only_a_memory_admin_changes_the_teams_memory_and_the_reply_says_why",)),
+    Mutant("M14", "the migration deletes old notes before their scope holds them", "memories/migrate.py", (
+        ("        if moves and not kept and not dry_run and all(ok for _line, ok in moved):",
+         "        if not dry_run:"),),
+        ("tests/test_memories_store.py::test_old_notes_move_into_their_scopes_once_and_the_deployment_wide_ones_stay",)),
+    # (end of M)
 )
 
 

@@ -198,6 +198,21 @@ def test_memory_commands_are_visible_in_the_next_request_and_reset_keeps_memory(
     assert memory_of(claude, "after-all") == ""
 
 
+def test_forget_is_refused_for_the_teams_memory_unless_owner(stack, feishu, claude, r) -> None:
+    chat = unique("oc_mem_forget")
+    feishu.add_chat(chat, owner="ou_owner")
+    where = {"chat_id": chat, "chat_type": "group"}
+    team = Scope("chats", chat)
+    ask(stack, feishu, "ou_owner", "团队约定：代码评审至少两人", **where)
+    member = unique("ou_member")
+    _, listed = ask(stack, feishu, member, "/memory", **where)
+    assert listed.split("\n")[1].startswith("1. 团队的 instructions.md"), listed
+    _, text = ask(stack, feishu, member, "/forget 1", **where)
+    assert "只有群主或记忆管理员" in text and store(r, stack).file(team, "instructions.md") is not None
+    _, text = ask(stack, feishu, "ou_owner", "/forget 1", **where)
+    assert "已删除" in text and store(r, stack).file(team, "instructions.md") is None
+
+
 # -- 6. consolidation -------------------------------------------------------------------------------------------
 
 def test_consolidation_keeps_the_newer_owner_says_since_when_and_was_and_a_failed_one_changes_nothing(
@@ -225,6 +240,34 @@ def test_consolidation_keeps_the_newer_owner_says_since_when_and_was_and_a_faile
     rk = f"feishu:{stack.profile}:memory:people:ou_dream"
     wait_for(lambda: stack.dead_letters(rk), 60, what="the dead-lettered consolidation")
     assert store(r, stack).files(scope) == before
+
+
+def test_a_write_during_a_consolidation_is_kept_and_the_consolidation_applies_on_top_of_it(stack, feishu, claude,
+                                                                                            r) -> None:
+    """All or nothing: the scope changed while its consolidation asked the model, so nothing of that round is
+    applied; the run is retried from the new files and keeps the line written meanwhile."""
+    who = "ou_dream_race"
+    scope = Scope("people", who)
+    where = p2p(who)
+    stack.set_clock(r, datetime(2026, 12, 16, 9, 0, tzinfo=TZ))
+    ask(stack, feishu, who, "记住：报表负责人是张三", **where)
+    stack.set_clock(r, datetime(2026, 12, 17, 9, 0, tzinfo=TZ))
+    ask(stack, feishu, who, "记住：报表改由李四负责", **where)
+    raced: list[str] = []
+
+    def meanwhile(body: dict[str, Any]) -> None:  # another route writes while the model consolidates
+        sent = json.dumps(body, ensure_ascii=False)
+        if raced or "MEMORY CONSOLIDATION" not in sent or f"people/{who}" not in sent:
+            return
+        [path] = [p for p, f in store(r, stack).files(scope).items() if "李四" in f.text]
+        store(r, stack).change(scope, who, "meanwhile", lambda f: {path: f[path].text + "\n补充：周报也归他"})
+        raced.append(path)
+
+    claude.on_request(meanwhile)
+    stack.set_clock(r, datetime(2026, 12, 18, 3, 30, 2, tzinfo=TZ))
+    wait_for(lambda: len(store(r, stack).files(scope)) == 1, 60, what="the consolidation, retried")
+    [kept] = store(r, stack).files(scope).values()
+    assert raced and kept.text == "报表负责人：李四（自 12-17 起；原为 张三）\n补充：周报也归他", kept.text
 
 
 # -- 7. injection and other people's memory ----------------------------------------------------------------------
