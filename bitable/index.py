@@ -103,6 +103,7 @@ class Item:
     answer_message_id: str
     analysis: str  # "" | queued | done | failed
     answer_link: str = ""  # the message_app_link Feishu answered the first answer's post with
+    title: str = ""  # the record's title as the analysis wrote it (the console lists items by it)
 
     @classmethod
     def of(cls, raw: dict[str, str]) -> Item:
@@ -110,7 +111,8 @@ class Item:
                    thread_id=raw.get("thread_id", ""), root_id=raw.get("root_id", ""),
                    reporter=raw.get("reporter", ""), origin=raw.get("origin", ""),
                    created_at=float(raw.get("created_at") or 0), answer_message_id=raw.get("answer_message_id", ""),
-                   analysis=raw.get("analysis", ""), answer_link=raw.get("answer_link", ""))
+                   analysis=raw.get("analysis", ""), answer_link=raw.get("answer_link", ""),
+                   title=raw.get("title", ""))
 
 
 class Items:
@@ -207,7 +209,8 @@ class Items:
         """The admin view of an item (GET /admin/api/items/<item_id>)."""
         versions = self.versions(item.item_id)
         return {
-            "item_id": item.item_id, "record_id": item.record_id or None, "chat_id": item.chat_id,
+            "item_id": item.item_id, "title": item.title or None, "record_id": item.record_id or None,
+            "chat_id": item.chat_id,
             "thread_id": item.thread_id or None, "root_message_id": item.root_id or None,
             "reporter": item.reporter or None, "origin": item.origin, "created_at": item.created_at,
             "analysis": item.analysis or None, "session_ids": self.session_ids(item.item_id),

@@ -88,6 +88,24 @@ class Keys:
         return f"{self.prefix}:dirty"
 
     @property
+    def routes(self) -> str:
+        """ZSET route → time of its last event: every route, newest first (the console's routes page)."""
+        return f"{self.prefix}:routes"
+
+    def routes_of(self, ident: str) -> str:
+        """ZSET route → time of its last event, for one chat, person or topic id (`oc_…`, `ou_…`, `omt_…`)."""
+        return f"{self.prefix}:routes_of:{ident}"
+
+    def pool(self, host: str) -> str:
+        """HASH of one host's worker pool (size, busy, waiting, min, max), 30 s TTL, refreshed by its supervisor."""
+        return f"{self.prefix}:pool:{host}"
+
+    @property
+    def pools(self) -> str:
+        """ZSET host → last refresh of its pool status: the live pools without a SCAN."""
+        return f"{self.prefix}:pools"
+
+    @property
     def kicks(self) -> str:
         """LIST of kick records the sweeper turns into RQ drain jobs."""
         return f"{self.prefix}:kicks"
@@ -119,6 +137,32 @@ class Keys:
 
     def dead_replayed(self, dead_id: str) -> str:
         return f"{self.prefix}:dead:replayed:{dead_id}"
+
+    def dead_discarded(self, dead_id: str) -> str:
+        """A discarded dead letter's record, kept a week for a look (the console's Discard)."""
+        return f"{self.prefix}:dead:discarded:{dead_id}"
+
+    @property
+    def audit(self) -> str:
+        """STREAM of operator actions (memory/audit.py), capped."""
+        return f"{self.prefix}:audit"
+
+    def console_session(self, sid: str) -> str:
+        """HASH of one console sign-in (console/signin.py); expires with it."""
+        return f"{self.prefix}:console:session:{sid}"
+
+    def console_oauth(self, state: str) -> str:
+        """A Feishu sign-in under way: its `state`, single use, ten minutes."""
+        return f"{self.prefix}:console:oauth:{state}"
+
+    def console_tries(self, address: str) -> str:
+        """Wrong ADMIN_TOKEN sign-ins from one address in the last ten minutes."""
+        return f"{self.prefix}:console:tries:{address}"
+
+    @property
+    def console_secret(self) -> str:
+        """The key that signs console cookies, made once per deployment."""
+        return f"{self.prefix}:console:secret"
 
     @property
     def paused(self) -> str:

@@ -3,6 +3,7 @@ core/settings_groups.py (`settings.timers`, `settings.feishu_limits`, `settings.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from dataclasses import fields
@@ -31,6 +32,7 @@ SANDBOX_SECRETS = {
     "feishu_encrypt_key": "sandbox-encrypt-key",
 }
 SANDBOX_API_KEY = "sk-sandbox"
+SANDBOX_CONSOLE_ADMIN = "ou_sandbox_admin"  # who signs in to the console in sandbox mode (README: Operator console)
 
 CsvList = Annotated[tuple[str, ...], NoDecode]
 Scope = Literal["per_sender", "shared"]
@@ -175,17 +177,33 @@ class Settings(BaseSettings):
     sandbox_feishu_port: int = Field(9901, ge=1, le=65535)
     sandbox_model_port: int = Field(9902, ge=1, le=65535)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    log_format: Literal["text", "json"] | None = None  # None: text on a terminal, JSON otherwise (core/logs.py)
+    # Operator console (README: "Operator console"): /console/, Feishu sign-in for these open_ids
+    console_admins: CsvList = ()  # open_ids who may sign in with Feishu; empty = ITEM_ADMINS
+    console_url: str | None = None  # the console's public origin (https://bot.example.com) for the OAuth redirect
+    console_session_hours: float = Field(12.0, gt=0, le=24 * 30)  # a sign-in lasts this long
 
     @field_validator(
         "routing_allow_chats", "routing_deny_chats", "routing_allow_users", "routing_deny_users",
         "run_retry_delays", "item_admins", "redis_sentinels", "item_closed_statuses", "digest_chats", "triage_chats",
-        "memory_admins",
+        "memory_admins", "console_admins",
         mode="before",
     )
     @classmethod
     def _split_csv(cls, value: object) -> object:
         if isinstance(value, str):
             return tuple(part.strip() for part in value.split(",") if part.strip())
+        return value
+
+    @field_validator("routing_chat_overrides", mode="before")
+    @classmethod
+    def _overrides_json(cls, value: object) -> object:
+        """JSON text, as the environment holds it, also when the settings are built from strings directly."""
+        if isinstance(value, str):
+            try:
+                return json.loads(value) if value.strip() else {}
+            except ValueError:
+                raise ValueError("must be a JSON object, e.g. {\"oc_x\":{\"group_scope\":\"shared\"}}") from None
         return value
 
     @field_validator("run_retry_delays")
@@ -289,6 +307,14 @@ class Settings(BaseSettings):
     @property
     def adjustable_clock(self) -> bool:
         return self.sandbox or self.clock_adjustable
+
+    @property
+    def console_operators(self) -> tuple[str, ...]:
+        """Who may sign in to the console with Feishu: CONSOLE_ADMINS, else ITEM_ADMINS (contract); in sandbox mode
+        with neither, the sandbox's own operator (the emulator's sign-in page offers it)."""
+        if self.console_admins or self.item_admins:
+            return self.console_admins or self.item_admins
+        return (SANDBOX_CONSOLE_ADMIN,) if self.sandbox else ()
 
     @property
     def tz(self) -> ZoneInfo:

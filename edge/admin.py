@@ -17,6 +17,7 @@ from flask import Blueprint, Response, current_app, jsonify, request
 from jobs import deadletter
 from memories.part import store_of
 from memories.paths import PathError, Scope
+from memory import audit
 from memory.sessions import Sessions
 from runs.runtime import Runtime
 
@@ -67,6 +68,7 @@ def show_dead_letter(dead_id: str) -> tuple[Response, int]:
 @guarded
 def replay_dead_letter(dead_id: str) -> tuple[Response, int]:
     result = deadletter.replay(_runtime(), dead_id)
+    _audit("replay", dead_id, "ok" if result == "replayed" else result)
     return jsonify(id=dead_id, result=result), RESULT_STATUS[result]
 
 
@@ -131,10 +133,13 @@ def cancel_timer(timer_id: str) -> tuple[Response, int]:
     rt = _runtime()
     t = rt.timers.get(timer_id)
     if t is None:
+        _audit("cancel", timer_id, "unknown")
         return jsonify(error=f"no timer {timer_id}"), 404
     if t.state != "pending" or not rt.timers.end(t, "cancelled", "admin", rt.clock.now()):
+        _audit("cancel", timer_id, "not-pending")
         return jsonify(id=timer_id, result="not-pending", state=(rt.timers.get(timer_id) or t).state), 409
     rt.state.hincrby(rt.keys.metrics, "timers_cancelled|admin", 1)
+    _audit("cancel", timer_id, "ok")
     return jsonify(id=timer_id, result="cancelled"), 200
 
 
@@ -180,15 +185,11 @@ def delete_memory(kind: str, ident: str) -> tuple[Response, int]:
         return error
     path = request.args.get("path", "")
     store = store_of(_runtime())
-
-    def edit(files: Any) -> dict[str, str | None]:
-        return {path: None} if path and path in files else ({} if path else dict.fromkeys(files))
-
-    gone = store.change(scope, "admin", f"{path or 'all files'} deleted by an admin", edit,
-                        log=f"{store.stamp()} 管理员删除了：{path or '全部文件'}")
+    gone = store.delete(scope, "admin", path)
+    _audit("delete", f"{scope.name}{'/' + path if path else ''}", "ok" if gone else "nothing")
     if not gone:
         return jsonify(error=f"no {path or 'files'} in {scope.name}"), 404
-    return jsonify(scope=scope.name, deleted=sorted(gone), version=store.version(scope)), 200
+    return jsonify(scope=scope.name, deleted=gone, version=store.version(scope)), 200
 
 
 @bp.post("/memory/<kind>/<ident>/undo")
@@ -199,9 +200,16 @@ def undo_memory(kind: str, ident: str) -> tuple[Response, int]:
     if scope is None:
         return error
     what = store_of(_runtime()).undo(scope, "admin")
+    _audit("undo", scope.name, "ok" if what is not None else "nothing")
     if what is None:
         return jsonify(error=f"nothing to undo in {scope.name}"), 409
     return jsonify(scope=scope.name, undone=what), 200
+
+
+def _audit(what: str, target: str, outcome: str) -> None:
+    """Admin API actions go to the operators' audit log beside the console's (who: the token's holder)."""
+    rt = _runtime()
+    audit.write(rt.state, rt.keys, "admin-token", "api", what, target, outcome)
 
 
 def _scope(kind: str, ident: str) -> tuple[Scope | None, tuple[Response, int]]:

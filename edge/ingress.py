@@ -250,7 +250,8 @@ class Ingress:
         reset = command is not None and command.resets
         pushed = self.inbox.push(route.key, dumps(inbound), message_id=inbound.message_id,
                                  content_key=inbound.content_key(), queue=route.queue,
-                                 reset_sid=new_session_id() if reset else "")
+                                 reset_sid=new_session_id() if reset else "",
+                                 index=(inbound.chat_id, inbound.sender_id, inbound.thread_id or ""))
         ctx["outcome"] = "duplicate" if pushed.duplicate else "queued"
         log.info("message accepted", extra={**ctx, "reason": ctx["outcome"]})
         return Response(200)

@@ -102,6 +102,7 @@ class FirstAnswer:
         started = time.time()
         body, coverage, root_text = materials(self.rt, item)
         title = title_of(root_text) or item.item_id
+        self.rt.items.set(item.item_id, title=title)  # what the operator console lists the item by
         versions = self.rt.items.versions(item.item_id)
         resumed = bool(versions)
         if not versions:

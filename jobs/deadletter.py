@@ -16,11 +16,12 @@ from typing import Any, Literal
 from runs.runtime import Runtime, current
 
 ReplayResult = Literal["replayed", "already-replayed", "unknown"]
+DiscardResult = Literal["discarded", "already-handled", "unknown"]
 
 
-def records(rt: Runtime, limit: int = 1000) -> list[dict[str, Any]]:
-    """Dead letters, oldest first."""
-    ids = [str(i) for i in rt.state.zrange(rt.keys.dead_order, 0, limit - 1)]
+def records(rt: Runtime, limit: int = 1000, offset: int = 0) -> list[dict[str, Any]]:
+    """Dead letters, oldest first (`offset`, `limit`: one page of the order index)."""
+    ids = [str(i) for i in rt.state.zrange(rt.keys.dead_order, offset, offset + limit - 1)]
     if not ids:
         return []
     raws = rt.state.hmget(rt.keys.dead, ids)
@@ -64,6 +65,21 @@ def replay(rt: Runtime, dead_id: str) -> ReplayResult:
 
     metrics.count(rt.state, rt.keys, "replays")
     return "replayed"
+
+
+def discard(rt: Runtime, dead_id: str) -> DiscardResult:
+    """Drop it for good (an operator decided it must not run); once, like a replay, and never after one."""
+    if rt.inbox.discard(dead_id):
+        return "discarded"
+    return "already-handled" if rt.state.exists(rt.keys.dead_replayed(dead_id)) else "unknown"
+
+
+def handled(rt: Runtime, dead_id: str) -> str | None:
+    """How a dead letter that left the list was handled: "replayed", "discarded", or None (unknown)."""
+    mark = rt.state.get(rt.keys.dead_replayed(dead_id))
+    if mark is None:
+        return None
+    return "discarded" if str(mark).startswith("discarded:") else "replayed"
 
 
 def main(argv: list[str] | None = None) -> int:

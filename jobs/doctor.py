@@ -143,11 +143,13 @@ def fields_check(settings: Settings, r: redis.Redis, keys: Keys, api: FeishuApi)
 
 
 def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """What /readyz shows: the missing rows (required ones first) and how many could not be checked. Pure."""
+    """What /readyz shows: the missing rows (required ones first) and how many could not be checked; `rows`, every
+    row with its verdict and fix, is for the console's overview (/readyz leaves it out). Pure."""
     missing = sorted((r for r in rows if r["verdict"] == MISSING), key=lambda r: not r["required"])
     return {"missing": [{"feature": r["feature"], "needs": r["needs"], "required": r["required"], "fix": r["fix"]}
                         for r in missing],
-            "unknown": sum(1 for r in rows if r["verdict"] == UNKNOWN), "at": round(time.time(), 3)}
+            "unknown": sum(1 for r in rows if r["verdict"] == UNKNOWN), "at": round(time.time(), 3),
+            "rows": rows}
 
 
 def table(rows: list[dict[str, Any]]) -> str:

@@ -138,7 +138,8 @@ class GiveUp:
             self._on_bury(message, batch_id, reason)
         record = {"route_key": self.rk, "batch_id": batch_id, "events": raw, "reason": reason,
                   "message_ids": [m.message_id for m in parsed.readable],
-                  "event_ids": [m.event_id for m in parsed.readable], "at": round(time.time(), 3)}
+                  "event_ids": [m.event_id for m in parsed.readable], "at": round(time.time(), 3),
+                  "attempts": max(1, int(self.rt.state.hget(self.rt.keys.fails(self.rk), f"f:{batch_id}") or 0))}
         dead_id = f"{batch_id}-{os.urandom(3).hex()}"
         self.run.commit(Commit(n=len(raw), batch_id=batch_id, dead=[(dead_id, json.dumps({"id": dead_id, **record},
                                                                                       ensure_ascii=False))]))

@@ -132,7 +132,7 @@ def run_one(settings: Settings, queue_name: str, url: str, name: str, idle_secon
     if parent:
         die_with(parent)
     signal.signal(RETIRE_SIGNAL, signal.SIG_IGN)  # until work() installs RouteWorker's
-    logs.setup(settings.log_level)
+    logs.setup(settings.log_level, settings.log_format)
     runtime.configure(settings)
     warmup.prepare()  # a no-op when the supervisor did it before forking
     worker = RouteWorker([rq_queue_name(settings.bot_profile, queue_name)], connection=rq_client(url),
@@ -140,7 +140,8 @@ def run_one(settings: Settings, queue_name: str, url: str, name: str, idle_secon
     if gc_freeze_enabled():
         gc.freeze()  # every work-horse forked from here leaves the worker's objects' pages alone
     idle = max(1, math.ceil(idle_seconds)) if idle_seconds else None
-    worker.work(with_scheduler=False, logging_level=settings.log_level, max_idle_time=idle)
+    worker.work(with_scheduler=False, logging_level=logs.rq_level(settings.log_level),  # type: ignore[arg-type]
+                max_idle_time=idle)
 
 
 @dataclass
@@ -182,7 +183,8 @@ class Supervisor:
         self.freeze = gc_freeze_enabled()
         self.keys = Keys(settings.bot_profile)
         self.rq = rq_client(url)
-        self.status_key = f"{self.keys.prefix}:pool:{base}"
+        self.base_name = base
+        self.status_key = self.keys.pool(base)
 
     # -- processes ---------------------------------------------------------------------------------------
 
@@ -310,6 +312,9 @@ class Supervisor:
             pipe.hget(Worker.redis_worker_namespace_prefix + name, "state")
         pipe.hset(self.status_key, mapping=self._status())  # type: ignore[arg-type]
         pipe.expire(self.status_key, STATUS_TTL_S)
+        pipe.zadd(self.keys.pools, {self.base_name: time.time()})  # the console lists the live ones
+        pipe.zremrangebyscore(self.keys.pools, "-inf", time.time() - STATUS_TTL_S)
+        pipe.expire(self.keys.pools, STATUS_TTL_S)
         replies = pipe.execute()
         queued = dict(zip(self.queues, replies[:len(self.queues)], strict=True))
         kicks = replies[len(self.queues)]
@@ -392,7 +397,7 @@ def main(argv: list[str] | None = None) -> None:
                               idle_seconds=settings.worker_idle_seconds, mem_bytes=pool.mem_total_bytes())
     except pool.PoolConfigError as exc:
         sys.exit(f"jobs.worker: {exc}")
-    logs.setup(settings.log_level)
+    logs.setup(settings.log_level, settings.log_format)
     runtime.configure(settings)
     warmup.prepare()  # once, here: every worker and work-horse forked below starts warm
     if gc_freeze_enabled():

@@ -173,6 +173,16 @@ class Memories:
             raise MemoryFull(self._full(scope, result))
         raise Conflict(f"{scope.root} kept changing; try again")
 
+    def delete(self, scope: Scope, by: str, path: str = "") -> list[str]:
+        """An operator's delete (admin API, console): the file `path` names, or every file; undoable like any change.
+        The paths deleted, [] when there was nothing."""
+        def edit(files: Mapping[str, File]) -> dict[str, str | None]:
+            return {path: None} if path and path in files else ({} if path else dict.fromkeys(files))
+
+        gone = self.change(scope, by, f"{path or 'all files'} deleted by an admin", edit,
+                           log=f"{self.stamp()} 管理员删除了：{path or '全部文件'}")
+        return sorted(gone)
+
     def undo(self, scope: Scope, by: str) -> str | None:
         """Restore the files the newest change touched; None when there is nothing to undo. Not itself undoable."""
         for _ in range(RETRIES):

@@ -71,20 +71,22 @@ class Inbox:
         self._push = GroupCommit(r, scripts.PUSH)  # the webhook's hot path: concurrent pushes share a trip
         self._s = {name: r.register_script(getattr(scripts, name)) for name in (
             "ACQUIRE", "TAKE", "COMMIT", "FINISH", "RENEW", "HANDOVER", "RELEASE", "KICK", "BREAK", "POP_DUE",
-            "REPLAY", "FORGET_RUN")}
+            "REPLAY", "DISCARD", "FORGET_RUN")}
 
     # -- the webhook -----------------------------------------------------------------------------------
 
     def push(self, rk: str, event: str, *, message_id: str, content_key: str, queue: str,
-             reset_sid: str = "") -> PushResult:
-        """Store one event. `reset_sid`: the event is a user reset; the route's new session gets this id."""
+             reset_sid: str = "", index: Sequence[str] = ()) -> PushResult:
+        """Store one event. `reset_sid`: the event is a user reset; the route's new session gets this id.
+        `index`: the ids the route is found by (its chat, the sender, the topic), besides the list of all routes."""
         token = new_token()
         k = self.k
         keys = [k.seen_message(message_id), k.seen_content(content_key), k.inbox(rk), k.lease(rk), k.dirty,
-                k.kicks, k.metrics, k.route_state(rk), k.sessions(rk)]
+                k.kicks, k.metrics, k.route_state(rk), k.sessions(rk), k.routes,
+                *(k.routes_of(i) for i in dict.fromkeys(index) if i)]
         kick = Kick(route_key=rk, token=token, queue=queue).dumps()
         res = self._push(keys, [event, token, KICK_TTL_MS, rk, time.time(), DEDUPE_TTL_S, kick, reset_sid,
-                                k.session_log_prefix(rk), self.session_retention_s])
+                                k.session_log_prefix(rk), self.session_retention_s, self.route_retention_s])
         return PushResult(duplicate=res == -1, kicked=res == 1)
 
     # -- a run -------------------------------------------------------------------------------------------
@@ -245,6 +247,12 @@ class Inbox:
         keys = [k.dead, k.dead_order, k.inbox(rk), k.lease(rk), k.dirty, k.kicks, k.dead_replayed(dead_id)]
         args: list[str | int | float] = [dead_id, token, KICK_TTL_MS, rk, time.time(), record, 7 * 86400, *events]
         return self._s["REPLAY"](keys, args) == 1
+
+    def discard(self, dead_id: str) -> bool:
+        """Drop a dead letter without replaying it (kept a week under `dead_discarded`); False when it is gone."""
+        k = self.k
+        keys = [k.dead, k.dead_order, k.dead_replayed(dead_id), k.dead_discarded(dead_id)]
+        return self._s["DISCARD"](keys, [dead_id, time.time(), 7 * 86400]) == 1
 
 
 def _successor(rk: str, queue: str, delay_s: float) -> tuple[str, int, str, str, float]:

@@ -11,9 +11,10 @@ Invariants (checked by tests/test_protocol.py against real Redis):
   a user reset overtook its turn or it was sent before one, consumes it without a record).
 """
 
-# KEYS: seen_msg, seen_content, inbox, lease, dirty, kicks, metrics, route, sessions
+# KEYS: seen_msg, seen_content, inbox, lease, dirty, kicks, metrics, route, sessions, then the route indexes
+#       (every route by last event; the routes of a chat, a person, a topic: the console's lookups)
 # ARGV: event, kick_token, kick_ttl_ms, route_key, now, dedupe_ttl_s, kick_record,
-#       reset_sid ('' = not a reset), session_log_prefix, retention_s
+#       reset_sid ('' = not a reset), session_log_prefix, retention_s, index_retention_s (0 = kept)
 # Dedupe, append and kick are one step: a crash between them would lose the event and the
 # redelivery would then be deduped away. Each stored event gets the route's generation as its JSON
 # object's last member. A user reset takes effect here, when it is accepted: the generation moves on
@@ -57,6 +58,14 @@ end
 redis.call('RPUSH', KEYS[3], event)
 redis.call('ZADD', KEYS[5], 'NX', ARGV[5], ARGV[4])
 redis.call('HINCRBY', KEYS[7], 'events_queued', 1)
+local at, keep_index = tonumber(ARGV[5]), tonumber(ARGV[11] or '0')
+for i = 10, #KEYS do  -- an index entry lives as long as the route it names (its retention after its last event)
+  redis.call('ZADD', KEYS[i], at, ARGV[4])
+  if keep_index > 0 then  -- an index nobody adds to any more goes with its last route
+    redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', at - keep_index)
+    redis.call('EXPIRE', KEYS[i], keep_index)
+  end
+end
 if redis.call('SET', KEYS[4], 'k:' .. ARGV[2], 'NX', 'PX', ARGV[3]) then
   redis.call('RPUSH', KEYS[6], ARGV[7])
   return 1
@@ -285,6 +294,19 @@ if redis.call('SET', KEYS[4], 'k:' .. ARGV[2], 'NX', 'PX', ARGV[3]) then
   redis.call('RPUSH', KEYS[6], ARGV[6])
 end
 redis.call('SET', KEYS[7], ARGV[5], 'EX', ARGV[7])
+return 1
+"""
+
+# KEYS: dead, dead_order, replayed marker, discarded record   ARGV: dead_id, now, keep_s
+# An operator's discard: the dead letter leaves the list once (a replay or discard racing it finds it gone), its
+# record is kept `keep_s` for a look, and the marker makes a later replay answer "already handled".
+DISCARD = """
+local raw = redis.call('HGET', KEYS[1], ARGV[1])
+if not raw then return 0 end
+redis.call('HDEL', KEYS[1], ARGV[1])
+redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('SET', KEYS[4], raw, 'EX', ARGV[3])
+redis.call('SET', KEYS[3], 'discarded:' .. ARGV[2], 'EX', ARGV[3])
 return 1
 """
 

@@ -99,7 +99,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("B2", "a missing optional scope pauses all work", "feishu/client.py", (
         ("        if code == SCOPE_MISSING and capability:", "        if False:"),),
         ("tests/test_scopes.py::test_a_tenant_without_optional_scopes_gets_every_message_answered",)),
-    Mutant("B5", "a refused record subscription leaves /readyz ready", "edge/web.py", (
+    Mutant("B5", "a refused record subscription leaves /readyz ready", "edge/readiness.py", (
         ('(table.get("schema") != "ok" or table.get("subscription", "ok") != "ok")', '(table.get("schema") != "ok")'),),
         ("tests/test_items_attack.py::test_a_refused_record_subscription_is_named_in_readyz_and_items_still_work",)),
     Mutant("B3", "the outbox paces per second only (no per-minute window per API)", "runs/outbox.py", (
