@@ -8,6 +8,7 @@ from typing import Any
 
 from flask import Flask
 
+import console
 from core import logs
 from core.keys import Keys
 from core.settings import Settings, load_settings
@@ -23,14 +24,16 @@ log = logging.getLogger(__name__)
 
 def create_app(settings: Settings | None = None) -> Flask:
     settings = settings or load_settings()
-    logs.setup(settings.log_level)
+    logs.setup(settings.log_level, settings.log_format)
     url = resolve_url(settings)
     ingress = Ingress(settings, state_client(url))
     app = Flask(__name__)
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     app.extensions["feishu_ingress"] = ingress
     app.register_blueprint(bp)
-    admin.init_app(app, Runtime(settings, url))
+    runtime = Runtime(settings, url)
+    admin.init_app(app, runtime)
+    console.init_app(app, runtime)
     threading.Thread(target=_warm_identity, args=(settings, ingress), daemon=True).start()
     return app
 

@@ -14,7 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 # The product's rooms in data-flow order: each may import only rooms before it (test_rooms_follow_the_data_flow).
 PRODUCT = ("core", "memory", "routing", "feishu", "claude", "bitable", "documents", "runs", "turn", "items", "timers",
-           "triage", "materials", "memories", "notes", "jobs", "edge", "bot")
+           "triage", "materials", "memories", "notes", "jobs", "edge", "console", "bot")
 # what the turn learns of by registry only
 FEATURES = ("items", "timers", "triage", "materials", "memories", "notes", "documents")
 PACKAGES = (*PRODUCT, "sandbox", "bench", "chaos", "tests")

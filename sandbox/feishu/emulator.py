@@ -20,6 +20,7 @@ from sandbox.faults import Fault, FaultBook
 from sandbox.feishu.cardkit import CardKitStore
 from sandbox.feishu.control import register_control
 from sandbox.feishu.emulator_controls import OPS, CardKitControls, Controls, DocControls, Hook
+from sandbox.feishu.oauth import OAuthStore, register_oauth
 from sandbox.feishu.rules import ALL_SCOPES, GROUP_HISTORY, FeishuError, Resource, make_fault, scope_error
 from sandbox.feishu.store import FeishuStore
 from sandbox.feishu.ws import WsEndpoint, register_ws
@@ -66,6 +67,7 @@ class FeishuEmulator(Controls, DocControls, CardKitControls, ItemsApi, LoopbackS
         self._minute: dict[str, deque[float]] = {}
         self.minute_rejections: dict[str, int] = {}
         self.ws = WsEndpoint(app_id, app_secret)  # the long-connection endpoint (sandbox/feishu/ws.py)
+        self.oauth = OAuthStore(app_id, app_secret, self.store.person, clock)  # web sign-in (sandbox/feishu/oauth.py)
         app = Flask(f"feishu_emulator_{id(self)}")
         install_json_errors(app, _render_http_error)
         self._routes(app)
@@ -92,6 +94,7 @@ class FeishuEmulator(Controls, DocControls, CardKitControls, ItemsApi, LoopbackS
         self.denied_scopes = frozenset()
         self.set_api_qpm(API_QPM)
         self.ws.reset()
+        self.oauth.reset()
 
     def stop(self) -> None:
         self.ws.stop()
@@ -306,6 +309,7 @@ class FeishuEmulator(Controls, DocControls, CardKitControls, ItemsApi, LoopbackS
             app.add_url_rule(path, endpoint=op, view_func=_bind(self._serve, op, handler), methods=[method])
         register_control(app, self)
         register_ws(app, self.ws)
+        register_oauth(app, self.oauth)
 
     # -- Open API handlers (get the request record, return the JSON body or raise FeishuError) -----------
 
