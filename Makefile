@@ -21,8 +21,10 @@ $(VENV)/.dev: requirements-dev.txt requirements.txt | $(BIN)/python
 	$(PIP) -r requirements.txt -r requirements-dev.txt
 	touch $@ $(VENV)/.deps
 
+# LOG_TERMINAL: honcho pipes every process's output, so tell them whether a person is reading (readable lines).
 run: $(VENV)/.deps
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/honcho start -f Procfile -p $(PORT)
+	PATH="$(CURDIR)/$(BIN):$$PATH" LOG_TERMINAL=$$([ -t 1 ] && echo 1 || echo 0) \
+	  $(BIN)/honcho start -f Procfile -p $(PORT)
 
 # Most tests wait on their own processes (workers, sweeper, emulators), so three pytest workers share 2 cores
 # well (pytest-xdist, one test file per worker: a file's rig is started once). The short fault suite

@@ -202,7 +202,7 @@ def _raise_stop(signum: int, _frame: object) -> None:
 
 def main() -> int:
     settings = load_settings()
-    logs.setup(settings.log_level)
+    logs.setup(settings.log_level, settings.log_format)
     sdk_log.logger.handlers.clear()  # the SDK's own plain-text handler: its records reach our JSON lines anyway
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, _raise_stop)

@@ -267,7 +267,7 @@ class Sweeper:
 
 def main() -> None:
     settings = load_settings()
-    logs.setup(settings.log_level)
+    logs.setup(settings.log_level, settings.log_format)
     runtime.configure(settings)
     sweeper = Sweeper(runtime.current())
     signal.signal(signal.SIGTERM, lambda *_: sweeper.stop.set())
