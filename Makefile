@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 PORT   ?= 8000
 
-.PHONY: run test lint bench chaos mutants stop clean
+.PHONY: run test lint bench chaos mutants stop clean browser
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -29,10 +29,22 @@ run: $(VENV)/.deps
 # Most tests wait on their own processes (workers, sweeper, emulators), so three pytest workers share 2 cores
 # well (pytest-xdist, one test file per worker: a file's rig is started once). The short fault suite
 # (tests/test_chaos.py, its own stack) then runs alone: its timing checks want a quiet machine.
-test: $(VENV)/.dev
+test: $(VENV)/.dev browser
 	$(BIN)/python -m pytest -n 3 --dist loadfile --ignore=tests/test_chaos.py; rc=$$?; \
 	$(BIN)/python -m pytest tests/test_chaos.py; crc=$$?; \
 	test $$rc -eq 0 && test $$crc -eq 0
+
+# The console's browser tests (tests/test_console_browser.py) drive Debian's chromium through its chromedriver, both
+# from the distribution's packages (never a browser download). Installed here when missing and run as root.
+APT_BROWSER := DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium chromium-driver
+browser:
+	@if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "installing Debian's chromium and chromium-driver for the browser tests"; \
+	  $(APT_BROWSER) >/dev/null 2>&1 || { apt-get update -q >/dev/null && $(APT_BROWSER) >/dev/null; }; \
+	else \
+	  echo "the browser tests need Debian's chromium and chromium-driver: sudo apt-get install chromium chromium-driver"; \
+	fi
 
 lint: $(VENV)/.dev
 	$(BIN)/ruff check .

@@ -24,3 +24,12 @@ max_requests_jitter = 20000
 control_socket_disable = True
 accesslog = None
 errorlog = "-"
+
+
+def when_ready(server: object) -> None:
+    """One line saying where the operator console is (the first thing a person running `make run` looks for)."""
+    host = "127.0.0.1" if _settings.sandbox else "<this host>"
+    who = ("Feishu sign-in as ou_sandbox_admin (the emulator plays the authorize page)" if _settings.sandbox
+           and not (_settings.console_admins or _settings.item_admins) else "Feishu sign-in for CONSOLE_ADMINS")
+    token = ", or ADMIN_TOKEN" if _settings.admin_token else ""
+    print(f"console: http://{host}:{_settings.port}/console/  ({who}{token})", flush=True)

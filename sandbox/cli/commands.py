@@ -12,7 +12,7 @@ from typing import Any
 
 import requests
 
-from core.settings import Settings, load_settings
+from core.settings import SANDBOX_CONSOLE_ADMIN, Settings, load_settings
 from feishu.render import plain_of
 from sandbox.claude.standin import ClaudeStandin
 from sandbox.cli import clock as cli_clock
@@ -33,7 +33,7 @@ from sandbox.cli.wire import (
 from sandbox.feishu.emulator import FeishuEmulator
 from sandbox.feishu.events import mention, message_event
 
-SANDBOX_USERS = {"ou_sandbox_user": "沙盒用户", "ou_sandbox_owner": "沙盒负责人"}
+SANDBOX_USERS = {"ou_sandbox_user": "沙盒用户", "ou_sandbox_owner": "沙盒负责人", SANDBOX_CONSOLE_ADMIN: "沙盒运维"}
 SETTLE_SECONDS = 1.0  # after the first reply, wait this long for further chunks of a long answer
 
 
@@ -83,6 +83,8 @@ def serve(_: argparse.Namespace) -> int:
     _print_items_hint(settings, python)
     print(f'sandbox: documents: {python} -m sandbox doc new "标题" "# 正文"  (paste the link it prints into say)',
           flush=True)
+    print("sandbox: operator console: the web line 'console: http://…/console/' — sign in with Feishu as "
+          f"{SANDBOX_CONSOLE_ADMIN} on the emulator's authorize page", flush=True)
     try:
         _wait_for_signal()
     finally:
