@@ -12,6 +12,7 @@ def load_all() -> dict[int, Scenario]:
         faults,
         hosts,
         items,
+        memory,
         outages,
         scopes,
         sentinel,
