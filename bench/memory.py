@@ -35,6 +35,7 @@ import json
 import os
 import random
 import re
+import shutil
 import statistics
 import tempfile
 import time
@@ -337,6 +338,7 @@ def run(requests: int) -> dict[str, Any]:
     finally:
         standin.stop()
         stop_server(var)
+        shutil.rmtree(var, ignore_errors=True)
     return {"per_request": loads, "one_batch": batches, "per_person": per_person, "consolidation": dreams,
             "budget": {"context_budget_tokens": rt.settings.context_budget_tokens,
                        "memory_budget_share": rt.settings.memory.budget_share}}
