@@ -597,6 +597,66 @@ MUTANTS: tuple[Mutant, ...] = (
          "        if not dry_run:"),),
         ("tests/test_memories_store.py::test_old_notes_move_into_their_scopes_once_and_the_deployment_wide_ones_stay",)),
     # (end of M)
+
+    # -- issue 26: the operator console: K* ----------------------------------------------------------------------
+    Mutant("K1", "a console page is served without a sign-in", "console/web.py", (
+        ("    op = signins().find(request.cookies.get(COOKIE))\n    if op is None:\n",
+         "    op = signins().find(request.cookies.get(COOKIE))\n    if op is None and False:\n"),),
+        ("tests/test_console.py::test_without_a_sign_in_every_page_redirects_to_it_and_every_action_is_403",)),
+    Mutant("K2", "a console POST without its CSRF token is carried out", "console/web.py", (
+        ('    if request.method == "POST" and not csrf_ok(op.csrf, request.form.get("csrf")):',
+         '    if False:'),),
+        ("tests/test_console.py::test_a_post_without_its_csrf_token_is_403_and_changes_nothing",)),
+    Mutant("K3", "any Feishu user may sign in to the console", "console/signin.py", (
+        ("    return bool(open_id) and open_id in settings.console_operators",
+         "    return bool(open_id)"),),
+        ("tests/test_console.py::test_feishu_sign_in_lets_a_console_admin_in_and_refuses_anyone_else",)),
+    Mutant("K4", "a Feishu sign-in's state is not bound to the browser that began it", "console/signin.py", (
+        ("        if not rec or not browser or not hmac.compare_digest(", "        if not rec or False and ("),),
+        ("tests/test_console.py::test_a_sign_in_code_is_single_use_and_a_callback_from_another_browser_is_refused",)),
+    Mutant("K5", "the token sign-in form takes a POST without its CSRF token", "console/login.py", (
+        ('    if not csrf_ok(request.cookies.get(PRE_COOKIE, ""), request.form.get("csrf")):', "    if False:"),),
+        ("tests/test_console.py::test_token_sign_in_needs_the_login_forms_csrf_and_the_right_token",)),
+    Mutant("K6", "the console's CSP allows inline script", "console/web.py", (
+        ("CSP = (\"default-src 'none'; script-src 'self'; ",
+         "CSP = (\"default-src 'none'; script-src 'self' 'unsafe-inline'; "),),
+        ("tests/test_console.py::test_hostile_text_is_shown_as_text_under_a_policy_without_inline_script",)),
+    Mutant("K7", "a turn's text is rendered as markup on the route page", "console/templates/console/route.html", (
+        ("  <pre>{{ t.text }}</pre>", "  <pre>{{ t.text | safe }}</pre>"),),
+        ("tests/test_console.py::test_hostile_text_is_shown_as_text_under_a_policy_without_inline_script",)),
+    Mutant("K8", "a follow-up's text is rendered as markup on the timers page",
+           "console/templates/console/timers.html", (
+        ("<td>{{ t.what }}</td>", "<td>{{ t.what | safe }}</td>"),),
+        ("tests/test_console_browser.py::test_hostile_text_is_text_on_every_page_that_lists_it_and_no_dialog_fires",)),
+    Mutant("K9", "a dead letter is discarded twice (and a discarded one may be replayed)", "runs/inbox_lua.py", (
+        ("local raw = redis.call('HGET', KEYS[1], ARGV[1])\nif not raw then return 0 end",
+         "local raw = redis.call('HGET', KEYS[1], ARGV[1]) or '{}'"),),
+        ("tests/test_console.py::test_a_dead_letter_discarded_once_is_never_answered_and_cannot_be_replayed",)),
+    Mutant("K10", "rq-dashboard's pages are open without a console sign-in", "console/rqdash.py", (
+        ("    op = signins().find(request.cookies.get(COOKIE))\n    if op is None:\n",
+         "    op = signins().find(request.cookies.get(COOKIE))\n    if op is None and False:\n"),),
+        ("tests/test_console.py::test_without_a_sign_in_every_page_redirects_to_it_and_every_action_is_403",)),
+    Mutant("K11", "rq-dashboard's actions are taken from another site", "console/rqdash.py", (
+        ("        if not _same_origin():", "        if False:"),),
+        ("tests/test_console.py::test_rq_dashboard_is_behind_the_sign_in_and_reads_the_json_jobs",)),
+    Mutant("K12", "a sign-in sends the browser back anywhere (open redirect)", "console/web.py", (
+        ('    if parts.scheme or parts.netloc or not target.startswith("/console/") or target.startswith("//"):',
+         "    if False:"),),
+        ("tests/test_console_pure.py::test_after_sign_in_the_browser_goes_back_only_to_a_console_page",)),
+    Mutant("K13", "console actions are not audited", "console/web.py", (
+        ("    audit.write(rt().state, rt().keys, op.who, op.how, what, target, outcome)", "    pass"),),
+        ("tests/test_console.py::test_every_action_is_in_the_audit_log_with_who_did_it",)),
+    Mutant("K14", "the routing simulator ignores the running configuration", "console/simulator.py", (
+        ("    route = route_for(inbound, x.policy, x.settings.bot_profile)",
+         "    route = route_for(inbound, type(x.policy)(), x.settings.bot_profile)"),),
+        ("tests/test_console.py::test_the_routing_simulator_names_the_key_the_service_used",)),
+    Mutant("K15", "signing out leaves the sign-in valid for whoever kept the cookie", "console/login.py", (
+        ("    signins().close(op.sid)\n", "    pass\n"),),
+        ("tests/test_console.py::test_token_sign_in_needs_the_login_forms_csrf_and_the_right_token",)),
+    Mutant("K16", "the route indexes never expire (an idle chat's index stays forever)", "runs/inbox_lua.py", (
+        ("    redis.call('EXPIRE', KEYS[i], keep_index)\n", ""),),
+        ("tests/test_inbox.py::test_an_idle_route_leaves_nothing_behind_after_its_retention",)),
+    # (end of K)
 )
 
 

@@ -146,10 +146,14 @@ def test_token_sign_in_needs_the_login_forms_csrf_and_the_right_token(stack: Own
                    timeout=10)
     assert wrong.status_code == 403 and "fb_console" not in s.cookies
     signed = token_session(stack)
+    cookie = signed.cookies.get("fb_console")
     out = signed.post(f"{stack.web.url}/console/logout", data={"csrf": csrf_of(signed.get(
         f"{stack.web.url}/console/", timeout=10).text)}, allow_redirects=False, timeout=10)
     assert out.status_code == 302
     assert signed.get(f"{stack.web.url}/console/", allow_redirects=False, timeout=10).status_code == 302
+    replayed = requests.get(f"{stack.web.url}/console/", cookies={"fb_console": cookie}, allow_redirects=False,
+                            timeout=10)  # the old cookie, kept by someone: the sign-in itself is gone
+    assert replayed.status_code == 302
 
 
 def test_a_post_without_its_csrf_token_is_403_and_changes_nothing(stack: OwnStack, feishu: Any, claude: Any,
@@ -170,6 +174,36 @@ def test_a_post_without_its_csrf_token_is_403_and_changes_nothing(stack: OwnStac
     ok = s.post(f"{stack.web.url}/console/timers/{t['id']}/cancel", data={"csrf": csrf_of(listing)}, timeout=10)
     assert ok.status_code == 200 and "已取消" in ok.text
     assert stack.admin("GET", f"timers/{t['id']}").json()["state"] == "cancelled"
+
+
+def test_a_dead_letter_discarded_once_is_never_answered_and_cannot_be_replayed(stack: OwnStack, feishu: Any,
+                                                                               claude: Any, r: redis.Redis) -> None:
+    marker = unique("DISCARDME")
+    claude.fail_when(marker)
+    chat = unique("oc_con_discard")
+    mid = message_id(deliver(stack.web, feishu, chat_id=chat, chat_type="p2p", sender_open_id="ou_con_discard",
+                             text=f"{marker} 这条会失败"))
+    rk = f"feishu:{stack.profile}:p2p:{chat}"
+    [dead] = wait_for(lambda: stack.dead_letters(rk), 60, what="the dead letter")
+    assert dead["attempts"] == 2
+    claude.clear_fail_when(marker)
+    notices = len(feishu.replies_to(mid))
+    s = token_session(stack)
+    page = s.get(f"{stack.web.url}/console/deadletters", timeout=10).text
+    assert dead["id"] in page and "failed 2 times" in page
+    first = s.post(f"{stack.web.url}/console/deadletters/{dead['id']}/discard", data={"csrf": csrf_of(page)},
+                   timeout=10)
+    assert "已丢弃" in first.text and dead["id"] not in first.text.split('data-testid="deadletters"')[1]
+    again = s.post(f"{stack.web.url}/console/deadletters/{dead['id']}/discard", data={"csrf": csrf_of(page)},
+                   timeout=10)
+    assert "已经处理过了" in again.text
+    replay = s.post(f"{stack.web.url}/console/deadletters/{dead['id']}/replay", data={"csrf": csrf_of(page)},
+                    timeout=10)
+    assert "已经处理过了" in replay.text
+    assert stack.admin("POST", f"deadletters/{dead['id']}/replay").status_code == 409
+    idle(r, Keys(stack.profile), rk)
+    assert len(feishu.replies_to(mid)) == notices  # nothing answered after the discard
+    assert r.get(Keys(stack.profile).dead_discarded(dead["id"]))  # kept a week for a look
 
 
 def test_the_routing_simulator_names_the_key_the_service_used(stack: OwnStack, feishu: Any, r: redis.Redis) -> None:
