@@ -26,6 +26,7 @@ from memories.store import Conflict, File, Memories, MemoryFull
 from memories.tool import MEMORY_TOOL, ScopedMemory
 from routing.keys import memory_route
 from runs.runtime import Runtime
+from turn import rotation
 from turn.registry import Call
 
 log = logging.getLogger(__name__)
@@ -39,18 +40,24 @@ SYSTEM = (f"{SYSTEM_MARKER}. You tidy one memory scope of a team assistant. You 
 ROUNDS = 6
 LATE_S = 12 * 3600  # a slot the service slept through by more than this is skipped (the next one comes)
 ROUTES_SHOWN, ENTRIES_SHOWN, ENTRY_CHARS = 5, 6, 300
+# Of CONTEXT_BUDGET_TOKENS: the files shown whole (the rest are listed, to view with the tool), the files and the
+# recent conversations together, and the whole request once tool results are added (then the model must finish).
+FILES_SHARE, REQUEST_SHARE, LOOP_SHARE = 0.55, 0.75, 0.9
 
 
 def ensure_dreams(rt: Runtime, now: float | None = None) -> int:
     """Once per slot (several sweepers, restarts: the inbox's dedupe keeps one event per scope and slot): each scope
-    changed before the slot gets its consolidation event. Returns how many events were pushed."""
+    changed since its last consolidation (by the time the sweeper looks) gets its consolidation event. Returns how
+    many events were pushed."""
     m = rt.settings.memory
     at = rt.clock.now() if now is None else now
     slot = Cron.parse(m.dream_cron).previous_at_or_before(datetime.fromtimestamp(at, rt.settings.tz)).timestamp()
     done_key = rt.keys.memory_dream_slot(int(slot))
     if at - slot > LATE_S or rt.state.exists(done_key):
         return 0
-    scopes = [str(s) for s in rt.state.zrangebyscore(rt.keys.memory_changed, "-inf", slot)]
+    # every scope changed by now, not only before the slot: one changed again between the slot and this look (a
+    # second, or the hours a sweeper was down) would otherwise wait a night
+    scopes = [str(s) for s in rt.state.zrangebyscore(rt.keys.memory_changed, "-inf", at)]
     for name in scopes:
         rk = memory_route(rt.settings.bot_profile, name)
         event = Inbound(event_id=f"dream:{name}:{int(slot)}", message_id=f"dream:{name}:{int(slot)}", chat_id="",
@@ -94,11 +101,15 @@ def run(c: Call) -> str:
 
 
 def _talk(rt: Runtime, scope: Scope, files: Mapping[str, File], tool: ScopedMemory) -> str:
+    """The model's rounds with the tool, every request within CONTEXT_BUDGET_TOKENS: once what it read with the
+    tool has filled LOOP_SHARE of it, the next round is its last (no more tool calls)."""
+    budget = rotation.budget_of(rt)
     system = [{"type": "text", "text": SYSTEM}]
     messages: list[dict[str, Any]] = [{"role": "user", "content": _request(rt, scope, files)}]
     text = ""
     for n in range(ROUNDS):
-        step = rt.llm.step(system, messages, [MEMORY_TOOL], final=n == ROUNDS - 1,
+        full = budget.cost(json.dumps(messages, ensure_ascii=False)) > budget.total * LOOP_SHARE
+        step = rt.llm.step(system, messages, [MEMORY_TOOL], final=n == ROUNDS - 1 or full,
                            model=rt.settings.memory.dream_model)
         metrics.count(rt.state, rt.keys, "tokens", "memory", "input", n=step.input_tokens)
         text = step.text
@@ -114,27 +125,41 @@ def _talk(rt: Runtime, scope: Scope, files: Mapping[str, File], tool: ScopedMemo
 
 
 def _request(rt: Runtime, scope: Scope, files: Mapping[str, File]) -> str:
+    """The scope's files whole while they fit FILES_SHARE of the budget (in path order; the rest named, to view
+    with the tool), then the newest of the recent conversations that fit what is left of REQUEST_SHARE."""
+    budget = rotation.budget_of(rt)
     today = datetime.fromtimestamp(rt.clock.now(), rt.settings.tz).strftime("%Y-%m-%d")
-    shown = "\n".join(f'<file path="{scope.root}/{html.escape(p)}">\n{html.escape(f.text, quote=False)}\n</file>'
-                      for p, f in sorted(files.items()))
-    return (f"<scope name=\"{scope.name}\" today=\"{today}\">\n{shown}\n</scope>\n"
-            f"<recent_conversations>\n{_recent(rt, scope)}\n</recent_conversations>")
+    shown, listed, used = [], [], budget.cost(SYSTEM) + budget.cost(json.dumps(MEMORY_TOOL))
+    for p, f in sorted(files.items()):
+        xml = f'<file path="{scope.root}/{html.escape(p)}">\n{html.escape(f.text, quote=False)}\n</file>'
+        if used + budget.cost(xml) <= budget.total * FILES_SHARE:
+            shown.append(xml)
+            used += budget.cost(xml)
+        else:
+            listed.append(f"- {scope.root}/{html.escape(p)} ({len(f.text)} characters: view it with the memory tool)")
+    more = f"\n<not_shown>\n{chr(10).join(listed)}\n</not_shown>" if listed else ""
+    recent = _recent(rt, scope, lambda text: budget.cost(text), int(budget.total * REQUEST_SHARE) - used)
+    return (f"<scope name=\"{scope.name}\" today=\"{today}\">\n{chr(10).join(shown)}{more}\n</scope>\n"
+            f"<recent_conversations>\n{recent}\n</recent_conversations>")
 
 
-def _recent(rt: Runtime, scope: Scope) -> str:
-    """The tails of the routes this scope was loaded in over the last day (as data)."""
+def _recent(rt: Runtime, scope: Scope, cost: Callable[[str], int], room: int) -> str:
+    """The tails of the routes this scope was loaded in over the last day (as data), the newest that fit `room`."""
     since = rt.clock.now() - 86400
     routes = [str(x) for x in rt.state.zrevrangebyscore(rt.keys.memory_routes(scope.name), "+inf", since,
                                                         start=0, num=ROUTES_SHOWN)]
-    out = []
-    for rk in routes:
+    out: list[str] = []
+    for rk in routes:  # newest route first
         state = rt.sessions.state(rk)
         if not state.session_id:
             continue
         raw = rt.state.lrange(rt.keys.session_log(rk, state.session_id), -ENTRIES_SHOWN, -1)
-        for entry in (json.loads(x) for x in raw):
-            out.append(f'<turn role="{entry.get("role")}">'
-                       f'{html.escape(str(entry.get("text", ""))[-ENTRY_CHARS:], quote=False)}</turn>')
+        turns = [f'<turn role="{entry.get("role")}">'
+                 f'{html.escape(str(entry.get("text", ""))[-ENTRY_CHARS:], quote=False)}</turn>'
+                 for entry in (json.loads(x) for x in raw)]
+        if cost("\n".join([*out, *turns])) > room:
+            break
+        out += turns
     return "\n".join(out)
 
 

@@ -73,38 +73,43 @@ class MemoriesPart(Part):
         self.group = last.chat_type != "p2p"
 
     def block(self) -> str:
+        """Everything in it counts against the room: the note, the line naming whose each shown scope is, the files
+        loaded whole, the index, and the closing line counting what did not fit. Files that do not fit are named in
+        the index first; a scope none of whose content fits is not mentioned at all."""
         budget = self.turn.budget
         room = int(budget.total * self.turn.rt.settings.memory.budget_share)
         scopes = sorted(self.grant.read)
         files = {s: self.store.files(s) for s in scopes}
         if not any(files.values()):
             return ""
+        parts, index = self._candidates(scopes, files)
+        fit = _Fit(budget.cost, room - budget.cost(NOTE) - TAIL_TOKENS, self.group)
+        out, unloaded = [], []
+        for scope, path, xml in parts:
+            if fit.take(scope, xml):
+                out.append(xml)
+            else:
+                unloaded.append((scope, f"- {scope.root}/{path} (not loaded: no room; view it)"))
+        index = unloaded + index
+        lines = [line for scope, line in index if fit.take(scope, line)]
+        left = len(index) - len(lines)
+        if left:
+            lines.append(f"- … {left} more not listed for lack of room (view /memories to list them)")
+        whose = "".join(f'\n<whose scope="{s.name}">{_whose(s, self.group)}</whose>' for s in scopes if s in fit.shown)
+        body = "\n".join(out) + ("\n<index>\n" + "\n".join(lines) + "\n</index>" if lines else "")
+        return f'<memory note="{html.escape(NOTE)}">{whose}\n{body}\n</memory>\n'
+
+    def _candidates(self, scopes: list[Scope], files: Mapping[Scope, Mapping[str, File]]
+                    ) -> tuple[list[tuple[Scope, str, str]], list[tuple[Scope, str]]]:
+        """(files to load whole, index lines of the rest), in the stable load order."""
         parts, index = [], []
         for scope in scopes:
             for path, f in sorted(files[scope].items()):
                 if path in LOADED[scope.kind] and len(f.text) <= LOADED_CHARS:
                     parts.append((scope, path, _file_xml(scope, f, self.store)))
                 else:
-                    index.append(_index_line(scope, f, self.store))
-        out, used = [], budget.cost(NOTE) + 20
-        for scope, path, xml in parts:
-            cost = budget.cost(xml)
-            if used + cost > room:
-                index.insert(0, f"- {scope.root}/{path} (not loaded: no room; view it)")
-                continue
-            out.append(xml)
-            used += cost
-        lines: list[str] = []
-        for line in index:
-            cost = budget.cost(line)
-            if used + cost > room:
-                lines.append(f"- … {len(index) - len(lines)} more (view /memories to list them)")
-                break
-            lines.append(line)
-            used += cost
-        whose = "".join(f'\n<whose scope="{s.name}">{_whose(s, self.group)}</whose>' for s in scopes if files[s])
-        body = "\n".join(out) + ("\n<index>\n" + "\n".join(lines) + "\n</index>" if lines else "")
-        return f'<memory note="{html.escape(NOTE)}">{whose}\n{body}\n</memory>\n'
+                    index.append((scope, _index_line(scope, f, self.store)))
+        return parts, index
 
     def call(self, name: str, args: dict[str, Any], room: int) -> str | None:
         if name != MEMORY_TOOL["name"]:
@@ -136,6 +141,26 @@ class MemoriesPart(Part):
             pipe.zadd(self.turn.rt.keys.memory_routes(scope.name), {self.turn.rk: now})
             pipe.zremrangebyrank(self.turn.rt.keys.memory_routes(scope.name), 0, -51)  # the newest 50
         pipe.execute()
+
+
+TAIL_TOKENS = 40  # the closing tags and the "… N more" line, kept free so they always fit
+
+
+class _Fit:
+    """What still fits the room; the first thing shown of a scope also pays for the line saying whose it is."""
+
+    def __init__(self, cost: Any, room: int, group: bool) -> None:
+        self.cost, self.left, self.group = cost, room, group
+        self.shown: set[Scope] = set()
+
+    def take(self, scope: Scope, text: str) -> bool:
+        need = self.cost(text) + (0 if scope in self.shown else
+                                  self.cost(f'<whose scope="{scope.name}">{_whose(scope, self.group)}</whose>'))
+        if need > self.left:
+            return False
+        self.left -= need
+        self.shown.add(scope)
+        return True
 
 
 def start(turn: Turn, parts: Mapping[str, Part]) -> MemoriesPart:

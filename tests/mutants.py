@@ -558,7 +558,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("M5", "loaded memory is not held to its budget share", "memories/part.py", (
         ("        room = int(budget.total * self.turn.rt.settings.memory.budget_share)",
          "        room = int(budget.total * 10)"),),
-        ("tests/test_memories.py::test_a_full_scope_stays_within_budget_loads_instructions_whole_and_indexes_the_rest",)),
+        ("tests/test_memories.py::test_a_full_scope_stays_within_budget_loads_instructions_whole_and_indexes_the_rest",
+         "tests/test_memories_budget.py::"
+         "test_a_batch_from_thirty_people_loads_what_fits_and_stays_within_the_memory_budget")),
     Mutant("M6", "/reset forgets the resetter's memory", "memories/commands.py", (
         ('    return Said(say("memory_kept_on_reset", c.message.text))',
          '    store_of(c.rt).change(Scope("people", c.message.sender_id), "reset", "reset", dict.fromkeys)\n'
@@ -596,6 +598,20 @@ MUTANTS: tuple[Mutant, ...] = (
         ("        if moves and not kept and not dry_run and all(ok for _line, ok in moved):",
          "        if not dry_run:"),),
         ("tests/test_memories_store.py::test_old_notes_move_into_their_scopes_once_and_the_deployment_wide_ones_stay",)),
+    Mutant("M15", "the lines saying whose each scope is are not counted against memory's room",
+           "memories/part.py", (
+        ("        need = self.cost(text) + (0 if scope in self.shown else",
+         "        need = self.cost(text) + (0 if True else"),),
+        ("tests/test_memories_budget.py::"
+         "test_a_batch_from_thirty_people_loads_what_fits_and_stays_within_the_memory_budget",)),
+    Mutant("M16", "a consolidation shows every file whatever the budget", "memories/dream.py", (
+        ("        if used + budget.cost(xml) <= budget.total * FILES_SHARE:", "        if True:"),),
+        ("tests/test_memories_budget.py::"
+         "test_a_consolidation_of_a_full_scope_asks_within_the_budget_and_names_what_it_could_not_show",)),
+    Mutant("M17", "a scope changed again between the slot and the sweeper's look waits a night", "memories/dream.py", (
+        ('    scopes = [str(s) for s in rt.state.zrangebyscore(rt.keys.memory_changed, "-inf", at)]',
+         '    scopes = [str(s) for s in rt.state.zrangebyscore(rt.keys.memory_changed, "-inf", slot)]'),),
+        ("tests/test_memories_budget.py::test_a_scope_changed_again_after_the_slot_is_still_consolidated_that_night",)),
     # (end of M)
 
     # -- issue 26: the operator console: K* ----------------------------------------------------------------------
