@@ -11,7 +11,7 @@ import sys
 import time
 
 ORDER = ("ingest", "pipeline", "state", "retention", "runs", "elastic", "assembly", "items", "documents", "longconn",
-         "render", "recovery", "streaming", "timers", "memory")
+         "render", "recovery", "streaming", "timers", "memory", "console")
 
 
 def main(argv: list[str]) -> int:
