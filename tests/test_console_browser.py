@@ -24,6 +24,8 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
 from core.keys import Keys
+from memories.paths import Scope
+from memories.store import Caps, Memories
 from sandbox.feishu.events import mention
 from tests.harness import BOT_OPEN_ID, deliver, message_id, reply_text, unique, wait_for
 from tests.harness import wait_route_idle as idle
@@ -221,14 +223,18 @@ def test_hostile_text_is_text_on_every_page_that_lists_it_and_no_dialog_fires(
     _, _, _, item = open_topic(stack.web, feishu, r, keys, text=f"@_user_1 {HOSTILE} 报表导出是空的")
     rk = f"feishu:{stack.profile}:p2p:{chat}"
     idle(r, keys, rk)
+    scope = Scope("people", unique("ou_brw_xss"))
+    Memories(r, keys, Caps(files=20, chars=100_000, file_chars=8000)).change(
+        scope, scope.id, "seed", lambda _f: {"instructions.md": f"以后{HOSTILE}"})
     sign_in(browser, stack, ADMIN)
     pages = ["/console/timers", "/console/deadletters", "/console/items", f"/console/items/{item.item_id}",
-             f"/console/routes/{rk}", f"/console/routes?q={chat}", "/console/"]
+             f"/console/routes/{rk}", f"/console/memory/{scope.name}", f"/console/routes?q={chat}", "/console/",
+             "/console/memory"]
     for path in pages:
         browser.get(stack.web.url + path)
         assert no_dialog(browser), path
         body = browser.find_element(By.TAG_NAME, "body").text
-        if path != f"/console/routes?q={chat}" and path != "/console/":
+        if path not in (f"/console/routes?q={chat}", "/console/", "/console/memory"):
             assert "<script>alert(1)</script>" in body, (path, body[:500])
         assert not browser.find_elements(By.CSS_SELECTOR, "main script, main img"), path
     assert browser.execute_script("return document.querySelectorAll('img[src=\"x\"]').length") == 0
