@@ -54,6 +54,13 @@ LONGEST_FIRST = ("test_recovery.py", "test_always_on.py", "test_seams.py", "test
                  "test_pipeline.py", "test_documents_items.py")
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # pytest-xdist 3 re-sorts loadfile's files by their number of tests unless told not to: the one-test modules
+    # (the end-to-end run, the elastic pool, 30 streams at once) would start last and run alone at the end.
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     rank = {name: n for n, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file keeps its own order
