@@ -100,6 +100,7 @@ class Proc:
 
     def __init__(self, args: list[str], env: dict[str, str], cwd: str, log_path: Path) -> None:
         self.log_path = log_path
+        self.log_from = log_path.stat().st_size if log_path.exists() else 0  # a restart appends to the same log
         self.log = open(log_path, "ab")  # noqa: SIM115  (closed in stop())
         self.p = subprocess.Popen([sys.executable, *args], env=subprocess_env(env), cwd=cwd,
                                   stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -127,6 +128,12 @@ class Proc:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         self.p.wait(timeout=10)
+
+    def logged(self, text: str) -> bool:
+        """This process (not an earlier one with the same log) has written `text` to its log."""
+        with open(self.log_path, "rb") as f:
+            f.seek(self.log_from)
+            return text.encode() in f.read()
 
     def alive(self) -> bool:
         """True while running; an AssertionError with the log's tail once it has exited."""

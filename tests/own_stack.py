@@ -85,7 +85,10 @@ class OwnStack:
         return pids
 
     def crash_restart(self, sweepers: int = 1) -> None:
-        """SIGKILL every process (as a host crash would), then start them again with `sweepers` schedulers."""
+        """SIGKILL every process (as a host crash would), then start them again with `sweepers` schedulers.
+
+        Returns once the new processes serve (see `serving`): what a test checks next ("not posted again", "not
+        fired early") is then checked against the restarted stack, not against processes still importing."""
         for proc in self.procs:
             proc.kill9()
             proc.log.close()
@@ -93,6 +96,17 @@ class OwnStack:
         self.start_processes()
         for n in range(1, sweepers):
             self.add_sweeper(n)
+        wait_for(self.serving, timeout=120, interval=0.2, what="the restarted processes to serve")
+
+    def serving(self) -> bool:
+        """The supervisor has a registered RQ worker of its own and every sweeper's loop has started."""
+        from rq import Worker
+
+        if not all(p.alive() for p in self.procs):
+            return False
+        kids = set(self.supervisor.children())
+        workers = Worker.all(connection=redis.Redis.from_url(self.env["REDIS_URL"]))
+        return any(w.pid in kids for w in workers) and all(p.logged("sweeper started") for p in self.procs[1:])
 
     def add_sweeper(self, n: int = 1) -> None:
         """One more sweeper (a second scheduler) beside the stack's own."""
