@@ -19,6 +19,7 @@ import requests
 from core.keys import Keys
 from memories.paths import Scope
 from memories.store import Caps, Memories
+from memory.timer import digest_id
 from sandbox.feishu.events import mention
 from tests.harness import BOT_OPEN_ID, deliver, message_id, model_requests_with, reply_text, unique, wait_for
 from tests.harness import wait_route_idle as idle
@@ -163,6 +164,9 @@ def test_a_digest_posted_this_morning_is_known_in_the_chats_routes(stack, feishu
     stack.set_clock(r, datetime(2026, 12, 15, 7, 59, 55, tzinfo=TZ))
     wait_for(lambda: [m for m in feishu.bot_messages(DIGEST_CHAT) if m["msg_type"] == "interactive"], 30,
              what="the digest card")
+    slot = digest_id(DIGEST_CHAT, "2026-12-15T0800")  # the run notes its timer once it has kept what it posted
+    wait_for(lambda: stack.admin("GET", f"timers/{slot}").json().get("fired_note", "").startswith("posted"), 30,
+             what="the digest run to finish")
     stack.set_clock(r, datetime(2026, 12, 15, 9, 0, tzinfo=TZ))
     ask(stack, feishu, "ou_reader", "早上那条汇总里有什么（after-digest）", chat_id=DIGEST_CHAT, chat_type="group")
     sent = request_of(claude, "after-digest")
