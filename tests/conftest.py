@@ -7,35 +7,25 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
-import redis
 
-from core.keys import Keys
-from jobs import features  # noqa: F401  (in-process tests see every registered feature, as each process does)
-from memory.embedded import ensure_server, stop_server
-from sandbox.claude.standin import ClaudeStandin
-from sandbox.feishu.emulator import FeishuEmulator
-from tests.harness import (
-    APP_ID,
-    APP_SECRET,
-    BOT_OPEN_ID,
-    NO_ENV_FILE,
-    Proc,
-    WebServer,
-    service_env,
-    settings_from,
-    stop_all,
-    wait_for,
-    worker_count,
-)
 from tests.netguard import sitecustomize as netguard
+
+if TYPE_CHECKING:
+    import redis
+
+    from core.keys import Keys
+    from sandbox.claude.standin import ClaudeStandin
+    from sandbox.feishu.emulator import FeishuEmulator
+    from tests.harness import WebServer
 
 # No test may reach the network: this process gets the guard here, every process a test starts gets it
 # from tests/netguard/sitecustomize.py (harness.subprocess_env). And no process reads a dotenv file:
 # in-process load_settings() calls see ENV_FILE too, so a developer's .env in the repo root is never used.
 netguard.install()
-os.environ["ENV_FILE"] = NO_ENV_FILE
+os.environ["ENV_FILE"] = os.devnull  # harness.NO_ENV_FILE
 
 # Written into the service processes' working directory: if ENV_FILE were not honoured, every worker
 # and sweeper would read it and stop at start-up with a configuration error naming these variables.
@@ -61,6 +51,12 @@ def pytest_configure(config: pytest.Config) -> None:
     # (the end-to-end run, the elastic pool, 30 streams at once) would start last and run alone at the end.
     if hasattr(config.option, "loadscopereorder"):
         config.option.loadscopereorder = False
+    # A process that runs tests sees every registered feature before collection, as each service process does. An
+    # xdist controller runs none: it skips the service's imports (lark-oapi, anthropic: seconds of CPU that would
+    # come before its workers start).
+    if hasattr(config, "workerinput") or getattr(config.option, "dist", "no") == "no" or config.option.collectonly:
+        from jobs import features  # noqa: F401
+        from tests import harness  # noqa: F401
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -82,6 +78,8 @@ def workdir() -> Iterator[Path]:
 
 @pytest.fixture(scope="session")
 def redis_url(workdir: Path) -> Iterator[str]:
+    from memory.embedded import ensure_server, stop_server
+
     url = ensure_server(str(workdir / "var"))
     yield url
     stop_server(str(workdir / "var"))
@@ -89,11 +87,16 @@ def redis_url(workdir: Path) -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def r(redis_url: str) -> redis.Redis:
+    import redis
+
     return redis.Redis.from_url(redis_url, decode_responses=True)
 
 
 @pytest.fixture(scope="session")
 def feishu() -> Iterator[FeishuEmulator]:
+    from sandbox.feishu.emulator import FeishuEmulator
+    from tests.harness import APP_ID, APP_SECRET, BOT_OPEN_ID
+
     emu = FeishuEmulator(app_id=APP_ID, app_secret=APP_SECRET, bot_open_id=BOT_OPEN_ID).start()
     yield emu
     emu.stop()
@@ -101,6 +104,8 @@ def feishu() -> Iterator[FeishuEmulator]:
 
 @pytest.fixture(scope="session")
 def claude() -> Iterator[ClaudeStandin]:
+    from sandbox.claude.standin import ClaudeStandin
+
     standin = ClaudeStandin().start()
     yield standin
     standin.stop()
@@ -108,17 +113,25 @@ def claude() -> Iterator[ClaudeStandin]:
 
 @pytest.fixture(scope="session")
 def env(redis_url: str, feishu: FeishuEmulator, claude: ClaudeStandin) -> dict[str, str]:
+    from tests.harness import service_env
+
     return service_env(redis_url, feishu.url, claude.url)
 
 
 @pytest.fixture(scope="session")
 def keys() -> Keys:
+    from core.keys import Keys
+
     return Keys("test")
 
 
 @pytest.fixture(scope="session")
 def service(env: dict[str, str], workdir: Path, r: redis.Redis, keys: Keys) -> Iterator[WebServer]:
     """Web app + two workers + the sweeper, all real, all on the session's Redis."""
+    import redis
+
+    from tests.harness import BOT_OPEN_ID, Proc, WebServer, settings_from, stop_all, wait_for, worker_count
+
     procs = [
         Proc(["-m", "jobs.worker", "--name", f"w{i}"], env, str(workdir), workdir / f"worker{i}.log")
         for i in range(2)
