@@ -14,13 +14,15 @@ Meanwhile:
 - the Open API fails a share of replies before applying them (502, a 504 after the client's timeout, a reset:
   retried inside the run with the same uuid), the first few with HTTP 500 code 1500 (the run is retried), a few
   after applying them (the retry must be deduped by its uuid), and the first digest card's send with HTTP 500;
-- a few follow-ups' request messages are unknown to the Open API (231003) and one digest chat does not have the bot
-  (230002) until the replay: permanent, given up at once;
+- a few follow-ups' request messages are gone (deleted; the Open API answers 231003 and no recall event came): the
+  reminder is posted once into the chat instead (timers/followup.py `post`, issue 23), never dead-lettered; one
+  digest chat does not have the bot (230002) until the replay: permanent, given up at once;
 - busy work-horses and RQ workers are SIGKILLed mid-run.
 
 Every timer must be stored in its route's inbox exactly once (redis MONITOR: the PUSH script's dedupe SET per
 attempt, its RPUSH per stored event), end `fired`, and either post exactly one message under its target (one card
-for a digest) or be in the dead letters — never two, never lost silently, no notice or mention of anyone else; the
+for a digest) (a gone request: one top-level post in its chat)
+or be in the dead letters — never two, never lost silently, no notice or mention of anyone else; the
 dead letters replay (admin API) into exactly one message each.
 """
 
@@ -78,10 +80,11 @@ class Wake:
     timer: Timer
     target: str  # the message its reply goes under (follow-up: the request; triage: the evidence); digest: chat
     token: str  # in the model request (follow-up: its `what`; triage: the evidence message)
-    fate: str = "plain"  # plain | doomed (the model always fails) | unknown (231003 / 230002 until the replay)
+    fate: str = "plain"  # plain | doomed (the model always fails) | gone (request 231003) | unknown (230002 until
+    # the replay)
     fault: str = ""  # a plain one's targeted Open API fault: "applied" (APPLIED_TRIES x 502 after applying), "500"
     expect_mentions: frozenset[str] = frozenset()
-    register: dict[str, Any] = field(default_factory=dict)  # add_message kwargs, for `unknown` at the replay
+    register: dict[str, Any] = field(default_factory=dict)  # add_chat kwargs, for `unknown` at the replay
 
     @property
     def key(self) -> str:
@@ -196,7 +199,7 @@ class Plan:
         return [w for w in self.wakes if w.timer.kind == kind and (fate is None or w.fate == fate)]
 
 
-def followups(ctx: Context, plan: Plan, n: int, doomed: int, unknown: int) -> None:
+def followups(ctx: Context, plan: Plan, n: int, doomed: int, gone: int) -> None:
     """`n` follow-ups on distinct routes (half p2p, a quarter group, a quarter topic), due 20-28 min after t0."""
     stack, tag, now = ctx.stack, plan.tag, Clock(ctx.stack.r, ctx.stack.keys, adjustable=True).now()
     timers = Timers(stack.r, stack.keys)
@@ -207,7 +210,7 @@ def followups(ctx: Context, plan: Plan, n: int, doomed: int, unknown: int) -> No
         chat, sender = f"oc_s18_{tag}_{kind[0]}{i}", f"ou_s18_{tag}_u{i}"
         thread = f"omt_s18_{tag}_{i}" if kind == "topic" else ""
         source = f"om_s18_{tag}_req{i}"
-        fate = ("unknown" if kind == "p2p" and seen[kind] <= unknown
+        fate = ("gone" if kind == "p2p" and seen[kind] <= gone
                 else "doomed" if kind == "group" and seen[kind] <= doomed else "plain")
         token = f"w{tag}n{i:03d}"
         what = f"看第 {i} 号工单的进展 {token}" + (f" {plan.marker}" if fate == "doomed" else "")
@@ -218,7 +221,9 @@ def followups(ctx: Context, plan: Plan, n: int, doomed: int, unknown: int) -> No
         if thread:
             stack.feishu.add_message(f"om_s18_{tag}_root{i}", chat, text="话题", thread_id=thread)
         created = int(now * 1000)
-        if fate != "unknown":
+        if fate == "gone":  # the private chat is there, its request message was deleted
+            stack.feishu.add_chat(chat, chat_mode="p2p")
+        else:
             created = int(stack.feishu.add_message(**register).get("create_time") or created)
         rk = (f"feishu:{stack.profile}:p2p:{chat}" if kind == "p2p" else
               f"feishu:{stack.profile}:topic:{chat}:{thread}" if thread else
@@ -228,8 +233,7 @@ def followups(ctx: Context, plan: Plan, n: int, doomed: int, unknown: int) -> No
                   thread_id=thread, what=what, understood="周一 09:20", created_by=sender, created_at=now,
                   source_message_id=source, source_time_ms=created, gen=0)
         assert timers.add(t, now=now) == 1, t.id
-        plan.wakes.append(Wake(t, source, token, fate, expect_mentions=frozenset({sender}),
-                               register=register))
+        plan.wakes.append(Wake(t, source, token, fate, expect_mentions=frozenset({sender})))
 
 
 def triage(ctx: Context, plan: Plan, n: int) -> None:
@@ -356,14 +360,17 @@ class ReplyLog:
 
 
 def messages_of(plan: Plan, messages: list[dict[str, Any]]) -> tuple[dict[str, list[dict[str, Any]]], list[str]]:
-    """Bot messages per wake-up (follow-up/triage: replies under its target; digest: cards in its chat) and the
-    ids of every other bot message (each one an unexpected ping)."""
+    """Bot messages per wake-up (follow-up/triage: replies under its target; a follow-up whose request is gone:
+    a top-level post in its chat; digest: cards in its chat) and the ids of every other bot message (each one an
+    unexpected ping)."""
     by_target = {w.target: w for w in plan.wakes}
+    beside = {w.timer.chat_id: w for w in plan.wakes if w.fate == "gone"}
     out: dict[str, list[dict[str, Any]]] = {w.timer.id: [] for w in plan.wakes}
     stray = []
     for m in messages:
-        w = by_target.get(str(m.get("parent_id") or "")) or (by_target.get(m["chat_id"])
-                                                            if m.get("msg_type") == "interactive" else None)
+        parent = str(m.get("parent_id") or "")
+        w = by_target.get(parent) or (by_target.get(m["chat_id"]) if m.get("msg_type") == "interactive" else None) \
+            or (beside.get(m["chat_id"]) if not parent else None)
         if w is None or w.timer.chat_id != m["chat_id"]:
             stray.append(m["message_id"])
             continue
@@ -376,7 +383,7 @@ def messages_of(plan: Plan, messages: list[dict[str, Any]]) -> tuple[dict[str, l
 def wakeups(ctx: Context, result: Result) -> None:
     stack = ctx.stack
     n_followups, n_triage = ctx.size(16, 40), ctx.size(3, 5)
-    doomed, unknown = ctx.size(1, 3), ctx.size(1, 3)  # group follow-ups the model refuses, p2p ones 231003
+    doomed, gone = ctx.size(1, 3), ctx.size(1, 3)  # group follow-ups the model refuses, p2p ones 231003
     kill_limit, applied, server_errors = ctx.size(2, 4), ctx.size(2, 3), ctx.size(2, 4)
     tag = os.urandom(2).hex()
     tz = Settings(_env_file=os.devnull).tz  # type: ignore[call-arg]
@@ -413,7 +420,7 @@ def wakeups(ctx: Context, result: Result) -> None:
         worker_from = log_size(stack, "worker")
         sweep_from = log_size(stack, "sweeper"), sweeper2.log_path.stat().st_size
         # -- the timers ------------------------------------------------------------------------------------
-        followups(ctx, plan, n_followups, doomed, unknown)
+        followups(ctx, plan, n_followups, doomed, gone)
         triage(ctx, plan, n_triage)
         digest(ctx, plan, timeout=30)
         time.sleep(0.6)  # three scheduler passes: nothing is due yet
@@ -555,8 +562,14 @@ def check_firing(ctx: Context, run: Run, plan: Plan, pushes: Pushes, dead: list[
     result.check("no dead letter holds two records of one timer", all(len(v) <= 1 for v in by_timer.values()),
                  f"{ {k: len(v) for k, v in by_timer.items() if len(v) > 1} }")
     doomed = [w.timer.id for w in plan.wakes if w.fate in ("doomed", "unknown")]
-    result.check("every refused or unaddressable wake-up (model refuses it; 231003) is in the dead letters",
+    result.check("every refused or unaddressable wake-up (model refuses it; 230002) is in the dead letters",
                  all(by_timer[i] for i in doomed), f"{[i for i in doomed if not by_timer[i]]}")
+    beside = {w.timer.id: [(bool(m.get("parent_id")), w.timer.created_by in json.dumps(m.get("body"))) for m in
+                            sent[w.timer.id]] for w in plan.wakes if w.fate == "gone"}
+    result.check("a follow-up whose request is gone (231003): one top-level post into its chat, mentioning its "
+                 "creator; not dead-lettered", bool(beside) and all(v == [(False, True)] and not by_timer[i]
+                                                                    for i, v in beside.items()),
+                 f"{ {i: (v, len(by_timer[i])) for i, v in beside.items() if v != [(False, True)] or by_timer[i]} }")
     notices = [m["message_id"] for m in run.messages() if any(mark in reply_text(m) for mark in NOTICE_MARKS)]
     result.check("a dead-lettered wake-up tells nobody (no notice)", not notices, f"{notices[:5]}")
     pinged = {w.timer.id: sorted(set(MENTION.findall(json.dumps(m.get("body"), ensure_ascii=False)))
@@ -577,14 +590,12 @@ def check_firing(ctx: Context, run: Run, plan: Plan, pushes: Pushes, dead: list[
 
 
 def replay(ctx: Context, run: Run, plan: Plan, dead: list[dict[str, Any]], first: Firing) -> list[str]:
-    """Register the request messages the Open API did not know, then replay every dead letter of ours once
+    """Add the bot to the digest chat it was not in, then replay every dead letter of ours once
     (a second replay of one must be refused); returns the timer ids replayed."""
     result = run.result
     for w in plan.wakes:
-        if w.fate == "unknown" and w.timer.kind == "digest":
+        if w.fate == "unknown":
             ctx.stack.feishu.add_chat(**w.register)  # the bot was added to the chat
-        elif w.fate == "unknown":
-            ctx.stack.feishu.add_message(**w.register)  # the Open API finds the request now
     replayed, statuses = [], []
     for timer_id, letters in first.dead.items():
         if not letters or timer_id in first.landed:
@@ -644,8 +655,13 @@ def check_attempts(ctx: Context, result: Result, plan: Plan, verdicts: dict[str,
     permanent: dict[str, Any] = {w.timer.id: (verdicts.get(w.timer.id), per_target.get(w.target)) for w in unknown
            if verdicts.get(w.timer.id, [""])[-1] != "permanent" or verdicts[w.timer.id].count("permanent") != 1
            or [s for s in per_target.get(w.target, []) if s == 400] != [400]}
-    result.check("a permanent error (231003, 230002) gives up at once: one refused send, no retry after it",
+    result.check("a permanent error (230002) gives up at once: one refused send, no retry after it",
                  not permanent, f"{permanent}"[:300])
+    gone = {w.timer.id: (per_target.get(w.target), per_target.get(w.timer.chat_id)) for w in plan.wakes
+            if w.fate == "gone"}
+    result.check("a gone request's reply is refused (400), never answered 200; its chat post succeeded",
+                 all(req and set(req) == {400} and chat and chat[-1] == 200 for req, chat in gone.values()),
+                 f"{gone}"[:300])
     plain = [w for w in plan.wakes if w.fate == "plain"]
     retried = [w for w in plain if "retry" in verdicts.get(w.timer.id, [])]
     failed_reply = [w for w in plain if any(s != 200 for s in per_target.get(w.target, []))]
