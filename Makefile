@@ -26,12 +26,12 @@ run: $(VENV)/.deps
 	PATH="$(CURDIR)/$(BIN):$$PATH" LOG_TERMINAL=$$([ -t 1 ] && echo 1 || echo 0) \
 	  $(BIN)/honcho start -f Procfile -p $(PORT)
 
-# Most tests wait on their own processes (workers, sweeper, emulators), so three pytest workers share 2 cores
+# Most tests wait on their own processes (workers, sweeper, emulators), so four pytest workers share 2 cores
 # well (pytest-xdist, one test file per worker: a file's rig is started once; the longest files first, see
 # tests/conftest.py). The short fault suite (tests/test_chaos.py, its own stack) is one of those files: its tests
 # assert no timing bound but generous drain deadlines, and it mostly waits on its stack.
 test: $(VENV)/.dev browser
-	$(BIN)/python -m pytest -n 3 --dist loadfile
+	$(BIN)/python -m pytest -n 4 --dist loadfile
 
 # The console's browser tests (tests/test_console_browser.py) drive Debian's chromium through its chromedriver, both
 # from the distribution's packages (never a browser download). Installed here when missing and run as root.
