@@ -302,6 +302,32 @@ class Acquire:
     exec_id: str
 
 
+class Tap:
+    """`redis-cli monitor` piped through `grep -F <needle>` into a file of the stack's directory, so the chaos
+    process parses only the lines it wants of everything Redis executed (MONITOR is on once this returns)."""
+
+    def __init__(self, stack: Stack, needle: str, name: str) -> None:
+        self.path = stack.dir / f"{name}-{os.urandom(3).hex()}.txt"
+        cli = BIN / "redis-cli" if (BIN / "redis-cli").exists() else Path(shutil.which("redis-cli") or "redis-cli")
+        sock = stack.redis_url.removeprefix("unix://").split("?")[0]
+        self._cli = subprocess.Popen([str(cli), "-s", sock, "monitor"], stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL)
+        assert self._cli.stdout is not None
+        with open(self.path, "wb") as out:  # grep keeps its own descriptor
+            self._grep = subprocess.Popen(["grep", "--line-buffered", "-F", needle], stdin=self._cli.stdout,
+                                          stdout=out)
+        self._cli.stdout.close()  # grep owns the pipe now
+        time.sleep(0.2)  # MONITOR is on before the scenario's first command
+
+    def stop(self, drain: float = 0.0) -> None:
+        """End the monitor, `drain` seconds after the last lines may still be in the pipe."""
+        time.sleep(drain)
+        end_all((self._cli, self._grep))
+
+    def lines(self) -> list[str]:
+        return self.path.read_text(errors="replace").splitlines()
+
+
 class Acquires:
     """Every ACQUIRE a run made (a run taking its route's lease with its kick token), as Redis executed it: read
     through MONITOR by `redis-cli` and filtered by the script's SHA1 in `grep`, so the chaos process parses only
@@ -312,23 +338,13 @@ class Acquires:
         from runs import inbox_lua as scripts
 
         self.sha = hashlib.sha1(scripts.ACQUIRE.encode()).hexdigest()  # what redis-py's EVALSHA names
-        self.path = stack.dir / f"acquires-{os.urandom(3).hex()}.txt"
-        cli = BIN / "redis-cli" if (BIN / "redis-cli").exists() else Path(shutil.which("redis-cli") or "redis-cli")
-        sock = stack.redis_url.removeprefix("unix://").split("?")[0]
-        self._cli = subprocess.Popen([str(cli), "-s", sock, "monitor"], stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL)
-        assert self._cli.stdout is not None
-        with open(self.path, "wb") as out:  # grep keeps its own descriptor
-            self._grep = subprocess.Popen(["grep", "--line-buffered", "-F", self.sha], stdin=self._cli.stdout,
-                                          stdout=out)
-        self._cli.stdout.close()  # grep owns the pipe now
-        time.sleep(0.2)  # MONITOR is on before the scenario's first run
+        self.tap = Tap(stack, self.sha, "acquires")
 
     def stop(self) -> list[Acquire]:
         """End the monitor; every ACQUIRE seen, once per (kick token, execution id), in Redis' order."""
-        end_all((self._cli, self._grep))
+        self.tap.stop()
         seen: dict[tuple[str, str], Acquire] = {}
-        for line in self.path.read_text(errors="replace").splitlines():
+        for line in self.tap.lines():
             stamp, _, rest = line.partition(" [")
             _, _, command = rest.partition("] ")
             try:

@@ -30,9 +30,7 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
-import subprocess
 import threading
 import time
 from collections import Counter
@@ -44,13 +42,13 @@ from typing import Any
 
 from bitable.index import Items
 from chaos.load import Event, Target
-from chaos.measure import Run, dead_records, end_all, reply_text, wait_idle
+from chaos.measure import Run, Tap, dead_records, reply_text, wait_idle
 from chaos.procs import proc_table, signal_pids
 from chaos.report import Counts, Result, percentile
 from chaos.scenarios.base import Context, scenario
 from chaos.scenarios.crashes import log_size, wait_workers
 from chaos.scenarios.items import Kills
-from chaos.stack import BIN, Stack
+from chaos.stack import Stack
 from core.clock import Clock
 from core.settings import Settings
 from memories.paths import Scope
@@ -227,26 +225,15 @@ class Trace:
 
     def __init__(self, stack: Stack) -> None:
         self.prefix = f"{stack.keys.prefix}:mem:{{"
-        self.path = stack.dir / f"memory-trace-{os.urandom(3).hex()}.txt"
-        cli = BIN / "redis-cli" if (BIN / "redis-cli").exists() else Path(shutil.which("redis-cli") or "redis-cli")
-        sock = stack.redis_url.removeprefix("unix://").split("?")[0]
-        self._cli = subprocess.Popen([str(cli), "-s", sock, "monitor"], stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL)
-        assert self._cli.stdout is not None
-        with open(self.path, "wb") as out:
-            self._grep = subprocess.Popen(["grep", "--line-buffered", "-F", self.prefix], stdin=self._cli.stdout,
-                                          stdout=out)
-        self._cli.stdout.close()
-        time.sleep(0.2)
+        self.tap = Tap(stack, self.prefix, "memory-trace")
 
     def stop(self) -> None:
-        time.sleep(0.3)  # the last lines through the pipe
-        end_all((self._cli, self._grep))
+        self.tap.stop(drain=0.3)  # the last lines through the pipe
 
     def read(self) -> Witnessed:
         seen = Witnessed()
         pending: dict[str, tuple[dict[str, str | None], dict[str, int]]] = {}
-        for line in self.path.read_text(errors="replace").splitlines():
+        for line in self.tap.lines():
             m = LUA.match(line)
             args = [unquote(a) for a in QUOTED.findall(m.group(2))] if m else []
             if m is None or len(args) < 3 or not args[1].startswith(self.prefix):

@@ -32,21 +32,18 @@ import contextlib
 import json
 import os
 import re
-import shutil
 import signal
-import subprocess
 import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import requests
 
 from bitable.index import Items
-from chaos.measure import NOTICE_MARKS, Run, end_all, reply_text, wait_idle
+from chaos.measure import NOTICE_MARKS, Run, Tap, reply_text, wait_idle
 from chaos.procs import Service, signal_pids
 from chaos.report import Counts, Result
 from chaos.scenarios.base import Context, scenario
@@ -98,27 +95,17 @@ class Pushes:
 
     def __init__(self, stack: Stack) -> None:
         self.stack = stack
-        self.path = stack.dir / f"timer-pushes-{os.urandom(3).hex()}.txt"
-        cli = BIN / "redis-cli" if (BIN / "redis-cli").exists() else Path(shutil.which("redis-cli") or "redis-cli")
-        sock = stack.redis_url.removeprefix("unix://").split("?")[0]
-        self._cli = subprocess.Popen([str(cli), "-s", sock, "monitor"], stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL)
-        assert self._cli.stdout is not None
-        with open(self.path, "wb") as out:
-            self._grep = subprocess.Popen(["grep", "--line-buffered", "-F", "timer:"], stdin=self._cli.stdout,
-                                          stdout=out)
-        self._cli.stdout.close()
-        time.sleep(0.2)
+        self.tap = Tap(stack, "timer:", "timer-pushes")
 
     def stop(self) -> None:
-        end_all((self._cli, self._grep))
+        self.tap.stop()
 
     def counts(self, wakes: list[Wake]) -> dict[str, Counter[str]]:
         """Per timer id: attempts (dedupe SETs) and stored (RPUSHes into its inbox)."""
         keys = self.stack.keys
         by_key = {w.key: w for w in wakes}
         out: dict[str, Counter[str]] = {w.timer.id: Counter() for w in wakes}
-        for line in self.path.read_text(errors="replace").splitlines():
+        for line in self.tap.lines():
             m = MONITOR_LINE.match(line)
             if not m:
                 continue
