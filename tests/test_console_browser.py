@@ -22,6 +22,9 @@ from selenium.common.exceptions import NoAlertPresentException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.remote.webelement import WebElement
+from selenium.webdriver.support import expected_conditions
+from selenium.webdriver.support.ui import WebDriverWait
 
 from core.keys import Keys
 from memories.paths import Scope
@@ -85,20 +88,31 @@ def no_dialog(driver: WebDriver) -> bool:
     return False
 
 
+def navigate(driver: WebDriver, element: WebElement, timeout: float = 30) -> None:
+    """Click what leaves the page (a link, a form's submit) and return once the next page has loaded. Selenium's
+    click does not wait for the navigation it starts: looking at once finds the old page, or nothing while the new
+    one loads, and a `get` right after it cancels it (a sign-in callback that never set its cookie) — all seen on a
+    loaded machine."""
+    old = driver.find_element(By.TAG_NAME, "html")
+    element.click()
+    WebDriverWait(driver, timeout).until(expected_conditions.staleness_of(old))
+    WebDriverWait(driver, timeout).until(lambda d: d.execute_script("return document.readyState") == "complete")
+
+
 def sign_in(driver: WebDriver, stack: OwnStack, who: str) -> None:
     driver.delete_all_cookies()
     driver.get(f"{stack.web.url}/console/")  # no sign-in: the sign-in page
     assert "/console/login" in driver.current_url
-    driver.find_element(By.CSS_SELECTOR, '[data-action="feishu-sign-in"]').click()  # → the emulator's authorize page
+    navigate(driver, driver.find_element(By.CSS_SELECTOR, '[data-action="feishu-sign-in"]'))  # → authorize page
     box = driver.find_element(By.ID, "open_id")
     box.clear()
     box.send_keys(who)
-    driver.find_element(By.ID, "allow").click()  # → the console's callback → the page asked for
+    navigate(driver, driver.find_element(By.ID, "allow"))  # → the console's callback → the page asked for
 
 
 def click_in_row(driver: WebDriver, row_testid: str, attr: str, value: str, action: str) -> None:
     row = driver.find_element(By.CSS_SELECTOR, f'[data-testid="{row_testid}"][{attr}="{value}"]')
-    row.find_element(By.CSS_SELECTOR, f'[data-action="{action}"]').click()
+    navigate(driver, row.find_element(By.CSS_SELECTOR, f'[data-action="{action}"]'))
 
 
 def test_feishu_sign_in_shows_the_overview_and_refuses_another_user(browser: WebDriver, stack: OwnStack,
@@ -202,7 +216,7 @@ def test_the_routing_simulator_shows_the_key_the_service_used(browser: WebDriver
         form.find_element(By.NAME, "chat_id").send_keys(chat)
         form.find_element(By.NAME, "sender").send_keys("ou_brw_a")
         form.find_element(By.NAME, "thread_id").send_keys(thread_id)
-        form.find_element(By.CSS_SELECTOR, '[data-action="simulate"]').click()
+        navigate(browser, form.find_element(By.CSS_SELECTOR, '[data-action="simulate"]'))
         shown[label] = browser.find_element(By.CSS_SELECTOR, '[data-testid="route-key"]').text
     assert shown["topic"] == f"feishu:{stack.profile}:topic:{chat}:{thread}" and shown["topic"] in used_topic
     assert shown["group"] == f"feishu:{stack.profile}:group:{chat}:ou_brw_a" and shown["group"] in used_group
