@@ -275,9 +275,14 @@ def message_id(envelope: dict[str, Any]) -> str:
 
 
 def model_requests_with(claude: Any, needle: str) -> list[dict[str, Any]]:
+    """The requests whose messages carry needle, memory consolidations left out: they quote the recent conversations
+    of the scopes they tidy (so any needle) and run at their own cron slot, beside other tests' turns."""
     import json
 
-    return [r for r in claude.requests if needle in json.dumps(r["body"]["messages"], ensure_ascii=False)]
+    from memories.dream import SYSTEM_MARKER
+
+    return [r for r in claude.requests if needle in json.dumps(r["body"]["messages"], ensure_ascii=False)
+            and SYSTEM_MARKER not in json.dumps(r["body"].get("system", ""), ensure_ascii=False)]
 
 
 def reply_text(message: dict[str, Any]) -> str:

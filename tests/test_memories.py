@@ -153,8 +153,8 @@ def test_a_reminder_fired_yesterday_is_known_as_told_today(stack, feishu, claude
              what="the reminder")
     idle(r, stack.keys, f"feishu:{stack.profile}:p2p:{where['chat_id']}")
     stack.set_clock(r, datetime(2026, 12, 2, 9, 0, tzinfo=TZ))
-    ask(stack, feishu, "ou_told", "月报的事你还记得吗（today）", **where)
-    sent = request_of(claude, "today")
+    ask(stack, feishu, "ou_told", "月报的事你还记得吗（told-check）", **where)
+    sent = request_of(claude, "told-check")
     assert "已提醒过：提醒：交月报" in sent and "<wake_up kind=\\\"followup\\\"" in sent
 
 
