@@ -113,9 +113,11 @@ def claude() -> Iterator[ClaudeStandin]:
 
 @pytest.fixture(scope="session")
 def env(redis_url: str, feishu: FeishuEmulator, claude: ClaudeStandin) -> dict[str, str]:
-    from tests.harness import service_env
+    from datetime import UTC, datetime
 
-    return service_env(redis_url, feishu.url, claude.url)
+    from tests.harness import dream_cron_far_from, service_env
+
+    return service_env(redis_url, feishu.url, claude.url, MEMORY_DREAM_CRON=dream_cron_far_from(datetime.now(UTC)))
 
 
 @pytest.fixture(scope="session")

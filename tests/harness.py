@@ -12,8 +12,10 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import redis
 import requests
@@ -55,6 +57,15 @@ def service_env(redis_url: str, feishu_url: str, model_url: str, **extra: str) -
     }
     env.update(extra)
     return env
+
+
+def dream_cron_far_from(now: datetime, tz: str = "Asia/Shanghai") -> str:
+    """A daily MEMORY_DREAM_CRON slot twelve hours from `now` (BOT_TIMEZONE's default zone): a stack on the real
+    clock never reaches it within a suite run, so whether its scopes get consolidated mid-run (extra model requests
+    beside the tests' turns) does not depend on the hour the suite runs at. Stacks with a pinned clock keep the
+    product's slot (tests/own_stack.py)."""
+    at = now.astimezone(ZoneInfo(tz)) + timedelta(hours=12)
+    return f"{at.minute} {at.hour} * * *"
 
 
 def settings_from(env: dict[str, str]) -> Settings:

@@ -32,6 +32,8 @@ class OwnStack:
         """`clock`: the service clock reads this from before the first process starts (no test step then depends
         on the real hour or date)."""
         own = {k: v for k, v in {**env, "BOT_PROFILE": unique(prefix), **overrides}.items() if v != ""}  # "" = unset
+        if clock is not None and "MEMORY_DREAM_CRON" not in overrides:
+            own.pop("MEMORY_DREAM_CRON", None)  # a pinned clock meets the product's slot when its test moves it
         stack = cls(WebServer(settings_from(own)), own, workdir)
         if clock is not None:
             stack.set_clock(redis.Redis.from_url(own["REDIS_URL"], decode_responses=True), clock)

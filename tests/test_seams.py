@@ -53,9 +53,9 @@ AT_BOT = [mention(BOT_OPEN_ID, "助手")]
 
 @pytest.fixture(scope="module")
 def stack(env: dict[str, str], workdir: Path, feishu: Any) -> Iterator[OwnStack]:
-    s = OwnStack.with_items(env, workdir, feishu, "seam", WORKER_CONCURRENCY="3", ADMIN_TOKEN="seams-admin",
-                            ITEM_ADMINS="ou_admin", TIMER_CHECK_SECONDS="0.2", FOLLOWUPS_PER_ROUTE_PERSON="2",
-                            FOLLOWUPS_PER_PERSON="3", FOLLOWUPS_MAX_PENDING="1000")
+    s = OwnStack.with_items(env, workdir, feishu, "seam", clock=MONDAY_9, WORKER_CONCURRENCY="3",
+                            ADMIN_TOKEN="seams-admin", ITEM_ADMINS="ou_admin", TIMER_CHECK_SECONDS="0.2",
+                            FOLLOWUPS_PER_ROUTE_PERSON="2", FOLLOWUPS_PER_PERSON="3", FOLLOWUPS_MAX_PENDING="1000")
     yield s
     s.stop()
 
