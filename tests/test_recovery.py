@@ -51,7 +51,10 @@ class Rig:
         proc = Proc(["-m", "jobs.worker", "--name", name], self.env, str(self.workdir), self.workdir / f"{name}.log")
         self.procs.append(proc)
         rq = redis.Redis.from_url(self.env["REDIS_URL"])
-        wait_for(lambda: any(w.name.startswith(name) for w in _workers(rq)), 40, what="worker registered")
+        # generous: at the suite's start every test worker is starting its stacks on the same 2 cores
+        wait_for(lambda: not proc.alive() or any(w.name.startswith(name) for w in _workers(rq)), 120,
+                 what="worker registered")
+        assert proc.alive(), proc.log_path.read_text(errors="replace")[-2000:]
         return proc
 
     @property
