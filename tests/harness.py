@@ -194,6 +194,14 @@ def worker_count(r: redis.Redis, queue: str) -> int:
     return sum(1 for w in Worker.all(connection=r) if queue in w.queue_names())
 
 
+def wait_serving(r: redis.Redis, procs: list[Proc], profile: str, timeout: float = 120.0) -> None:
+    """A rig's processes are alive and a worker of its own listens on `{profile}-runs`: a first test must not
+    spend its own deadline on the worker's start (at the suite's start, every test worker starts stacks on the
+    same cores)."""
+    wait_for(lambda: all(p.alive() for p in procs) and worker_count(r, f"{profile}-runs") >= 1, timeout,
+             interval=0.2, what=f"{profile}'s worker to register")
+
+
 def route_key(kind: str, chat: str, *rest: str, profile: str = "test") -> str:
     """README "Route keys": p2p `chat`; group `chat, sender`; topic `chat, thread`."""
     return ":".join(["feishu", profile, kind, chat, *rest])

@@ -38,6 +38,7 @@ from tests.harness import (
     unique,
     wait_for,
     wait_route_idle,
+    wait_serving,
 )
 from tests.test_rotation import filler
 
@@ -64,6 +65,7 @@ def rig(env: dict[str, str], workdir: Path, r: redis.Redis,
     procs = [Proc(["-m", "jobs.sweeper"], own, str(workdir), workdir / f"{profile}-sweeper.log"),
              Proc(["-m", "jobs.worker", "--name", profile], own, str(workdir), workdir / f"{profile}-worker.log")]
     wait_for(lambda: r.get(keys.bot_open_id), 60, what="the items rig's sweeper")
+    wait_serving(r, procs, profile)
     yield web, keys, own
     web.stop()
     stop_all(procs)

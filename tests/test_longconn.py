@@ -34,6 +34,7 @@ from tests.harness import (
     wait_for,
     wait_route_idle,
     wait_routes_idle,
+    wait_serving,
 )
 
 AT_BOT = [mention(BOT_OPEN_ID, "助手")]
@@ -69,6 +70,7 @@ def rig(env: dict[str, str], workdir: Path, r: redis.Redis, feishu: FeishuEmulat
              Proc(["-m", "jobs.worker", "--name", profile], own, str(workdir), workdir / f"{profile}-worker.log"),
              *ws_procs(own, workdir, profile, 2)]
     wait_for(lambda: r.get(keys.bot_open_id), 60, what="the rig's sweeper")
+    wait_serving(r, procs, profile)
     wait_for(lambda: all(p.alive() for p in procs) and len(feishu.ws_clients()) >= 2, 60, what="two ws clients")
     yield web, keys
     web.stop()

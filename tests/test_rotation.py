@@ -28,6 +28,7 @@ from tests.harness import (
     unique,
     wait_for,
     wait_route_idle,
+    wait_serving,
 )
 
 TOKEN = "rotation-admin-token"
@@ -54,6 +55,7 @@ def rig(env: dict[str, str], workdir: Path, r: redis.Redis) -> Iterator[tuple[We
     procs = [Proc(["-m", "jobs.sweeper"], own, str(workdir), workdir / f"{profile}-sweeper.log"),
              Proc(["-m", "jobs.worker", "--name", profile], own, str(workdir), workdir / f"{profile}-worker.log")]
     wait_for(lambda: r.get(keys.bot_open_id), 60, what="the rig's sweeper")
+    wait_serving(r, procs, profile)
     yield web, keys
     web.stop()
     stop_all(procs)

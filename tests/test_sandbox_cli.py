@@ -18,7 +18,7 @@ import redis
 from bitable.index import Items
 from core.keys import Keys
 from sandbox.cli.commands import main
-from tests.harness import Proc, WebServer, settings_from, stop_all, unique, wait_for, wait_route_idle
+from tests.harness import Proc, WebServer, settings_from, stop_all, unique, wait_for, wait_route_idle, wait_serving
 
 APP, TABLE = "bascnCliApp01", "tblCli01"
 REPORT = "报表导出 rpt-9921 一直是空的\n从昨天 18:00 开始，三个客户都受影响。"
@@ -33,6 +33,7 @@ def rig(env: dict[str, str], workdir: Path, r: redis.Redis) -> Iterator[tuple[We
     procs = [Proc(["-m", "jobs.sweeper"], own, str(workdir), workdir / f"{profile}-sweeper.log"),
              Proc(["-m", "jobs.worker", "--name", profile], own, str(workdir), workdir / f"{profile}-worker.log")]
     wait_for(lambda: r.get(keys.bot_open_id), 60, what="the CLI rig's sweeper")
+    wait_serving(r, procs, profile)
     yield web, keys, own
     web.stop()
     stop_all(procs)
