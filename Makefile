@@ -31,7 +31,7 @@ run: $(VENV)/.deps
 # tests/conftest.py). The short fault suite (tests/test_chaos.py, its own stack) is one of those files: its tests
 # assert no timing bound but generous drain deadlines, and it mostly waits on its stack.
 test: $(VENV)/.dev browser
-	$(BIN)/python -m pytest -n 4 --dist loadfile
+	$(BIN)/python -m pytest -n 4 --dist loadfile --durations=25
 
 # The console's browser tests (tests/test_console_browser.py) drive Debian's chromium through its chromedriver, both
 # from the distribution's packages (never a browser download). Installed here when missing and run as root.
