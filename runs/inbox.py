@@ -7,10 +7,12 @@ import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 
 import redis
 from rq.job import Job
 from rq.queue import Queue
+from rq.utils import utcformat
 
 from core.keys import Keys
 from memory.groupcommit import GroupCommit
@@ -19,6 +21,7 @@ from runs import inbox_lua as scripts
 from runs.queues import rq_job_key_prefix
 
 DEDUPE_TTL_S = 86400
+STARTED_GRACE_S = 15  # an RQ job started this long ago that has not taken its route's kick lease died before
 KICK_TTL_MS = 45_000  # a kick lease; the sweep renews it while its record or job waits (SWEEP_INTERVAL ≤ 20 s)
 MAX_BATCH = 50  # messages per turn; the rest waits for the next turn of the same run
 
@@ -193,6 +196,7 @@ class Inbox:
         `listed`: route → tokens of its kick records now waiting in our kick list. `front`: the records go to the
         head of the list (a route whose run died has waited longest: it does not queue behind a backlog)."""
         k, listed = self.k, listed or {}
+        started_before = utcformat(datetime.now(UTC) - timedelta(seconds=STARTED_GRACE_S))
         pipe = self.r.pipeline(transaction=False)
         for rk, queue in routes:
             token = new_token()
@@ -200,7 +204,8 @@ class Inbox:
             tokens = "," + ",".join(sorted(listed.get(rk, ()))) + ","
             self._s["KICK"]([k.inbox(rk), k.proc(rk), k.lease(rk), k.dirty, k.kicks],
                             [token, KICK_TTL_MS, rk, record, time.time(), tokens, rq_job_key_prefix(rk),
-                             Job.redis_job_namespace_prefix, Queue.redis_queue_namespace_prefix, int(front)],
+                             Job.redis_job_namespace_prefix, Queue.redis_queue_namespace_prefix, int(front),
+                             started_before],
                             client=pipe)
         return sum(1 for res in pipe.execute() if res == 1)
 

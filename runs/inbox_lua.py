@@ -210,14 +210,17 @@ return 1
 
 # KEYS: inbox, proc, lease, dirty, kicks
 # ARGV: kick_token, ttl_ms, route_key, kick_record, now, listed_tokens (",t1,t2,"), job_key_prefix,
-#       RQ's job key namespace, RQ's queue key namespace, front ("1": the record goes to the head of the list)
+#       RQ's job key namespace, RQ's queue key namespace, front ("1": the record goes to the head of the list),
+#       started_before (RQ's UTC timestamp format: a job started before it that still left the kick lease died)
 # The sweep's repair. A route without work leaves `dirty`. A route with work gets a kick when nothing
 # will run it: no lease, or a kick or backoff lease whose record is neither waiting (in our kick list or
 # among the delayed retries) nor an RQ job still waiting or starting — lost in a crash, or with Redis'
 # last second of writes. A job whose hash says 'queued' but which is not in its queue list was moved to
 # RQ's intermediate queue by a worker that died before starting it (RQ cleans those up only after
-# minutes): it counts as lost. A lease whose record or job waits is renewed, so waiting under load never
-# looks like a loss.
+# minutes): it counts as lost. So does a job that started a while ago (RQ's started_at) and never took the
+# lease: taking it is the job's first step, so its worker or work-horse was killed in between (a slow job that
+# is still alive finds a kick lease again and takes it, or finds the new run holding the route and leaves).
+# A lease whose record or job waits is renewed, so waiting under load never looks like a loss.
 KICK = """
 local work = redis.call('LLEN', KEYS[1]) > 0 or redis.call('LLEN', KEYS[2]) > 0
 local v = redis.call('GET', KEYS[3])
@@ -226,7 +229,7 @@ if v then
   if kind ~= 'k:' and kind ~= 'd:' then return 0 end  -- a run holds the route
   local tok = string.sub(v, 3)
   local job = ARGV[7] .. string.sub(tok, 1, 12)
-  local status, origin = unpack(redis.call('HMGET', job, 'status', 'origin'))
+  local status, origin, started = unpack(redis.call('HMGET', job, 'status', 'origin', 'started_at'))
   if status == 'queued' and origin then  -- 'queued' but not in its queue: stranded by a dead worker
     local id = string.sub(job, #ARGV[8] + 1)
     if not redis.call('LPOS', ARGV[9] .. origin, id) then status = 'stranded' end
@@ -236,7 +239,9 @@ if v then
     if redis.call('PTTL', KEYS[3]) < tonumber(ARGV[2]) then redis.call('PEXPIRE', KEYS[3], ARGV[2]) end
     return 0
   end
-  if status == 'started' then return 0 end  -- its job is taking the lease now (or died: the lease expires)
+  if status == 'started' and not (started and started ~= '' and started < ARGV[11]) then
+    return 0  -- its job is taking the lease now
+  end
   if not work then  -- a lost kick for a route with nothing to do: nothing to run
     redis.call('DEL', KEYS[3])
     redis.call('ZREM', KEYS[4], ARGV[3])

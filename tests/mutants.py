@@ -139,6 +139,10 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("C6", "ACQUIRE grants the lease to anyone", "runs/inbox_lua.py", (
         ("if (not v) or string.sub(v, 1, 2) == 'k:' or v == ('d:' .. ARGV[1]) then", "if true then"),),
         ("tests/test_protocol.py::test_protocol_never_strands_an_event",)),
+    Mutant("C8", "a job killed between its start and taking the route waits out the kick lease", "runs/inbox_lua.py", (
+        ("  if status == 'started' and not (started and started ~= '' and started < ARGV[11]) then",
+         "  if status == 'started' then"),),
+        ("tests/test_inbox.py::test_a_job_killed_after_it_started_and_before_it_took_the_route_is_redone_soon",)),
     Mutant("C7", "only the reporter may decide an approval", "items/approvals.py", (
         ('                                record.users(schema.name("owner")) + record.users(schema.name("reporter")))',
          '                                record.users(schema.name("reporter")))'),

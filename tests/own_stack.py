@@ -40,6 +40,7 @@ class OwnStack:
         stack.start_processes()
         state = redis.Redis.from_url(own["REDIS_URL"], decode_responses=True)
         wait_for(lambda: state.get(stack.keys.bot_open_id), timeout=60, what="the sweeper to learn the bot's id")
+        wait_for(stack.serving, timeout=120, interval=0.2, what="the stack's worker to register")
         return stack
 
     @classmethod
@@ -121,6 +122,7 @@ class OwnStack:
             stop_all(self.procs)
             self.procs.clear()
             self.start_processes()
+            wait_for(self.serving, timeout=120, interval=0.2, what="the restarted processes to serve")
 
     def stop(self) -> None:
         self.web.stop()

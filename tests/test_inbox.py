@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import UTC, datetime, timedelta
 
 import pytest
 import redis
 from rq.queue import Queue
 from rq.serializers import JSONSerializer
+from rq.utils import utcformat
 
 from core.keys import Keys
 from memory.sessions import KEEP_ENDED, Sessions
-from runs.inbox import Commit, Inbox, Kick
+from runs.inbox import STARTED_GRACE_S, Commit, Inbox, Kick
 from runs.queues import enqueue_drain, job_id, rq_queue_name
 from tests.harness import unique
 
@@ -235,6 +237,26 @@ def test_a_job_stranded_by_a_worker_that_died_after_dequeuing_it_counts_as_lost(
     assert job is not None and job.get_status() == "queued"  # what a worker that died here leaves behind
     assert inbox.kick_many([("rk", "q")], inbox.listed_kicks()) == 1
     assert r.get(keys.lease("rk")) == f"k:{inbox.next_kicks(0.1)[0].token}"
+
+
+def test_a_job_killed_after_it_started_and_before_it_took_the_route_is_redone_soon(box, redis_url) -> None:
+    """RQ marked the job started (status, started_at in one write) and its worker or work-horse was SIGKILLed
+    before the job's first step, taking the kick lease: the sweep waits while that is recent, then counts the
+    job as lost instead of leaving the route to the kick lease's 45 s."""
+    inbox, keys, r = box
+    push(inbox, "rk", 1)
+    token = inbox.next_kicks(0.1)[0].token
+    enqueue_drain(redis.Redis.from_url(redis_url), keys.profile, "q", "rk", token)
+    job = f"rq:job:{job_id('rk', token)}"
+    r.hset(job, mapping={"status": "started", "started_at": utcformat(datetime.now(UTC) - timedelta(seconds=2))})
+    assert inbox.kick_many([("rk", "q")], inbox.listed_kicks()) == 0  # taking the lease now
+    assert r.get(keys.lease("rk")) == f"k:{token}"
+    r.hset(job, "started_at", utcformat(datetime.now(UTC) - timedelta(seconds=STARTED_GRACE_S + 1)))
+    assert inbox.kick_many([("rk", "q")], inbox.listed_kicks()) == 1
+    fresh = inbox.next_kicks(0.1)[0].token
+    assert fresh != token and r.get(keys.lease("rk")) == f"k:{fresh}"
+    assert inbox.acquire("rk", token, "the-slow-job")  # a job that was only slow still runs the route alone
+    assert not inbox.acquire("rk", fresh, "the-new-job")
 
 
 def test_a_lost_retry_is_redone_by_the_sweep(box) -> None:
