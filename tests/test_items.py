@@ -104,7 +104,7 @@ def open_topic(web: WebServer, feishu: Any, r: redis.Redis, keys: Keys, *, text:
     env = deliver(web, feishu, chat_id=chat, chat_type="group", thread_id=thread, text=text, mentions=AT_BOT,
                   sender_open_id=reporter)
     items = Items(r, keys)
-    item = wait_for(lambda: items.by_thread(thread), 30, what="the topic's item")
+    item = wait_for(lambda: items.by_thread(thread), 60, what="the topic's item")
     if wait_done:
         wait_for(lambda: (items.get(item.item_id) or item).analysis == "done", 60, what="the first answer")
     return chat, thread, message_id(env), items.get(item.item_id)

@@ -159,7 +159,7 @@ def test_records_and_analyses_show_mentions_as_names_without_the_bots_own(rig, f
     deliver(web, feishu, chat_id=chat, chat_type="group", thread_id=thread, mentions=mentions,
             text="@_user_1 对账单导出为空 @_user_2 帮忙看下日志", sender_open_id="ou_reporter")
     items = Items(r, keys)
-    item = wait_for(lambda: items.by_thread(thread), 30, what="the topic's item")
+    item = wait_for(lambda: items.by_thread(thread), 60, what="the topic's item")
     wait_for(lambda: (items.get(item.item_id) or item).analysis == "done", 60, what="the first answer")
     fields = records_of(feishu, item.item_id)[0]["fields"]
     written = _text(fields["描述"]) + _text(fields["标题"])
