@@ -18,12 +18,11 @@ from zoneinfo import ZoneInfo
 import pytest
 import redis
 from selenium import webdriver
-from selenium.common.exceptions import NoAlertPresentException
+from selenium.common.exceptions import NoAlertPresentException, StaleElementReferenceException, WebDriverException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.remote.webelement import WebElement
-from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import WebDriverWait
 
 from core.keys import Keys
@@ -88,6 +87,21 @@ def no_dialog(driver: WebDriver) -> bool:
     return False
 
 
+def left(old: WebElement) -> bool:
+    """The page `old` belongs to is gone. Selenium's `staleness_of`, except that chromedriver, asked while the
+    navigation swaps documents, may answer "Node with given id does not belong to the document" (an unknown
+    error, not a stale element): that too means the old page is gone (seen in a fresh clone on a loaded machine)."""
+    try:
+        old.is_enabled()
+    except StaleElementReferenceException:
+        return True
+    except WebDriverException as e:
+        if "does not belong to the document" in str(e):
+            return True
+        raise
+    return False
+
+
 def navigate(driver: WebDriver, element: WebElement, timeout: float = 30) -> None:
     """Click what leaves the page (a link, a form's submit) and return once the next page has loaded. Selenium's
     click does not wait for the navigation it starts: looking at once finds the old page, or nothing while the new
@@ -95,7 +109,7 @@ def navigate(driver: WebDriver, element: WebElement, timeout: float = 30) -> Non
     loaded machine."""
     old = driver.find_element(By.TAG_NAME, "html")
     element.click()
-    WebDriverWait(driver, timeout).until(expected_conditions.staleness_of(old))
+    WebDriverWait(driver, timeout).until(lambda _d: left(old))
     WebDriverWait(driver, timeout).until(lambda d: d.execute_script("return document.readyState") == "complete")
 
 
