@@ -163,19 +163,25 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
-def main() -> int:
-    settings = load_settings()
+def report(settings: Settings) -> tuple[str, int]:
+    """The doctor's table and summary for `settings`, and its exit code (1 when a required row is missing)."""
     from memory.store import resolve_url, state_client
 
     r = state_client(resolve_url(settings))
     keys = Keys(settings.bot_profile)
     api = FeishuApi(settings, r, keys)
     rows = check(settings, api, fields_check(settings, r, keys, api))
-    print(table(rows))
     bad = [row for row in rows if row["required"] and row["verdict"] == MISSING]
-    print(f"\n{len(bad)} required missing, {sum(1 for x in rows if x['verdict'] == MISSING)} missing in all, "
-          f"{sum(1 for x in rows if x['verdict'] == UNKNOWN)} to check by hand")
-    return 1 if bad else 0
+    text = (f"{table(rows)}\n\n{len(bad)} required missing, "
+            f"{sum(1 for x in rows if x['verdict'] == MISSING)} missing in all, "
+            f"{sum(1 for x in rows if x['verdict'] == UNKNOWN)} to check by hand")
+    return text, 1 if bad else 0
+
+
+def main() -> int:
+    text, code = report(load_settings())
+    print(text)
+    return code
 
 
 if __name__ == "__main__":
