@@ -1,37 +1,75 @@
-"""Flask application factory; `app` is built on first access so importing this module has no side effects."""
+"""The deployment's features (`FEATURES`, `build_app`) and the Flask application factory; `app` is built on first
+access, so importing this module has no side effects and registers nothing.
+
+Adding a feature = one folder declaring its `FEATURE` (turn/registry.py) + one line in `FEATURES` (ARCHITECTURE.md).
+Every process builds its App through `build_app` (APP_FACTORY names it: the web, each worker, the sweeper, the long
+connection)."""
 
 from __future__ import annotations
 
 import logging
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from flask import Flask
-
-import console
 from core import logs
 from core.keys import Keys
 from core.settings import Settings, load_settings
-from edge import admin
-from edge.ingress import Ingress
-from edge.web import bp
 from feishu import identity
+from items import feature as items
+from materials import feature as materials
+from memories import feature as memories
 from memory.store import resolve_url, state_client
+from notes import feature as notes
 from runs.runtime import Runtime
+from timers import feature as timers
+from triage import feature as triage
+from turn import session
+from turn.registry import App, Feature
+
+if TYPE_CHECKING:
+    from flask import Flask
+
+    from edge.ingress import Ingress
 
 log = logging.getLogger(__name__)
 
+# The product's features, one line each (their order in a turn is each one's `order`, not this list's).
+FEATURES: tuple[Feature, ...] = (
+    session.FEATURE,  # /reset, /status, card clicks to their feature's action
+    items.FEATURE,  # items, their records, first answers and approvals
+    materials.FEATURE,  # documents a turn shows and read_document
+    memories.FEATURE,  # the memory tool, loaded memory, /memory /forget, consolidation
+    notes.FEATURE,  # the old notes, read-only
+    timers.FEATURE,  # follow-ups, digests, /followups /cancel
+    triage.FEATURE,  # quiet triage of unaddressed topic messages
+)
+
+
+def build_app(settings: Settings | None = None, features: tuple[Feature, ...] = FEATURES) -> App:
+    """The App of this deployment: every feature of `features`, registered on a new instance (a test may pass a
+    subset, or a feature of its own)."""
+    del settings  # every feature is in; a feature switches itself off by its own settings (items without Bitable)
+    return App(features)
+
 
 def create_app(settings: Settings | None = None) -> Flask:
+    """The web process's Flask app (the worker builds only its App: it never imports Flask)."""
+    from flask import Flask
+
+    import console
+    from edge import admin
+    from edge.ingress import Ingress
+    from edge.web import bp
+
     settings = settings or load_settings()
     logs.setup(settings.log_level, settings.log_format)
     url = resolve_url(settings)
-    ingress = Ingress(settings, state_client(url))
+    runtime = Runtime(settings, url)
+    ingress = Ingress(settings, state_client(url), runtime.app)
     app = Flask(__name__)
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     app.extensions["feishu_ingress"] = ingress
     app.register_blueprint(bp)
-    runtime = Runtime(settings, url)
     admin.init_app(app, runtime)
     console.init_app(app, runtime)
     threading.Thread(target=_warm_identity, args=(settings, ingress), daemon=True).start()

@@ -28,6 +28,18 @@ class Keys:
     def _route(self, kind: str, route_key: str) -> str:
         return f"{self.prefix}:{kind}:{{{route_tag(route_key)}}}"
 
+    # -- the primitive a feature builds its own keys on (its module, its namespace) ----------------------
+
+    def feature(self, namespace: str, *parts: str) -> str:
+        """A key of the feature `namespace` (its name in the App): `fb:<profile>:f:<namespace>:<part>:…`."""
+        if not namespace.isidentifier() or any(":" in p for p in parts):
+            raise ValueError(f"not a feature key: {namespace!r} {parts!r}")
+        return ":".join((self.prefix, "f", namespace, *parts))
+
+    def feature_of_route(self, namespace: str, route_key: str, *parts: str) -> str:
+        """A feature's key of one route, next to the route's own keys (`{tag}`)."""
+        return self.feature(namespace, f"{{{route_tag(route_key)}}}", *parts)
+
     # -- per route: the inbox/lease protocol ---------------------------------------------------------
 
     def inbox(self, rk: str) -> str:

@@ -6,8 +6,9 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import fields
-from typing import Annotated, Literal
+from typing import Annotated, Literal, TypeVar
 from zoneinfo import ZoneInfo
 
 from pydantic import (
@@ -112,6 +113,7 @@ class Settings(BaseSettings):
     routing_queue_topic: str = Field("runs", pattern=r"^[A-Za-z0-9_-]+$")
 
     # Runtime tuning
+    app_factory: str = Field("app:build_app", pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")  # module:function → App
     port: int = Field(8000, ge=1, le=65535)
     var_dir: str = "var"
     max_body_bytes: int = Field(262144, ge=1024)
@@ -392,6 +394,25 @@ def describe_errors(error: ValidationError) -> list[str]:
     return lines
 
 
+FeatureSettingsT = TypeVar("FeatureSettingsT", bound=BaseSettings)
+
+
+def load_feature_settings(model: type[FeatureSettingsT]) -> FeatureSettingsT:
+    """A feature's own settings (a `BaseSettings` of its room, flat env names as the contract's), read from the
+    environment and the dotenv file as `load_settings` reads the service's; bad values exit(2) the same way."""
+    return _or_exit(lambda: model(_env_file=os.environ.get("ENV_FILE") or ".env"))  # type: ignore[call-arg]
+
+
+def _or_exit(build: Callable[[], FeatureSettingsT]) -> FeatureSettingsT:
+    try:
+        return build()
+    except ValidationError as exc:
+        print("Configuration error — fix these environment variables:", file=sys.stderr)
+        for line in describe_errors(exc):
+            print(f"  - {line}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
 def load_settings(**overrides: object) -> Settings:
     """Load from the environment and the dotenv file; on bad config print every problem and exit(2).
 
@@ -399,10 +420,4 @@ def load_settings(**overrides: object) -> Settings:
     so tests and tools can point it away from a developer's real credentials. Real env vars win over it.
     """
     env_file = os.environ.get("ENV_FILE") or ".env"
-    try:
-        return Settings(_env_file=env_file, **overrides)  # type: ignore[arg-type,call-arg]
-    except ValidationError as exc:
-        print("Configuration error — fix these environment variables:", file=sys.stderr)
-        for line in describe_errors(exc):
-            print(f"  - {line}", file=sys.stderr)
-        raise SystemExit(2) from None
+    return _or_exit(lambda: Settings(_env_file=env_file, **overrides))  # type: ignore[arg-type,call-arg]

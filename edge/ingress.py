@@ -24,7 +24,6 @@ from edge.envelope import MESSAGE_RECEIVE, Envelope, MessageEvent, to_inbound
 from edge.side_events import SIDE_EVENTS, Bad, SideEvents
 from feishu import identity
 from feishu.message import ContentError, first_error, has_lone_surrogate
-from jobs import features  # noqa: F401  (registers every feature: their commands decide what resets a route)
 from memory import related
 from memory.sessions import new_session_id
 from routing.keys import route_for
@@ -32,6 +31,7 @@ from routing.policy import policy_from
 from runs.inbox import Inbox
 from triage import buffer as triage
 from turn import registry
+from turn.registry import App
 
 # Admission reasons of group messages that simply did not address the bot (edge/admission.py).
 UNADDRESSED = ("not mentioned", "mention-all only")
@@ -81,8 +81,10 @@ class Authentic:
 
 
 class Ingress:
-    def __init__(self, settings: Settings, state: redis.Redis, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, settings: Settings, state: redis.Redis, app: App | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
         self.settings, self.state = settings, state
+        self.app = app or registry.load_app(settings)  # commands: what resets a route; actions: what a click is
         self.keys = Keys(settings.bot_profile)
         self.bot_open_id = identity.CachedOpenId(state, self.keys)
         self.inbox = Inbox(state, self.keys, int(settings.run_lease_seconds * 1000),
@@ -91,7 +93,7 @@ class Ingress:
         self.encrypt_key = settings.secret("feishu_encrypt_key")
         self.token = settings.secret("feishu_verification_token")
         self.verifier = SignatureVerifier(self.encrypt_key, settings.signature_window_seconds, clock)
-        self.side = SideEvents(settings, state, self.keys, self.inbox, self.policy)
+        self.side = SideEvents(settings, state, self.keys, self.inbox, self.policy, self.app)
         self.clock = Clock(state, self.keys, adjustable=settings.adjustable_clock)
 
     def handle(self, req: Request) -> Response:
@@ -246,7 +248,7 @@ class Ingress:
             return Response(200)
         route = route_for(inbound, self.policy, self.settings.bot_profile)
         ctx["route_key"] = route.key
-        command = registry.command_of(inbound.message_type, inbound.text)
+        command = self.app.command_of(inbound.message_type, inbound.text)
         reset = command is not None and command.resets
         pushed = self.inbox.push(route.key, dumps(inbound), message_id=inbound.message_id,
                                  content_key=inbound.content_key(), queue=route.queue,

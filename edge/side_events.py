@@ -28,6 +28,7 @@ from memory.timers import Timers
 from routing.keys import item_route
 from routing.policy import Policy
 from runs.inbox import Inbox
+from turn.registry import App
 
 log = logging.getLogger(__name__)
 
@@ -36,8 +37,6 @@ RECORD_CHANGED = "drive.file.bitable_record_changed_v1"
 MESSAGE_RECALLED = "im.message.recalled_v1"
 MESSAGE_UPDATED = "im.message.updated_v1"
 SIDE_EVENTS = (CARD_ACTION, RECORD_CHANGED, MESSAGE_RECALLED, MESSAGE_UPDATED)
-DECISIONS = ("approve", "reject")
-PROPOSAL_ID = re.compile(r"^prop_[0-9a-f]{16}$")
 RECORD_ID = re.compile(r"^rec[A-Za-z0-9]{3,40}$")
 WITHDRAWN_TTL_S = 35 * 86400  # longer than sessions are kept by default
 
@@ -65,6 +64,20 @@ SEEN_UNADDRESSED = ("not mentioned", "mention-all only")
 RECALLED_VERSION = 2**53
 
 
+def _value_of(raw: Any) -> dict[str, Any] | None:
+    """A button's callback value: an object (JSON 2.0 cards), or its JSON text."""
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except ValueError:
+            return None
+    return raw if isinstance(raw, dict) else None
+
+
+def _toast(kind: str, zh: str, en: str) -> dict[str, Any]:
+    return {"toast": {"type": kind, "content": zh, "i18n": {"zh_cn": zh, "en_us": en}}}
+
+
 class Bad(ValueError):
     """The event is authentic but not one we can act on (400, kept)."""
 
@@ -76,8 +89,10 @@ class _Card(BaseModel):
 
 
 class SideEvents:
-    def __init__(self, settings: Settings, state: redis.Redis, keys: Keys, inbox: Inbox, policy: Policy) -> None:
+    def __init__(self, settings: Settings, state: redis.Redis, keys: Keys, inbox: Inbox, policy: Policy,
+                 app: App) -> None:
         self.settings, self.state, self.keys, self.inbox, self.policy = settings, state, keys, inbox, policy
+        self.app = app
         self._note = state.register_script(_NOTE)
         self.handlers: dict[str, Callable[[Envelope, dict[str, Any]], dict[str, Any] | None]] = {
             CARD_ACTION: self.card_action, RECORD_CHANGED: self.record_changed,
@@ -92,20 +107,20 @@ class SideEvents:
     # -- a card button: pushed into the route the card was posted for ---------------------------------
 
     def card_action(self, envelope: Envelope, event: dict[str, Any]) -> dict[str, Any] | None:
+        """A button: pushed into the route its card was posted for, named by the action its value carries (a feature
+        of this App's, `items:approve`); a button no feature claims is answered with a polite toast."""
         ctx = event.pop("_ctx")
         card = _Card.model_validate(event)
-        value = card.action.get("value")
-        if isinstance(value, str):
-            try:
-                value = json.loads(value)
-            except ValueError:
-                value = None
-        if not isinstance(value, dict) or value.get("a") not in DECISIONS:
+        value = _value_of(card.action.get("value"))
+        name = self.app.action_for(value) if value is not None else None
+        if value is None or name is None:
             ctx["outcome"] = "ignored"
-            return None  # a button of some other card: nothing to do, no change to the card
-        proposal, rk = str(value.get("p", "")), str(value.get("rk", ""))
-        if not PROPOSAL_ID.match(proposal) or not self._our_route(rk):
-            raise Bad("card action names no proposal of ours")
+            log.warning("card action no feature claims", extra={**ctx, "event_id": envelope.header.event_id,
+                                                               "reason": str((value or {}).get("action", ""))[:80]})
+            return _toast("warning", "这个按钮已失效，无需再点", "This button is no longer active")
+        rk = str(value.get("rk", ""))
+        if not self._our_route(rk):
+            raise Bad("card action names no route of ours")
         operator = str(card.operator.get("open_id") or "")
         if not operator:
             raise Bad("card action without an operator open_id")
@@ -115,14 +130,14 @@ class SideEvents:
             chat_id=str(card.context.get("open_chat_id") or ""),
             chat_type="p2p" if rk.split(":")[2] == "p2p" else "group", sender_open_id=operator,
             sender_type="user", message_type=CARD_ACTION_TYPE, text="",
-            content=json.dumps({"a": value["a"], "p": proposal}), create_time=str(int(time.time() * 1000)),
+            content=json.dumps({"action": name, "value": {k: v for k, v in value.items() if k != "rk"}}),
+            create_time=str(int(time.time() * 1000)),
         )
         dedupe = f"card:{envelope.header.event_id}"
         pushed = self.inbox.push(rk, dumps(inbound), message_id=dedupe, content_key=dedupe,
                                  queue=self.policy.queues[rk.split(":")[2]])
         ctx.update(route_key=rk, outcome="duplicate" if pushed.duplicate else "queued")
-        return {"toast": {"type": "info", "content": "已收到，正在处理",
-                          "i18n": {"zh_cn": "已收到，正在处理", "en_us": "Received, processing"}}}
+        return _toast("info", "已收到，正在处理", "Received, processing")
 
     def _our_route(self, rk: str) -> bool:
         parts = rk.split(":")

@@ -87,8 +87,8 @@ def approval_card(*, proposal_id: str, route_key: str, item_id: str, field: str,
     card = _card("待审批：修改记录" if state == "pending" else "审批结果：修改记录", template)
     card.markdown("\n".join(lines))
     if state == "pending":
-        card.buttons([_button("批准", "primary", {"a": "approve", "p": proposal_id, "rk": route_key}),
-                      _button("拒绝", "danger", {"a": "reject", "p": proposal_id, "rk": route_key})])
+        card.buttons([_button("批准", "primary", {"action": "items:approve", "p": proposal_id, "rk": route_key}),
+                      _button("拒绝", "danger", {"action": "items:reject", "p": proposal_id, "rk": route_key})])
         return card.raw(_footer("仅负责人、提出人或管理员可以审批；24 小时内有效。")).to_dict()
     outcome = {"approved": "已批准并写入记录", "rejected": "已拒绝，记录未改动",
                "expired": "已过期，记录未改动", "failed": "写入失败，记录未改动"}.get(state, state)
@@ -100,3 +100,15 @@ def approval_card(*, proposal_id: str, route_key: str, item_id: str, field: str,
 def _button(label: str, style: str, value: dict[str, str]) -> dict[str, Any]:
     """A button for lark-oapi's `buttons` row: its callback value comes back in card.action.trigger."""
     return {"label": label, "style": style, "action": value}
+
+
+def choice_card(*, title: str, body: str, buttons: list[tuple[str, dict[str, str]]], footer: str = "",
+                template: str = "blue") -> dict[str, Any]:
+    """A card of text and buttons for any feature: each button's value names its action (`<feature>:<name>`, see
+    turn/registry.py `Action`) and comes back in card.action.trigger. Text is defused like a reply's."""
+    card = _card(title, template)
+    card.markdown(defuse(clip(body)))
+    if buttons:
+        card.buttons([_button(label[:40], "primary" if n == 0 else "default", value)
+                      for n, (label, value) in enumerate(buttons)])
+    return card.raw(_footer(footer)).to_dict() if footer else card.to_dict()

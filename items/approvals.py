@@ -9,8 +9,8 @@ redelivered or double click finds it decided and writes nothing. Only an approva
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
+import re
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -23,8 +23,11 @@ from items import authority
 from routing.keys import kind_of
 from runs.outbox import LeaseLost
 from runs.runtime import Runtime
+from turn.registry import click_of
 
 log = logging.getLogger(__name__)
+DECISIONS = ("approve", "reject")  # its card actions: `items:approve`, `items:reject`
+PROPOSAL_ID = re.compile(r"^prop_[0-9a-f]{16}$")
 FIELDS = ("status", "owner", "title", "description")  # what a proposal may change
 MAX_PROPOSALS = 3  # per turn
 FINAL = ("approved", "rejected", "expired", "failed")
@@ -109,9 +112,12 @@ def _move(rt: Runtime, pid: str, frm: str, to: str, decider: str) -> bool:
 
 def decide(rt: Runtime, rk: str, click: Inbound, batch_id: str, fence: Callable[[], bool]) -> str:
     """Apply one click; returns what happened (for the log)."""
-    action = json.loads(click.content)
-    pid, decision, who = str(action["p"]), str(action["a"]), click.sender_id
-    p = _load(rt, pid)
+    name, value = click_of(click)  # `items:approve` / `items:reject`; an entry queued before namespacing: {"a": …}
+    pid, who = str(value.get("p") or ""), click.sender_id
+    decision = name.partition(":")[2] or str(value.get("a") or "")
+    p = _load(rt, pid) if PROPOSAL_ID.match(pid) and decision in DECISIONS else None
+    if p is None:
+        log.warning("card click names no proposal of ours", extra={"route_key": rk, "message_id": click.message_id})
     if not p or p.get("route_key") != rk:
         _tell(rt, rk, click, batch_id, say("approval_gone", ""), fence)
         return "unknown"

@@ -1,5 +1,6 @@
-"""Items in the registry (turn/registry.py): their part of a turn, their commands, card clicks, topic openings and
-the item route's work. The turn and the drain learn of items only through these entries."""
+"""Items as a feature (turn/registry.py): their part of a turn, their commands, their card buttons (`items:approve`,
+`items:reject`), topic openings and the item route's work. The turn and the drain learn of items only through
+`FEATURE`, added to the App by app.py."""
 
 from __future__ import annotations
 
@@ -8,15 +9,13 @@ from typing import Any
 
 from bitable.refs import record_link
 from claude.client import Completion
-from core.inbound import CARD_ACTION_TYPE
 from core.texts import say
 from feishu.cards import STATUS_ZH
 from items import approvals, claim
 from items import facts as item_context
 from items.runs import item_entry, item_gave_up
 from routing.keys import ITEM
-from turn import registry
-from turn.registry import Call, Command, Event, Feature, Opener, Part, RouteWork, Said, Turn
+from turn.registry import Action, Call, Command, Feature, Opener, Part, RouteWork, Said, Turn
 
 
 class ItemsPart(Part):
@@ -117,11 +116,21 @@ def _open(c: Call) -> None:
         claim.open_from_topic(c.rt, c.message, "topic_root")  # its first-answer card is the reply
 
 
-registry.feature(Feature("items", order=10, start=start, replied=replied, status=status))
-registry.command(Command("item_new", _command("item_new"), words=("/登记", "/item new")))
-registry.command(Command("item_link", _command("item_link"), pattern=claim.LINK))
-registry.event(Event(CARD_ACTION_TYPE, lambda c: approvals.decide(c.rt, c.rk, c.message, c.batch_id, c.fence),
-                     stale_after_reset=False))  # a decision outlives a reset
-registry.opener(Opener("item_open", _opens, _open))
-registry.route_work(RouteWork(ITEM, lambda c: item_entry(c.rt, c.rk, c.message, c.fence),
-                              gave_up=lambda c, reason: item_gave_up(c.rt, c.rk, c.message, reason, c.fence)))
+def _decide(c: Call) -> str:
+    return approvals.decide(c.rt, c.rk, c.message, c.batch_id, c.fence)
+
+
+def _legacy(verb: str) -> Any:
+    """A button of a card posted before actions were namespaced: `{"a": "approve", "p": "prop_…"}`."""
+    return lambda value: value.get("a") == verb and "action" not in value
+
+
+FEATURE = Feature(
+    "items", order=10, start=start, replied=replied, status=status,
+    commands=(Command("item_new", _command("item_new"), words=("/登记", "/item new")),
+              Command("item_link", _command("item_link"), pattern=claim.LINK)),
+    actions=tuple(Action(verb, _decide, legacy=_legacy(verb)) for verb in approvals.DECISIONS),
+    openers=(Opener("item_open", _opens, _open),),
+    route_work=(RouteWork(ITEM, lambda c: item_entry(c.rt, c.rk, c.message, c.fence),
+                          gave_up=lambda c, reason: item_gave_up(c.rt, c.rk, c.message, reason, c.fence)),),
+)

@@ -27,7 +27,6 @@ from rq.queue import Queue
 
 from core import metrics
 from core.inbound import Inbound
-from jobs import features  # noqa: F401  (registers every feature before a run looks one up)
 from jobs.batches import Parsed, batch_id_of, ids, parse, parse_one
 from jobs.giveup import GiveUp, Outcome
 from jobs.segments import COMMAND, STALE, next_segment
@@ -38,9 +37,8 @@ from runs.inbox import Commit
 from runs.outbox import LeaseLost, Superseded
 from runs.queues import rq_queue_name
 from runs.runtime import Runtime, current
-from turn import registry
 from turn.answer import TurnResult, run_turn
-from turn.registry import Call
+from turn.registry import Call, app_of
 from turn.request import batch_size
 from turn.session import answer_command, ensure_session
 
@@ -179,12 +177,12 @@ class Drain:
 
     def process(self, raw: list[str]) -> str | None:
         """Consume the segment at the front of the batch (jobs/segments.py); None when the run goes on."""
-        work = registry.ROUTE_WORK.get(self.kind)
+        work = app_of(self.rt).route_work.get(self.kind)
         if work is not None:  # an internal route (an item's analysis, a chat's digest): one entry at a time, no session
             return self._guarded(raw[:1], work.run)
         items = [parse_one(item) for item in raw]
         state = self.rt.sessions.state(self.rk)
-        seg = next_segment(items, state.generation, self.kind, self.rt.settings)
+        seg = next_segment(items, state.generation, app_of(self.rt), self.kind, self.rt.settings)
         self.gen = state.generation
         if seg.kind == STALE:
             self._drop_stale(raw[:seg.n])
@@ -235,12 +233,12 @@ class Drain:
     def buried(self, message: Inbound, batch_id: str, reason: str) -> bool:
         """An internal route's work does its own thing when given up (a failed first answer shows `failed`); a
         wake-up nobody sent is only logged (the dead letter and the admin alert say it)."""
-        work = registry.ROUTE_WORK.get(self.kind)
+        work = app_of(self.rt).route_work.get(self.kind)
         if work is not None:
             if work.gave_up is not None:
                 work.gave_up(self._call(message, batch_id), reason)
             return True
-        event = registry.EVENTS.get(message.message_type)
+        event = app_of(self.rt).events.get(message.message_type)
         if event is not None and not event.tell_sender:
             log.error("wake-up dead-lettered", extra={**self.log, "batch": batch_id, "message_id": message.message_id,
                                                       "reason": reason})
@@ -258,7 +256,7 @@ class Drain:
         """A command, an event or an opener, answered by the service with a turn's failure handling: a reply that
         keeps failing is retried, then dead-lettered, never left to wedge the route."""
         outcome = self._guarded([raw], lambda c: answer_command(c, name), state)
-        if any(c.name == name for c in registry.COMMANDS):
+        if app_of(self.rt).command_named(name) is not None:
             self.dropped = 0  # said in this command's reply (`/reset`), or moot
         return outcome
 

@@ -25,7 +25,8 @@ from runs.alerts import alert
 from runs.inbox import Commit
 from runs.outbox import LeaseLost, Superseded
 from runs.runtime import Runtime
-from turn import progress, registry
+from turn import progress
+from turn.registry import app_of
 from turn.stream import Stream
 
 log = logging.getLogger("jobs.drain")
@@ -104,8 +105,8 @@ class GiveUp:
         """Split a batch of several messages (so only a bad one is buried), or bury it. A batch whose answer is
         stored is never split: its answer may be partly in the chat, and asking again would say it twice."""
         split = len(raw) > 1 and not self._answer_stored(batch_id)
-        people = [m for m in parse(raw).readable if _from_a_person(m)]  # a wake-up has no message
-        if self.kind not in registry.ROUTE_WORK and people:  # the working reaction goes; a buried one gets CrossMark
+        people = [m for m in parse(raw).readable if _from_a_person(self.rt, m)]  # a wake-up has none
+        if self.kind not in app_of(self.rt).route_work and people:  # the reaction goes; a buried one: CrossMark
             progress.gave_up(self.rt, self.rk, batch_id, people, self.fence, buried=not split)
             self._close_card(raw, batch_id)
         if split:
@@ -226,8 +227,8 @@ class GiveUp:
         return "paused" if self.rt.inbox.release(self.rk, self.exec_id) else "lost-lease"
 
 
-def _from_a_person(m: Inbound) -> bool:
-    event = registry.EVENTS.get(m.message_type)
+def _from_a_person(rt: Runtime, m: Inbound) -> bool:
+    event = app_of(rt).events.get(m.message_type)
     return event is None or event.tell_sender
 
 

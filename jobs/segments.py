@@ -1,5 +1,5 @@
 """How a run walks its batch: messages sent before a user reset, entries the service answers, and turns. Pure over
-the registry (turn/registry.py).
+the App (turn/registry.py).
 
 A batch (the route's `proc` list) is consumed front to back in segments, each committed on its own:
 - `stale`: messages stored under an older generation than the route's — a user reset came after them;
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from core.inbound import Inbound
-from turn import registry
+from turn.registry import App
 
 STALE, COMMAND, TURN = "stale", "command", "turn"
 
@@ -31,32 +31,34 @@ class Segment:
     command: str | None = None  # the command's, event's (its message type) or opener's name
 
 
-def _kind(item: Inbound | None, gen: int, route_kind: str, settings: Any) -> tuple[str, str | None]:
+def _kind(item: Inbound | None, gen: int, app: App, route_kind: str, settings: Any) -> tuple[str, str | None]:
     if item is None:
         return TURN, None
-    event = registry.EVENTS.get(item.message_type)
+    event = app.events.get(item.message_type)
     if event is not None and not event.stale_after_reset:
         return COMMAND, item.message_type
     if item.gen is not None and item.gen < gen:
         return STALE, None
     if event is not None:
         return COMMAND, item.message_type
-    command = registry.command_of(item.message_type, item.text)
+    command = app.command_of(item.message_type, item.text)
     if command is not None:
         return COMMAND, command.name
-    for o in registry.OPENERS:
+    for o in app.openers:
         if settings is not None and o.applies(item, route_kind, settings):
             return COMMAND, o.name
     return TURN, None
 
 
-def next_segment(items: Sequence[Inbound | None], gen: int, route_kind: str = "", settings: Any = None) -> Segment:
+def next_segment(items: Sequence[Inbound | None], gen: int, app: App, route_kind: str = "",
+                 settings: Any = None) -> Segment:
     """The segment at the front of `items` (None = an unreadable entry), for a route of `route_kind` at generation
-    `gen`. `settings` decide whether an opener applies (e.g. ITEM_CREATE_POLICY=topic_root); None: none does."""
-    first, command = _kind(items[0], gen, route_kind, settings)
+    `gen`, by the App's commands, events and openers. `settings` decide whether an opener applies (e.g.
+    ITEM_CREATE_POLICY=topic_root); None: none does."""
+    first, command = _kind(items[0], gen, app, route_kind, settings)
     if first == COMMAND:
         return Segment(COMMAND, 1, command)
     n = 1
-    while n < len(items) and _kind(items[n], gen, route_kind, settings)[0] == first:
+    while n < len(items) and _kind(items[n], gen, app, route_kind, settings)[0] == first:
         n += 1
     return Segment(first, n)

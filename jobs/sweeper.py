@@ -22,14 +22,14 @@ from core import logs
 from core.settings import load_settings
 from feishu import identity
 from items import table_check
-from jobs import doctor, features, watchdog  # noqa: F401  (features: every registered housekeeping)
+from jobs import doctor, watchdog
 from memory.store import server_checks
 from runs import alerts, runtime
 from runs.alerts import alert
 from runs.queues import rq_queue_name
 from runs.runtime import Runtime
 from timers import scheduler
-from turn import registry
+from turn.registry import app_of
 
 log = logging.getLogger(__name__)
 IDENTITY_REFRESH_S = 3600
@@ -244,7 +244,7 @@ class Sweeper:
     def _timers(self, now: float) -> None:
         """Due timers into their routes' inboxes; digests get their next slot (timers/scheduler.py)."""
         if now >= self.next_digests:
-            for task in registry.PERIODIC:  # a digest's next slot, a memory consolidation slot (turn/registry.py)
+            for task in app_of(self.rt).periodic:  # a digest's next slot, a memory consolidation slot
                 try:
                     task.run(self.rt)
                 except Exception:  # one feature's housekeeping failing must not stop the others or the sweep

@@ -89,6 +89,6 @@ def prepare() -> Runtime:
     if _prepared:
         return rt
     _prepared = True
-    _ = rt.llm, rt.feishu, rt.outbox, rt.policy
+    _ = rt.app, rt.llm, rt.feishu, rt.outbox, rt.policy  # the App: every feature, built once before the forks
     warm(rt)
     return rt

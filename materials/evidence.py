@@ -38,7 +38,7 @@ def materials_for(rt: Runtime, rk: str, sid: str, batch: Sequence[Inbound], requ
     s = rt.settings
     docs = DocsApi(rt.feishu)
     b = rotation.budget_of(rt)
-    fixed = b.request_cost(system_blocks(rt.persona, rt.team_notes), [], recall.tools_for(rk))
+    fixed = b.request_cost(system_blocks(rt.persona, rt.team_notes), [], recall.tools_for(rt, rk))
     env = Env(reader=Reader(docs, rt.state, rt.keys, s.document_cache_seconds),
               acl_of=partial(read_acl, docs, rt.state, rt.keys, ttl_s=s.document_acl_cache_seconds),
               member_of=partial(is_member, rt), budget=b,

@@ -1,4 +1,4 @@
-"""Materials in the registry (turn/registry.py): the documents a turn shows, the read_document tool, the evidence
+"""Materials as a feature (`FEATURE`): the documents a turn shows, the read_document tool, the evidence
 line of the reply (naming the first-answer version the items part relied on, too), and the revisions a route used.
 The turn learns of documents only through this entry."""
 
@@ -10,7 +10,6 @@ from typing import Any
 from core.texts import say
 from documents.selection import READ_DOCUMENT
 from materials import evidence
-from turn import registry
 from turn.registry import Feature, Part, Turn
 
 
@@ -61,4 +60,4 @@ def start(turn: Turn, parts: Mapping[str, Part]) -> MaterialsPart:
     return MaterialsPart(turn, parts.get("items"))
 
 
-registry.feature(Feature("materials", order=20, start=start, tools=lambda _kind: [READ_DOCUMENT]))
+FEATURE = Feature("materials", order=20, start=start, tools=lambda _kind: [READ_DOCUMENT])

@@ -1,4 +1,4 @@
-"""Notes in the registry (turn/registry.py): the notes the old `save_note` tool kept (MEMORY_SCOPE) are still shown
+"""Notes as a feature (`FEATURE`): the notes the old `save_note` tool kept (MEMORY_SCOPE) are still shown
 after the cached system prefix until `python -m memories.migrate` moves them into memory scopes (memories/); nothing
 writes new ones (the memory tool does). The turn learns of notes only through this entry."""
 
@@ -8,7 +8,6 @@ from collections.abc import Mapping
 
 from memory import notes
 from memory.prompt import estimate_tokens
-from turn import registry
 from turn.registry import Feature, Part, Turn
 
 
@@ -29,4 +28,4 @@ def start(turn: Turn, _parts: Mapping[str, Part]) -> NotesPart:
     return NotesPart(turn)
 
 
-registry.feature(Feature("notes", order=30, start=start))
+FEATURE = Feature("notes", order=30, start=start)

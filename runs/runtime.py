@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
 import redis
 
@@ -32,6 +34,13 @@ _current: Runtime | None = None
 class Runtime:
     settings: Settings
     redis_url: str
+
+    @cached_property
+    def app(self) -> Any:
+        """The deployment's App (turn/registry.py, read through `registry.app_of`): its features, built once per
+        process by the factory APP_FACTORY names (default app.py's `build_app`; `registry.load_app`, reached by name:
+        runs sit below the turn). A test may assign one."""
+        return importlib.import_module("turn.registry").load_app(self.settings)
 
     @cached_property
     def keys(self) -> Keys:

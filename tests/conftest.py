@@ -51,11 +51,11 @@ def pytest_configure(config: pytest.Config) -> None:
     # (the end-to-end run, the elastic pool, 30 streams at once) would start last and run alone at the end.
     if hasattr(config.option, "loadscopereorder"):
         config.option.loadscopereorder = False
-    # A process that runs tests sees every registered feature before collection, as each service process does. An
+    # A process that runs tests imports every feature module before collection, as each service process does. An
     # xdist controller runs none: it skips the service's imports (lark-oapi, anthropic: seconds of CPU that would
     # come before its workers start).
     if hasattr(config, "workerinput") or getattr(config.option, "dist", "no") == "no" or config.option.collectonly:
-        from jobs import features  # noqa: F401
+        import app  # noqa: F401  (the product's feature modules: imported, nothing registered)
         from tests import harness  # noqa: F401
 
 

@@ -42,7 +42,8 @@ def test_model_text_in_a_card_cannot_mention_anyone_or_restyle_it(build) -> None
 def test_approval_buttons_carry_their_callback_values_and_the_decider_is_a_real_mention() -> None:
     pending = approval_card(proposal_id="prop_1", route_key="rk", item_id="itm_1", field="状态", value="已解决",
                             reason="修好了", proposer="ou_a")
-    assert [(label, value["a"]) for label, value in buttons_of(pending)] == [("批准", "approve"), ("拒绝", "reject")]
+    assert [(label, value["action"]) for label, value in buttons_of(pending)] == [("批准", "items:approve"),
+                                                                               ("拒绝", "items:reject")]
     check_card(pending)
     decided = approval_card(proposal_id="prop_1", route_key="rk", item_id="itm_1", field="状态", value="已解决",
                             reason="", proposer="ou_a", state="approved", decided_by="ou_boss")

@@ -352,7 +352,7 @@ def _proposal_card(feishu: Any, chat: str) -> dict[str, Any] | None:
 
 def _buttons(feishu: Any, card_message_id: str) -> dict[str, dict[str, str]]:
     card = feishu.card_versions(card_message_id)[-1]
-    return {value["a"]: value for _label, value in buttons_of(card)}
+    return {str(value["action"]).partition(":")[2]: value for _label, value in buttons_of(card)}
 
 
 def _click(web: WebServer, who: str, value: dict[str, str], card_mid: str, chat: str,

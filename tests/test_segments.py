@@ -7,13 +7,16 @@ import json
 
 import pytest
 
+from app import build_app
 from bitable.refs import item_ids, record_ids, thread_ids
 from core.inbound import CARD_ACTION_TYPE, Inbound
 from core.settings import Settings
 from items.claim import link_argument, opens_topic
 from jobs.segments import COMMAND, STALE, TURN, next_segment
 from tests.harness import settings_from
-from turn.registry import command_of
+
+APP = build_app()
+command_of = APP.command_of
 
 
 def msg(text: str = "hi", *, mid: str = "om_1", thread: str | None = None, root: str | None = None,
@@ -50,18 +53,19 @@ def test_a_topic_opening_report_is_an_item_only_when_items_are_on() -> None:
     root = msg("报表是空的", mid="om_r", thread="omt_1")
     assert opens_topic(root) and opens_topic(msg(mid="om_r", thread="omt_1", root="om_r"))
     assert not opens_topic(msg(mid="om_2", thread="omt_1", root="om_r")) and not opens_topic(msg())
-    assert next_segment([root], 0, "topic", items_on(True)) == next_segment([root], 0, "topic", items_on(True))
-    assert next_segment([root], 0, "topic", items_on(True)).command == ITEM_OPEN
-    assert next_segment([root], 0, "topic", items_on(False)).kind == TURN
+    first = next_segment([root], 0, APP, "topic", items_on(True))
+    assert first == next_segment([root], 0, APP, "topic", items_on(True))
+    assert next_segment([root], 0, APP, "topic", items_on(True)).command == ITEM_OPEN
+    assert next_segment([root], 0, APP, "topic", items_on(False)).kind == TURN
     reply = msg("追问", mid="om_2", thread="omt_1", root="om_r")
-    assert next_segment([reply, reply], 0, "topic", items_on(True)).kind == TURN
+    assert next_segment([reply, reply], 0, APP, "topic", items_on(True)).kind == TURN
 
 
 def test_a_card_click_is_never_stale_and_stands_alone() -> None:
     click = msg("", mid="om_card", kind=CARD_ACTION_TYPE, gen=0)
-    seg = next_segment([click, msg(gen=1)], 1)
+    seg = next_segment([click, msg(gen=1)], 1, APP)
     assert (seg.kind, seg.command, seg.n) == (COMMAND, CARD, 1)
-    assert next_segment([msg(gen=0), click], 1).kind == STALE
+    assert next_segment([msg(gen=0), click], 1, APP).kind == STALE
 
 
 def test_ids_in_text_only_ours_and_never_words() -> None:

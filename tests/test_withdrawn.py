@@ -7,6 +7,7 @@ import json
 import threading
 from typing import Any
 
+from app import build_app
 from core.inbound import Inbound
 from memory.prompt import format_batch
 from memory.withdrawn import ANSWER_WITHDRAWN, EDITED_MARK, RECALLED_TEXT, rewrite
@@ -128,7 +129,7 @@ def test_notes_are_kept_only_where_the_bot_could_see_and_bounded_per_chat(servic
     assert r.ttl(keys.withdrawn(chat)) > 0 and r.ttl(keys.withdrawn_order(chat)) > 0
 
     settings = service.app.extensions["feishu_ingress"].settings
-    side = SideEvents(settings, r, keys, Inbox(r, keys, 3000), policy_from(settings))
+    side = SideEvents(settings, r, keys, Inbox(r, keys, 3000), policy_from(settings), build_app(settings))
     busy = unique("oc_wd_busy")
     for n in range(WITHDRAWN_PER_CHAT + 5):
         side._save_note(busy, f"om_{n:05d}", json.dumps({"recalled": True, "v": 1}), 1)

@@ -1,4 +1,4 @@
-"""Timers in the registry (turn/registry.py): the schedule_followup tool and the clock line of a turn, what a
+"""Timers as a feature (turn/registry.py, `FEATURE`): the schedule_followup tool and the clock line of a turn, what a
 `/reset` does to follow-ups, `/followups` and `/cancel`, timer wake-ups, the digest route, follow-up and digest
 timer kinds. The turn and the drain learn of timers only through these entries."""
 
@@ -19,7 +19,6 @@ from timers.fire import fire, timer_of
 from timers.followup import fire_followup
 from timers.instant import now_line
 from timers.scheduler import ensure_digests
-from turn import registry
 from turn.registry import Call, Command, Event, Feature, Part, Periodic, RouteWork, Said, TimerKind, Turn
 
 
@@ -53,15 +52,9 @@ def _reset(c: Call) -> Said:
     return commands.on_reset(c.rt, c.rk, c.message, c.batch_id)
 
 
-registry.feature(Feature("timers", order=40, start=start, tools=lambda _kind: [tool.SCHEDULE_FOLLOWUP],
-                         superseded=lambda t: tool.void_turn(t.rt, t.rk, t.batch_id),
-                         reset=_reset))
-registry.command(Command("followups", lambda c: Said(commands.list_text(c.rt, c.rk, c.message)),
-                         words=("/followups", "/提醒")))
-registry.command(Command("cancel", lambda c: commands.cancel_text(c.rt, c.rk, c.message), pattern=commands.CANCEL))
 def _wake_up(c: Call) -> str:
     """A due timer's run; what it posted unasked enters the route's transcript (its next turn knows it was told)."""
-    note = fire(c.rt, c.rk, c.message, c.batch_id, c.fence, c.state)
+    note = fire(c, c.state)
     t = timer_of(c.rt, c.rk, c.message)
     if t is not None and t.told:
         c.told.extend(told_entries(t, c.batch_id, c.rt.settings.tz))
@@ -77,9 +70,24 @@ def told_entries(t: Timer, batch_id: str, tz: tzinfo) -> list[str]:
                   batch_id=batch_id, kind="told")]
 
 
-registry.event(Event(TIMER_TYPE, _wake_up, tell_sender=False))  # nobody sent it: the dead letter and the alert say it
-registry.route_work(RouteWork(DIGEST_ROUTE, lambda c: fire(c.rt, c.rk, c.message, c.batch_id, c.fence, None)))
-registry.timer_kind(TimerKind(FOLLOWUP, lambda rt, rk, t, b, fence, state:
-                              fire_followup(rt, rk, t, b, fence, state) if state is not None else "no route state"))
-registry.timer_kind(TimerKind(DIGEST, lambda rt, rk, t, b, fence, _state: run_digest(rt, rk, t, b, fence)))
-registry.periodic(Periodic("digests", ensure_digests))
+def _followup(c: Call) -> str:
+    if c.state is None or c.timer is None:
+        return "no route state"
+    return fire_followup(c.rt, c.rk, c.timer, c.batch_id, c.fence, c.state)
+
+
+def _digest(c: Call) -> str:
+    return run_digest(c.rt, c.rk, c.timer, c.batch_id, c.fence) if c.timer is not None else "gone"
+
+
+FEATURE = Feature(
+    "timers", order=40, start=start, tools=lambda _kind: [tool.SCHEDULE_FOLLOWUP],
+    superseded=lambda t: tool.void_turn(t.rt, t.rk, t.batch_id), reset=_reset,
+    commands=(Command("followups", lambda c: Said(commands.list_text(c.rt, c.rk, c.message)),
+                      words=("/followups", "/提醒")),
+              Command("cancel", lambda c: commands.cancel_text(c.rt, c.rk, c.message), pattern=commands.CANCEL)),
+    events=(Event(TIMER_TYPE, _wake_up, tell_sender=False),),  # nobody sent it: the dead letter and the alert say it
+    route_work=(RouteWork(DIGEST_ROUTE, lambda c: fire(c, None)),),
+    timer_kinds=(TimerKind(FOLLOWUP, _followup), TimerKind(DIGEST, _digest)),
+    periodic=(Periodic("digests", ensure_digests),),
+)

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+from dataclasses import replace
 
 from core.inbound import Inbound
 from memory.sessions import RouteState
 from memory.timer import Timer
 from runs.runtime import Runtime
-from turn import registry
+from turn.registry import Call, app_of
 
 log = logging.getLogger(__name__)
 
@@ -29,16 +29,16 @@ def timer_of(rt: Runtime, rk: str, event: Inbound) -> Timer | None:
     return t
 
 
-def fire(rt: Runtime, rk: str, event: Inbound, batch_id: str, fence: Callable[[], bool],
-         state: RouteState | None) -> str:
-    t = timer_of(rt, rk, event)
+def fire(c: Call, state: RouteState | None) -> str:
+    """The timer event `c.message` of route `c.rk`: its kind's run (`state`: the route's, None on an internal route)."""
+    t = timer_of(c.rt, c.rk, c.message)
     if t is None:
         return "gone"
     if t.state == "cancelled":  # cancelled after its event was pushed (a /cancel racing the scheduler)
-        log.info(f"timer {t.id} cancelled before it ran: nothing posted", extra={"route_key": rk})
+        log.info(f"timer {t.id} cancelled before it ran: nothing posted", extra={"route_key": c.rk})
         return "cancelled"
-    handler = registry.TIMER_KINDS.get(t.kind)
+    handler = app_of(c.rt).timer_kinds.get(t.kind)
     if handler is not None:
-        return handler.run(rt, rk, t, batch_id, fence, state)
-    log.warning("timer of an unknown kind ignored", extra={"route_key": rk, "reason": t.kind})
+        return handler.run(replace(c, state=state, timer=t))
+    log.warning("timer of an unknown kind ignored", extra={"route_key": c.rk, "reason": t.kind})
     return "unknown kind"

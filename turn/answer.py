@@ -13,9 +13,9 @@ from memory import withdrawn
 from memory.prompt import format_batch
 from runs.outbox import Superseded
 from runs.runtime import Runtime
-from turn import ask, progress, registry, request
+from turn import ask, progress, request
 from turn.batch_content import batch_content
-from turn.registry import Turn
+from turn.registry import Turn, app_of
 from turn.stream import Stream
 
 NOTHING = Completion(text="", input_tokens=0, output_tokens=0, cache_read_tokens=0, stop_reason=None)
@@ -62,7 +62,7 @@ def run_turn(rt: Runtime, route_key: str, kind: str, batch: Sequence[Inbound], b
         superseded(turn)
         raise
     shown.done()
-    for f in registry.FEATURES:
+    for f in app_of(rt).features:
         if f.replied is not None:
             f.replied(turn, completion)
     return TurnResult(reply_ids, ask.log_entries(turn, batch_text, answer, reply_ids, completion), completion)
@@ -70,6 +70,6 @@ def run_turn(rt: Runtime, route_key: str, kind: str, batch: Sequence[Inbound], b
 
 def superseded(turn: Turn) -> None:
     """A reset overtook the turn: it never answers, so what its features set on its behalf does not stand."""
-    for f in registry.FEATURES:
+    for f in app_of(turn.rt).features:
         if f.superseded is not None:
             f.superseded(turn)

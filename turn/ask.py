@@ -14,8 +14,8 @@ from memory.prompt import estimate_tokens, system_blocks
 from memory.sessions import entry
 from runs import shutdown
 from runs.outbox import BATCH_CACHE_TTL_S, LeaseLost
-from turn import recall, registry, rotation
-from turn.registry import Part, Turn
+from turn import recall, rotation
+from turn.registry import Part, Turn, app_of
 
 
 def answer_for(turn: Turn, images: Sequence[dict[str, Any]] = (),
@@ -29,7 +29,7 @@ def answer_for(turn: Turn, images: Sequence[dict[str, Any]] = (),
         return Completion(**json.loads(cached))
     turn = replace(turn, previous=recall.last_record(rt, turn.rk, turn.session_id) or {})  # where reading stopped
     parts = start_parts(turn)
-    tools = recall.tools_for(turn.rk) + [t for p in parts.values() for t in p.tools()]
+    tools = recall.tools_for(rt, turn.rk) + [t for p in parts.values() for t in p.tools()]
     system = system_blocks(rt.persona, rt.team_notes, "\n\n".join(t for p in parts.values() if (t := p.system())))
     blocks = "".join(p.block() for p in parts.values())  # this request only, never the session log
     prepared = rotation.prepare(rt, turn.rk, turn.session_id, blocks + turn.text, turn.fence, system, tools, images,
@@ -53,8 +53,8 @@ def answer_for(turn: Turn, images: Sequence[dict[str, Any]] = (),
 def start_parts(turn: Turn) -> dict[str, Part]:
     """Each registered feature's part of the turn, in order; a part sees the parts started before it."""
     parts: dict[str, Part] = {}
-    for f in registry.FEATURES:
-        part = f.start(turn, parts)
+    for f in app_of(turn.rt).features:
+        part = f.start(turn, parts) if f.start is not None else None
         if part is not None:
             parts[f.name] = part
     return parts

@@ -19,9 +19,9 @@ from core.errors import Paused, Permanent
 from memory import budget as bud
 from memory.sessions import END_USER_RESET
 from runs.runtime import Runtime
-from turn import registry, rotation
+from turn import rotation
 from turn.pages import Pages, add_once
-from turn.registry import Part, ToolRefused
+from turn.registry import Part, ToolRefused, app_of
 from turn.thread import (
     DATA_NOTE,
     RouteScope,
@@ -63,11 +63,11 @@ _HISTORY = {"name": "read_history", "description": (
         "cross_reset": {"type": "boolean", "description": "only if the user explicitly asked for pre-reset history"}}}}
 
 
-def tools_for(rk: str) -> list[dict[str, Any]]:
-    """Every tool a route's model may be offered: the reading tools, then each registered feature's (the same list
+def tools_for(rt: Runtime, rk: str) -> list[dict[str, Any]]:
+    """Every tool a route's model may be offered: the reading tools, then each feature's of the App (the same list
     every turn, so the request prefix stays cacheable; a part may add its own, e.g. propose_record_change)."""
     kind = RouteScope.of(rk).kind
-    return registry.tools_for(kind, [_THREAD, _MESSAGE, _HISTORY] if kind == "topic" else [_MESSAGE, _HISTORY])
+    return app_of(rt).tools_for(kind, [_THREAD, _MESSAGE, _HISTORY] if kind == "topic" else [_MESSAGE, _HISTORY])
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,14 @@
 """What features contribute to a turn and to a run, registered from their own rooms. The turn and the drain iterate
 this registry; they never name a feature (style.md §15: Bolt's listeners, python-telegram-bot's handlers).
 
-A feature registers, from its own room (loaded by jobs/features.py, in every process):
-- `Feature`: a factory of its `Part` of each turn — model tools (schema, handler), a request block before the batch
+A feature declares, from its own room, one `Feature` value; `app.build_app(settings)` adds the deployment's features
+to an `App`, once per process (importing a module registers nothing). A `Feature` carries:
+- `start`: a factory of its `Part` of each turn — model tools (schema, handler), a request block before the batch
   (this request only), system text after the cached prefix, what it adds to the turn's recall record, the reply's
   prefix and footer, and what it does once the answer is kept or posted;
 - `Command`: a chat command answered by the service, not the model (`/reset`, `/followups`, `/登记` …);
-- `Event`: an inbox entry of its own message type (a card click, a timer's wake-up), answered by the service;
+- `Event`: an inbox entry of its own message type (a timer's wake-up), answered by the service;
+- `Action`: a card button, dispatched by the namespaced action name its value carries (`items:approve`);
 - `Opener`: a message that starts the feature's work instead of a turn (a topic's opening report);
 - `RouteWork`: the whole work of an internal route kind (an item's analysis route, a chat's digest route);
 - `TimerKind`: what a due timer of its kind does;
@@ -15,8 +17,10 @@ A feature registers, from its own room (loaded by jobs/features.py, in every pro
 
 from __future__ import annotations
 
+import importlib
+import json
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -110,18 +114,6 @@ class Part:
 
 
 @dataclass(frozen=True)
-class Feature:
-    name: str
-    order: int  # parts start in this order; a part sees the parts started before it
-    start: Callable[[Turn, Mapping[str, Part]], Part | None]
-    tools: Callable[[str], Sequence[dict[str, Any]]] = lambda _kind: ()  # every tool it may offer on a route kind
-    replied: Callable[[Turn, Completion], None] | None = None  # after the reply was posted (cached answers too)
-    superseded: Callable[[Turn], object] | None = None  # a user reset overtook the turn: it never answers
-    reset: Callable[[Call], Said] | None = None  # what a user reset does to its state, said in the reset's reply
-    status: Callable[[Call, str], str] | None = None  # lines /status adds (the word for "none" in the reply's language)
-
-
-@dataclass(frozen=True)
 class Said:
     """A service reply: its text and the people it may mention (open_id → name)."""
 
@@ -141,6 +133,11 @@ class Call:
     state: RouteState | None = None
     dropped: int = 0  # messages consumed unanswered because a user reset came after them (for /reset's reply)
     told: list[str] = field(default_factory=list)  # session log entries of what it posted unasked (committed with it)
+    timer: Timer | None = None  # a due timer's run: the timer (TimerKind)
+
+    @property
+    def kind(self) -> str:
+        return self.rk.split(":")[2]
 
 
 @dataclass(frozen=True)
@@ -183,63 +180,155 @@ class Periodic:
     run: Callable[[Runtime], object]
 
 
-TimerRun = Callable[["Runtime", str, "Timer", str, Fence, "RouteState | None"], str]
+@dataclass(frozen=True)
+class TimerKind:
+    """What a due timer of its kind does: `run(call)` with `call.timer` set; returns a note for the log."""
+
+    kind: str
+    run: Callable[[Call], str]
 
 
 @dataclass(frozen=True)
-class TimerKind:
-    kind: str
-    run: TimerRun
+class Action:
+    """A card button of the feature's, dispatched by the action's name in the button's value (`<feature>:<name>`,
+    e.g. `items:approve`): two features' buttons never collide. `legacy` claims the values of cards posted before
+    actions were namespaced (they are still in chats and inboxes)."""
+
+    name: str  # within the feature: `approve` is dispatched as `items:approve`
+    run: Callable[[Call], object]  # `call.message.content` is the click: {"action": …, "value": {…}}
+    legacy: Callable[[dict[str, Any]], bool] | None = None
 
 
-FEATURES: list[Feature] = []
-COMMANDS: list[Command] = []
-EVENTS: dict[str, Event] = {}
-OPENERS: list[Opener] = []
-ROUTE_WORK: dict[str, RouteWork] = {}
-TIMER_KINDS: dict[str, TimerKind] = {}
-PERIODIC: list[Periodic] = []
+@dataclass(frozen=True)
+class Feature:
+    """Everything one feature adds, declared from its own room and registered on an `App` (nothing registers on
+    import). A feature is one folder plus one line in the App's feature list (app.py)."""
+
+    name: str  # also the namespace of its card actions and its keys
+    order: int = 50  # parts start in this order; a part sees the parts started before it
+    start: Callable[[Turn, Mapping[str, Part]], Part | None] | None = None  # its part of each turn
+    tools: Callable[[str], Sequence[dict[str, Any]]] = lambda _kind: ()  # every tool it may offer on a route kind
+    replied: Callable[[Turn, Completion], None] | None = None  # after the reply was posted (cached answers too)
+    superseded: Callable[[Turn], object] | None = None  # a user reset overtook the turn: it never answers
+    reset: Callable[[Call], Said] | None = None  # what a user reset does to its state, said in the reset's reply
+    status: Callable[[Call, str], str] | None = None  # lines /status adds (the word for "none" in the reply's language)
+    commands: tuple[Command, ...] = ()
+    events: tuple[Event, ...] = ()
+    actions: tuple[Action, ...] = ()
+    openers: tuple[Opener, ...] = ()
+    route_work: tuple[RouteWork, ...] = ()  # internal route kinds it runs (`feishu:<profile>:<kind>:…`)
+    timer_kinds: tuple[TimerKind, ...] = ()
+    periodic: tuple[Periodic, ...] = ()
+    # Its offline-model behaviour in sandbox mode: `standin(request body)` → an answer (text or content blocks, as
+    # a real model would choose: its tool with real arguments), or None to pass; the stand-in asks it first.
+    standin: Callable[[dict[str, Any]], Any] | None = None
 
 
-def feature(f: Feature) -> Feature:
-    _replace(FEATURES, f, lambda x: x.name == f.name)
-    FEATURES.sort(key=lambda x: x.order)
-    return f
+# -- the application --------------------------------------------------------------------------------------------
+
+CORE_ROUTE_KINDS = ("p2p", "group", "topic")  # the contract's routes, from messages; features add internal ones
 
 
-def command(c: Command) -> Command:
-    _replace(COMMANDS, c, lambda x: x.name == c.name)
-    return c
+class Collision(ValueError):
+    """Two features declared the same command, event type, action, route kind or timer kind."""
 
 
-def event(e: Event) -> Event:
-    EVENTS[e.message_type] = e
-    return e
+class App:
+    """The features of one deployment (Bolt's `App`, python-telegram-bot's `Application`): built once per process
+    by `app.build_app(settings)`; every lookup of the turn, the drain, the sweeper and the web goes through it."""
+
+    def __init__(self, features: Iterable[Feature] = ()) -> None:
+        self.features: list[Feature] = []
+        self.commands: list[Command] = []
+        self.events: dict[str, Event] = {}
+        self.actions: dict[str, Action] = {}
+        self.openers: list[Opener] = []
+        self.route_work: dict[str, RouteWork] = {}
+        self.timer_kinds: dict[str, TimerKind] = {}
+        self.periodic: list[Periodic] = []
+        self._owner: dict[str, str] = {}
+        for f in features:
+            self.add(f)
+
+    def add(self, f: Feature) -> Feature:
+        """Register one feature; a second declaration of anything already registered is a `Collision`."""
+        self._claim(f, f"feature {f.name}")
+        if ":" in f.name:
+            raise ValueError(f"feature name {f.name!r} may not contain ':'")
+        for c in f.commands:
+            self._claim(f, f"command {c.name}")
+        for e in f.events:
+            self._claim(f, f"event {e.message_type}")
+        for a in f.actions:
+            self._claim(f, f"action {f.name}:{a.name}")
+        for o in f.openers:
+            self._claim(f, f"opener {o.name}")
+        for w in f.route_work:
+            self._claim(f, f"route kind {w.kind}")
+        for t in f.timer_kinds:
+            self._claim(f, f"timer kind {t.kind}")
+        self.features = sorted([*self.features, f], key=lambda x: x.order)
+        self.commands += f.commands
+        self.events |= {e.message_type: e for e in f.events}
+        self.actions |= {f"{f.name}:{a.name}": a for a in f.actions}
+        self.openers += f.openers
+        self.route_work |= {w.kind: w for w in f.route_work}
+        self.timer_kinds |= {t.kind: t for t in f.timer_kinds}
+        self.periodic += f.periodic
+        return f
+
+    def _claim(self, f: Feature, what: str) -> None:
+        kind = what.split(" ")[0]
+        if what in self._owner or (kind == "route" and what.split(" ")[-1] in CORE_ROUTE_KINDS):
+            raise Collision(f"{f.name}: {what} is declared by {self._owner.get(what, 'the core')} already")
+        self._owner[what] = f.name
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(f.name for f in self.features)
+
+    @property
+    def route_kinds(self) -> tuple[str, ...]:
+        return (*CORE_ROUTE_KINDS, *self.route_work)
+
+    def command_of(self, message_type: str, text: str) -> Command | None:
+        return command_in(self.commands, message_type, text)
+
+    def command_named(self, name: str) -> Command | None:
+        return next((c for c in self.commands if c.name == name), None)
+
+    def opener_named(self, name: str) -> Opener | None:
+        return next((o for o in self.openers if o.name == name), None)
+
+    def tools_for(self, kind: str, reading: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Every tool a route kind's model may be offered: the turn's own reading tools, then each feature's, in
+        order. The same list every turn, so the request prefix stays cacheable and a rerun sizes its batch alike."""
+        return [*reading, *(t for f in self.features for t in f.tools(kind))]
+
+    def action_for(self, value: Mapping[str, Any]) -> str | None:
+        """The registered action a card button's value names (`{"action": "items:approve", …}`), or the one that
+        claims a value of a card posted before actions were namespaced; None: no feature of this App's."""
+        name = value.get("action")
+        if isinstance(name, str):
+            return name if name in self.actions else None
+        return next((n for n, a in self.actions.items() if a.legacy is not None and a.legacy(dict(value))), None)
 
 
-def opener(o: Opener) -> Opener:
-    _replace(OPENERS, o, lambda x: x.name == o.name)
-    return o
+def load_app(settings: Settings) -> App:
+    """The App the factory APP_FACTORY names builds (`module:function`, default app.py's `build_app`)."""
+    module, _, name = settings.app_factory.partition(":")
+    app = getattr(importlib.import_module(module), name)(settings)
+    if not isinstance(app, App):
+        raise TypeError(f"APP_FACTORY {settings.app_factory} built {type(app).__name__}, not an App")
+    return app
 
 
-def route_work(w: RouteWork) -> RouteWork:
-    ROUTE_WORK[w.kind] = w
-    return w
-
-
-def timer_kind(t: TimerKind) -> TimerKind:
-    TIMER_KINDS[t.kind] = t
-    return t
-
-
-def periodic(p: Periodic) -> Periodic:
-    _replace(PERIODIC, p, lambda x: x.name == p.name)
-    return p
-
-
-def _replace(items: list[Any], new: Any, same: Callable[[Any], bool]) -> None:
-    """Register once: a module imported again (tests, reloads) replaces its entry instead of adding a second."""
-    items[:] = [x for x in items if not same(x)] + [new]
+def app_of(rt: Runtime) -> App:
+    """The runtime's App, typed (runs/runtime.py keeps it untyped: it sits below the turn)."""
+    app = rt.app
+    if not isinstance(app, App):
+        raise TypeError(f"APP_FACTORY built {type(app).__name__}, not an App")
+    return app
 
 
 # -- lookups --------------------------------------------------------------------------------------------------------
@@ -247,14 +336,14 @@ def _replace(items: list[Any], new: Any, same: Callable[[Any], bool]) -> None:
 _TRAILING = re.compile(r"[\s。.!！~～]+$")
 
 
-def command_of(message_type: str, text: str) -> Command | None:
+def command_in(commands: Sequence[Command], message_type: str, text: str) -> Command | None:
     """The command a message is: its whole text (the bot's @mention stripped) and nothing else, in a `text` or `post`
-    message. Quoted, forwarded and card content never is. Pure over the registered commands."""
+    message. Quoted, forwarded and card content never is. Pure over the commands given."""
     if message_type not in ("text", "post"):
         return None
     word = _TRAILING.sub("", text.strip())
     plain = re.sub(r"\s+", " ", word.lower())
-    for c in COMMANDS:
+    for c in commands:
         if plain in c.words or (c.pattern is not None and c.pattern.match(word)):
             return c
     return None
@@ -266,7 +355,15 @@ def command_argument(c: Command, text: str) -> str:
     return (match.group(1) or "") if match and match.groups() else ""
 
 
-def tools_for(kind: str, reading: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Every tool a route kind's model may be offered: the turn's own reading tools, then each feature's, in order.
-    The same list every turn, so the request prefix stays cacheable and a rerun sizes its batch alike."""
-    return [*reading, *(t for f in FEATURES for t in f.tools(kind))]
+def click_of(message: Inbound) -> tuple[str, dict[str, Any]]:
+    """A card click's (action name, button value) from its inbox entry. Entries queued before actions were
+    namespaced carry the bare value (`{"a": …, "p": …}`): the name is then "" and the value is the whole."""
+    try:
+        content = json.loads(message.content)
+    except ValueError:
+        return "", {}
+    if not isinstance(content, dict):
+        return "", {}
+    if isinstance(content.get("action"), str) and isinstance(content.get("value"), dict):
+        return content["action"], content["value"]
+    return "", content

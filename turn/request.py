@@ -25,7 +25,7 @@ BATCH_SHARE = 0.6  # of the input room a batch may take; the rest holds the summ
 def batch_room(rt: Runtime, route_key: str) -> tuple[bud.Budget, int]:
     """The budget at factor 1 (so every rerun of a batch sizes it alike) and the tokens a batch may take."""
     b = bud.Budget(rt.settings.context_budget_tokens, rt.settings.max_output_tokens)
-    fixed = b.request_cost(system_blocks(rt.persona, rt.team_notes), [], recall.tools_for(route_key))
+    fixed = b.request_cost(system_blocks(rt.persona, rt.team_notes), [], recall.tools_for(rt, route_key))
     return b, int(b.input_room(fixed) * BATCH_SHARE)
 
 

@@ -1,5 +1,5 @@
-"""The session side of a run: find or start the route's session; `/reset` and `/status` (registered here, with the
-service's answer to every registered command, event and opener)."""
+"""The session side of a run: find or start the route's session; `/reset`, `/status` and card clicks (the session's
+own `FEATURE`), and the service's answer to every registered command, event and opener."""
 
 from __future__ import annotations
 
@@ -7,15 +7,15 @@ import json
 import logging
 import time
 
-from core.inbound import Inbound
+from core.errors import Permanent
+from core.inbound import CARD_ACTION_TYPE, Inbound
 from core.texts import say
 from memory.sessions import END_IDLE, RouteState, SessionFenced, entry
 from routing.keys import kind_of
 from runs.outbox import LeaseLost, Superseded
 from runs.runtime import Runtime
-from turn import registry
 from turn.bootstrap import bootstrap_entries
-from turn.registry import Call, Command, Said
+from turn.registry import Call, Command, Event, Feature, Said, app_of, click_of
 
 log = logging.getLogger(__name__)
 
@@ -58,19 +58,36 @@ def _shared(rk: str, message: Inbound) -> bool:
 
 def answer_command(c: Call, name: str) -> None:
     """A registered command, event or opener, answered by the service: a command's reply goes under its message."""
-    command = next((x for x in registry.COMMANDS if x.name == name), None)
+    app = app_of(c.rt)
+    command = app.command_named(name)
     if command is not None:
         said = command.run(c)
         if said is not None:
             c.rt.outbox.reply(c.rk, c.batch_id, c.message.message_id, said.text, chat_id=c.message.chat_id,
                               in_thread=kind_of(c.rk) == "topic", fence=c.fence, people=said.people or None)
         return
-    event = registry.EVENTS.get(name)
+    event = app.events.get(name)
     if event is not None:
         event.run(c)
         return
-    opener = next(o for o in registry.OPENERS if o.name == name)
+    opener = app.opener_named(name)
+    if opener is None:
+        raise Permanent(f"no feature answers {name!r} any more")
     opener.run(c)
+
+
+def click(c: Call) -> object:
+    """A card button, dispatched to the feature whose action its value names (`items:approve`); one no feature of
+    this App claims (a feature removed since its card was posted) is logged and answered by nothing more than the
+    toast the web already showed."""
+    app = app_of(c.rt)
+    name, value = click_of(c.message)
+    action = app.actions.get(name or app.action_for(value) or "")
+    if action is None:
+        log.warning("card action no feature claims", extra={"route_key": c.rk, "message_id": c.message.message_id,
+                                                            "reason": name[:80]})
+        return "unknown action"
+    return action.run(c)
 
 
 def reset(c: Call) -> Said:
@@ -81,7 +98,7 @@ def reset(c: Call) -> Said:
     if c.dropped:
         text += "\n" + say("reset_dropped", m.text, n=c.dropped)
     people: dict[str, str] = {}
-    for f in registry.FEATURES:
+    for f in app_of(c.rt).features:
         if f.reset is not None:
             said = f.reset(c)
             text = "\n".join(x for x in (text, said.text) if x)
@@ -100,8 +117,13 @@ def status(c: Call) -> Said:
                parent_id=(session.parent_id if session else None) or none, generation=state.generation,
                tokens_in=counters.get("in", 0), tokens_out=counters.get("out", 0), turns=counters.get("turns", 0),
                item_id=item.item_id if item else none)
-    return Said(text + "".join(f.status(c, none) for f in registry.FEATURES if f.status is not None))
+    return Said(text + "".join(f.status(c, none) for f in app_of(c.rt).features if f.status is not None))
 
 
-registry.command(Command("reset", reset, words=("/reset", "/new", "重置", "新话题"), resets=True))
-registry.command(Command("status", status, words=("/status",)))
+# The session's own feature: `/reset` and `/status`, and card clicks dispatched to their features' actions.
+FEATURE = Feature(
+    "session", order=0,
+    commands=(Command("reset", reset, words=("/reset", "/new", "重置", "新话题"), resets=True),
+              Command("status", status, words=("/status",))),
+    events=(Event(CARD_ACTION_TYPE, click, stale_after_reset=False),),  # a decision outlives a reset
+)

@@ -43,6 +43,7 @@ from sandbox.server import (
 
 Answer = str | list[dict[str, Any]] | dict[str, Any]
 Responder = Callable[[dict[str, Any]], Answer]
+FirstResponder = Callable[[dict[str, Any]], Answer | None]
 RequestHook = Callable[[dict[str, Any]], object]
 OP = "messages"
 
@@ -58,6 +59,7 @@ class ClaudeStandin(LoopbackServer):
         self._delay = 0.0
         self._stream_seconds = 0.0  # a streamed answer's text is spread over this long (see set_stream)
         self._responder: Responder | None = None
+        self._first: list[FirstResponder] = []  # features' stand-in behaviour, asked before the built-in chain
         self._hooks: list[RequestHook] = []
         self._count_requests: list[dict[str, Any]] = []
         self._seen_prefixes: set[str] = set()
@@ -158,6 +160,17 @@ class ClaudeStandin(LoopbackServer):
         """fn(body) → reply text, a list of content blocks, or {"content": [...], "stop_reason": ...}."""
         with self._lock:
             self._responder = fn
+
+    def add_responder(self, fn: FirstResponder) -> None:
+        """Ask `fn(body)` before the built-in chain (a feature's offline-model behaviour, `Feature.standin`); None
+        passes the request on. Kept across `reset`, like the App that declares it."""
+        with self._lock:
+            if fn not in self._first:
+                self._first.append(fn)
+
+    def remove_responder(self, fn: FirstResponder) -> None:
+        with self._lock:
+            self._first = [f for f in self._first if f is not fn]
 
     def on_request(self, callback: RequestHook) -> None:
         """Call `callback(body)` as each /v1/messages request arrives, before the delay."""
@@ -301,13 +314,10 @@ class ClaudeStandin(LoopbackServer):
 
     def _answer(self, body: dict[str, Any]) -> dict[str, Any]:
         with self._lock:
-            responder = self._responder
+            responder, first = self._responder, list(self._first)
         answer: Answer = wire.compression_reply(body) or (
-            responder(body) if responder else (check_reply(body) or triage_reply(body) or analysis_reply(body)
-                                               or dream_reply(body) or memory_reply(body)
-                                               or schedule_reply(body) or propose_reply(body)
-                                               or recall_reply(body) or document_reply(body)
-                                               or wire.default_reply(body)))
+            responder(body) if responder else next((a for f in first if (a := f(body)) is not None), None)
+            or builtin_reply(body))
         if body["max_tokens"] == 0:
             answer = []  # max_tokens=0 only warms the prompt cache
         extra = answer if isinstance(answer, dict) else {}
@@ -339,6 +349,13 @@ class ClaudeStandin(LoopbackServer):
             "cache_creation_input_tokens": created,
             "cache_read_input_tokens": read,
         }
+
+def builtin_reply(body: dict[str, Any]) -> Answer:
+    """The stand-in's own chain, asked in order: the first that recognises the request answers it."""
+    return (check_reply(body) or triage_reply(body) or analysis_reply(body) or dream_reply(body)
+            or memory_reply(body) or schedule_reply(body) or propose_reply(body) or recall_reply(body)
+            or document_reply(body) or wire.default_reply(body))
+
 
 def _authenticate(revoked: set[str]) -> None:
     """SDK ≥2.0 sends `Authorization: Bearer`, older clients `x-api-key`; either will do."""

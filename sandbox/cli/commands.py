@@ -61,6 +61,13 @@ def _wait_for_signal() -> None:
         return
 
 
+def _feature_standins(settings: Any) -> list[Any]:
+    """The offline-model behaviour the App's features declare (`Feature.standin`), asked before the stand-in's own."""
+    from turn.registry import load_app
+
+    return [f.standin for f in load_app(settings).features if f.standin is not None]
+
+
 def serve(_: argparse.Namespace) -> int:
     settings = load_settings()
     if not settings.sandbox:
@@ -72,6 +79,8 @@ def serve(_: argparse.Namespace) -> int:
         port=settings.sandbox_feishu_port,
     )
     claude = ClaudeStandin(port=settings.sandbox_model_port)
+    for standin in _feature_standins(settings):
+        claude.add_responder(standin)
     _seed_items(feishu, settings)  # before it listens: the sweeper's table check never sees a missing table
     feishu.set_web_origin(settings.feishu_web_origin)  # document links look like the tenant's
     feishu.start()  # a busy port makes werkzeug print the reason and exit(1)

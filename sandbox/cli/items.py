@@ -141,7 +141,7 @@ def reply_topic(args: argparse.Namespace) -> int:
 
 
 def _button_value(card: dict[str, Any], decision: str) -> dict[str, Any] | None:
-    return next((value for _label, value in buttons_of(card) if value.get("a") == decision), None)
+    return next((value for _label, value in buttons_of(card) if value.get("action") == f"items:{decision}"), None)
 
 
 def click(args: argparse.Namespace) -> int:
