@@ -20,6 +20,7 @@ from materials import feature as materials
 from memories import feature as memories
 from memory.store import resolve_url, state_client
 from notes import feature as notes
+from polls import feature as polls
 from runs.runtime import Runtime
 from timers import feature as timers
 from triage import feature as triage
@@ -42,6 +43,7 @@ FEATURES: tuple[Feature, ...] = (
     notes.FEATURE,  # the old notes, read-only
     timers.FEATURE,  # follow-ups, digests, /followups /cancel
     triage.FEATURE,  # quiet triage of unaddressed topic messages
+    polls.FEATURE,  # /poll in a group: one vote per person, closed at a time said
 )
 
 

@@ -677,6 +677,32 @@ MUTANTS: tuple[Mutant, ...] = (
         ("    redis.call('EXPIRE', KEYS[i], keep_index)\n", ""),),
         ("tests/test_inbox.py::test_an_idle_route_leaves_nothing_behind_after_its_retention",)),
     # (end of K)
+    # Issue 31: features as plugins on an App.
+    Mutant("P1", "a card click goes to items whatever action its button names", "turn/session.py", (
+        ('    action = app.actions.get(name or app.action_for(value) or "")',
+         '    action = app.actions.get("items:approve")'),),
+        ("tests/test_plugins.py::test_a_feature_outside_the_product_runs_next_to_items_buttons",)),
+    Mutant("P2", "a second feature's declaration silently replaces the first's", "turn/registry.py", (
+        ("        if what in self._owner or (kind ==", "        if False and (kind =="),),
+        ("tests/test_plugins.py::test_a_second_declaration_of_the_same_thing_is_refused_at_build",)),
+    Mutant("P3", "a button no feature claims is queued for items", "edge/side_events.py", (
+        ("        name = self.app.action_for(value) if value is not None else None",
+         '        name = self.app.action_for(value) or "items:approve" if value is not None else None'),),
+        ("tests/test_plugins.py::test_a_button_no_feature_claims_gets_a_polite_toast_and_a_log_line",)),
+    Mutant("P4", "a card posted before actions were namespaced is nobody's", "turn/registry.py", (
+        ("        return next((n for n, a in self.actions.items() if a.legacy is not None and a.legacy(dict(value)))"
+         ", None)", "        return None"),),
+        ("tests/test_plugins.py::test_two_features_buttons_of_the_same_name_never_collide",)),
+    Mutant("P5", "a poll counts any number of voters", "polls/store.py", (
+        ("if not old and redis.call('HLEN', KEYS[2]) >= tonumber(ARGV[3]) then return 'full' end", ""),),
+        ("tests/test_polls.py::test_a_poll_counts_one_vote_per_person_and_posts_its_result_when_it_closes",)),
+    Mutant("P6", "a closed poll still takes votes", "polls/store.py", (
+        ("if redis.call('HGET', KEYS[1], 'state') ~= 'open' then return 'closed' end",
+         "if redis.call('HGET', KEYS[1], 'state') == nil then return 'closed' end"),),
+        ("tests/test_polls.py::test_a_poll_counts_one_vote_per_person_and_posts_its_result_when_it_closes",)),
+    Mutant("P7", "a timer's kind is looked up in a fixed table, not the App", "timers/fire.py", (
+        ("    handler = app_of(c.rt).timer_kinds.get(t.kind)", "    handler = {}.get(t.kind)"),),
+        ("tests/test_plugins.py::test_a_feature_outside_the_product_runs_next_to_items_buttons",)),
 )
 
 

@@ -80,7 +80,8 @@ def test_route_kinds_and_timer_kinds_come_from_the_features() -> None:
 @pytest.fixture(scope="module")
 def stack(env: dict[str, str], workdir: Path, feishu: Any) -> Iterator[OwnStack]:
     s = OwnStack.with_items(env, workdir, feishu, "plug", clock=MONDAY_9, WORKER_CONCURRENCY="3",
-                            TIMER_CHECK_SECONDS="0.2", APP_FACTORY="tests.throwaway:build_app", STAMP_WORD="打卡")
+                            TIMER_CHECK_SECONDS="0.2", APP_FACTORY="tests.throwaway:build_app", STAMP_WORD="打卡",
+                            POLL_MAX_VOTERS="2")
     yield s
     s.stop()
 
