@@ -65,9 +65,10 @@ def test_one_turn_routes_by_new_people_leave_fewer_than_5_keys_without_an_expiry
     each turn): none of them holds memory, so no `mem:{…}:routes` set is written for them."""
     prefix = stack.keys.prefix
     before = without_ttl(r, prefix)
-    routes, asked = [], []
+    routes, asked, scopes = [], [], []
     for n in range(PEOPLE):
         person, chat = unique("ou_ttl"), unique("oc_ttl")
+        scopes += [stack.keys.memory_routes(f"people/{person}"), stack.keys.memory_routes(f"chats/{chat}")]
         if n % 2:
             env = deliver(stack.web, feishu, text="你好（ttl）", sender_open_id=person, chat_id=chat, chat_type="p2p")
             routes.append(route_key("p2p", chat, profile=stack.profile))
@@ -80,7 +81,8 @@ def test_one_turn_routes_by_new_people_leave_fewer_than_5_keys_without_an_expiry
     wait_routes_idle(r, stack.keys, routes)
     new = sorted(k for k in without_ttl(r, prefix) - before if k[len(prefix) + 1:] not in PERMANENT)
     assert len(new) < 5, f"{len(new)} new keys without a TTL after {PEOPLE} one-turn routes: {new}"
-    assert not [k for k in new if k.endswith(":routes") and ":mem:" in k], new
+    routes_sets = [k for k in scopes if r.exists(k)]
+    assert routes_sets == [], routes_sets  # written only for scopes that hold memory (none of theirs)
 
 
 def test_a_scope_that_holds_memory_keeps_the_routes_it_was_loaded_in_for_two_days(stack, feishu, r) -> None:
