@@ -59,8 +59,10 @@ def login_token() -> Response | tuple[str, int]:
     if int(r.get(tries) or 0) >= TOKEN_TRIES:
         return _login_page(429, "尝试次数过多，请 10 分钟后再试")
     if not token_matches(rt().settings, request.form.get("token", "")):
-        r.incr(tries)
-        r.expire(tries, 600)
+        pipe = r.pipeline(transaction=True)  # the count and its expiry together
+        pipe.incr(tries)
+        pipe.expire(tries, 600)
+        pipe.execute()
         audit.write(r, keys, "unknown", "token", "sign-in", "", "refused: wrong token")
         return _login_page(403, "令牌不对，或未设置 ADMIN_TOKEN")
     return _signed_in(TOKEN_OPERATOR, "ADMIN_TOKEN", "token", request.form.get("next"))

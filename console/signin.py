@@ -78,9 +78,11 @@ class SignIns:
         """A new sign-in; returns it and the cookie value that names it."""
         op = Operator(secrets.token_urlsafe(24), who, name, how, secrets.token_urlsafe(24), time.time())
         key = self.keys.console_session(op.sid)
-        self.r.hset(key, mapping={"who": op.who, "name": op.name, "how": op.how, "csrf": op.csrf,
-                                  "since": f"{op.since:.3f}"})
-        self.r.expire(key, self.ttl_s)
+        pipe = self.r.pipeline(transaction=True)  # one MULTI/EXEC: never a sign-in without its expiry
+        pipe.hset(key, mapping={"who": op.who, "name": op.name, "how": op.how, "csrf": op.csrf,
+                                "since": f"{op.since:.3f}"})
+        pipe.expire(key, self.ttl_s)
+        pipe.execute()
         return op, self.sign(op.sid)
 
     def find(self, cookie: str | None) -> Operator | None:
@@ -112,8 +114,10 @@ class SignIns:
     def begin_oauth(self, browser: str, next_url: str) -> str:
         """A single-use `state` bound to this browser's pre-sign-in cookie (a forged callback carries another)."""
         state = secrets.token_urlsafe(24)
-        self.r.hset(self.keys.console_oauth(state), mapping={"browser": browser, "next": next_url})
-        self.r.expire(self.keys.console_oauth(state), 600)
+        pipe = self.r.pipeline(transaction=True)
+        pipe.hset(self.keys.console_oauth(state), mapping={"browser": browser, "next": next_url})
+        pipe.expire(self.keys.console_oauth(state), 600)
+        pipe.execute()
         return state
 
     def finish_oauth(self, state: str, browser: str) -> str | None:

@@ -377,7 +377,8 @@ class Keys:
         return f"{self.prefix}:mem:dreamed:{slot}"
 
     def memory_routes(self, scope: str) -> str:
-        """ZSET route key → last turn: the routes a scope's memory was loaded in (consolidation reads their day)."""
+        """ZSET route key → last turn: the routes a scope's memory was loaded in (consolidation reads their day); only
+        for scopes that hold memory, the newest 50, expiring 2 days after the last (memories/part.py)."""
         return f"{self.prefix}:mem:{{{scope}}}:routes"
 
     def chat_owner(self, chat_id: str) -> str:

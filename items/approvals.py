@@ -83,8 +83,10 @@ def post(rt: Runtime, rk: str, item: Item, proposals: Sequence[dict[str, Any]], 
                   "created_at": str(now), "expires_at": str(now + rt.settings.item_approval_hours * 3600),
                   "state": "pending"}
         if not rt.state.exists(key):
-            rt.state.hset(key, mapping=dict(fields))  # type: ignore[arg-type]
-            rt.state.expire(key, int(rt.settings.item_approval_hours * 3600) + 7 * 86400)
+            pipe = rt.state.pipeline(transaction=True)  # the proposal and its expiry together
+            pipe.hset(key, mapping=dict(fields))  # type: ignore[arg-type]
+            pipe.expire(key, int(rt.settings.item_approval_hours * 3600) + 7 * 86400)
+            pipe.execute()
         stored = _load(rt, pid)
         card = _card(stored)
         message_id = rt.outbox.card(rk, f"approval-{pid}", last.message_id, card, chat_id=last.chat_id,

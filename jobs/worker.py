@@ -300,7 +300,7 @@ class Supervisor:
         """Waiting runs per queue and the RQ state of each live worker, in one pipelined round trip; also
         publishes the last tick's figures (pool size, busy, waiting) for operators, with a TTL."""
         names = [n for n in (p.name for p in self._all_procs()) if n]
-        pipe = self.rq.pipeline(transaction=False)
+        pipe = self.rq.pipeline(transaction=True)  # the status hash and the pools set with their expiry (MULTI)
         for q in self.queues:
             pipe.llen(Queue.redis_queue_namespace_prefix + rq_queue_name(self.settings.bot_profile, q))
         several = len(self.queues) > 1

@@ -134,15 +134,28 @@ class MemoriesPart(Part):
         return "\n".join(lines)
 
     def answered(self, session_id: str) -> None:
-        """The routes each scope was loaded in (a consolidation reads the day's summaries of these)."""
-        now = self.turn.rt.clock.now()
-        pipe = self.turn.rt.state.pipeline(transaction=False)
-        for scope in self.grant.read:
-            pipe.zadd(self.turn.rt.keys.memory_routes(scope.name), {self.turn.rk: now})
-            pipe.zremrangebyrank(self.turn.rt.keys.memory_routes(scope.name), 0, -51)  # the newest 50
-        pipe.execute()
+        """The routes each scope was loaded in (a consolidation reads the day's conversations of these): only for the
+        scopes that hold memory once the turn is done (a scope with none has nothing to consolidate), in one script,
+        the set expiring ROUTES_KEPT_S after its last route."""
+        rt = self.turn.rt
+        keys = [k for s in sorted(self.grant.read)
+                for k in (rt.keys.memory_files(s.name), rt.keys.memory_routes(s.name))]
+        if keys:
+            rt.state.register_script(_ROUTED)(keys, [self.turn.rk, repr(rt.clock.now()), ROUTES_KEPT_S, ROUTES_KEPT])
 
 
+ROUTES_KEPT, ROUTES_KEPT_S = 50, 2 * 86400  # the newest routes of a scope; a consolidation reads the last day's
+# KEYS: (files, routes) of each scope   ARGV: route, now, seconds kept, routes kept
+_ROUTED = """
+for i = 1, #KEYS, 2 do
+  if redis.call('EXISTS', KEYS[i]) == 1 then
+    redis.call('ZADD', KEYS[i + 1], ARGV[2], ARGV[1])
+    redis.call('ZREMRANGEBYRANK', KEYS[i + 1], 0, -tonumber(ARGV[4]) - 1)
+    redis.call('EXPIRE', KEYS[i + 1], ARGV[3])
+  end
+end
+return 0
+"""
 TAIL_TOKENS = 40  # the closing tags and the "… N more" line, kept free so they always fit
 
 

@@ -31,7 +31,7 @@ def keep(r: redis.Redis, keys: Keys, m: Inbound) -> None:
     member = json.dumps({"message_id": m.message_id, "sender": m.sender_id, "text": m.text[:2000], "at": at},
                         ensure_ascii=False, sort_keys=True)
     key = keys.related(m.chat_id)
-    pipe = r.pipeline(transaction=False)
+    pipe = r.pipeline(transaction=True)  # the set with its expiry
     pipe.zadd(key, {member: at})
     pipe.zremrangebyrank(key, 0, -KEEP - 1)
     pipe.expire(key, TTL_S)
@@ -43,7 +43,7 @@ def keep_own(r: redis.Redis, keys: Keys, chat_id: str, message_id: str, text: st
     member = json.dumps({"message_id": message_id, "sender": OWN, "text": text[:2000], "at": at}, ensure_ascii=False,
                         sort_keys=True)
     key = keys.related(chat_id)
-    pipe = r.pipeline(transaction=False)
+    pipe = r.pipeline(transaction=True)  # the set with its expiry
     pipe.zadd(key, {member: at})
     pipe.zremrangebyrank(key, 0, -KEEP - 1)
     pipe.expire(key, TTL_S)

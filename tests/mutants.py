@@ -703,6 +703,27 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("P7", "a timer's kind is looked up in a fixed table, not the App", "timers/fire.py", (
         ("    handler = app_of(c.rt).timer_kinds.get(t.kind)", "    handler = {}.get(t.kind)"),),
         ("tests/test_plugins.py::test_a_feature_outside_the_product_runs_next_to_items_buttons",)),
+    Mutant("R30", "every scope loaded in a turn gets a routes set, memory or not", "memories/part.py", (
+        ("  if redis.call('EXISTS', KEYS[i]) == 1 then\n", "  if true then\n"),),
+        ("tests/test_expiry.py::test_one_turn_routes_by_new_people_leave_fewer_than_5_keys_without_an_expiry",)),
+    Mutant("R31", "a scope's routes set never expires", "memories/part.py", (
+        ("    redis.call('EXPIRE', KEYS[i + 1], ARGV[3])\n", ""),),
+        ("tests/test_expiry.py::test_a_scope_that_holds_memory_keeps_the_routes_it_was_loaded_in_for_two_days",)),
+    Mutant("R32", "a console sign-in's HSET and EXPIRE are two commands (a crash between leaves it forever)",
+           "console/signin.py", (
+               ("        pipe = self.r.pipeline(transaction=True)  # one MULTI/EXEC: never a sign-in without its "
+                "expiry",
+                "        pipe = self.r.pipeline(transaction=False)"),),
+        ("tests/test_expiry.py::test_a_console_sign_in_is_written_with_its_expiry_in_one_transaction",)),
+    Mutant("R33", "a Feishu sign-in's state and its expiry are two commands", "console/signin.py", (
+        ("        pipe = self.r.pipeline(transaction=True)\n        pipe.hset(self.keys.console_oauth(state)",
+         "        pipe = self.r.pipeline(transaction=False)\n        pipe.hset(self.keys.console_oauth(state)"),),
+        ("tests/test_expiry.py::test_a_feishu_sign_in_under_way_is_written_with_its_expiry_in_one_transaction",)),
+    Mutant("R34", "the wrong-token counter gets its expiry by a command of its own", "console/login.py", (
+        ("        pipe = r.pipeline(transaction=True)  # the count and its expiry together\n        pipe.incr(tries)\n"
+         "        pipe.expire(tries, 600)\n        pipe.execute()\n",
+         "        r.incr(tries)\n        r.expire(tries, 600)\n"),),
+        ("tests/test_expiry.py::test_no_product_code_sets_an_expiry_apart_from_the_write_it_belongs_to",)),
 )
 
 

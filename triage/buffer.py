@@ -45,7 +45,7 @@ def keep(settings: Settings, r: redis.Redis, keys: Keys, m: Inbound, now: float)
     member = json.dumps({"message_id": m.message_id, "sender": m.sender_id, "text": m.text[:TEXT_CHARS], "at": at},
                         ensure_ascii=False, sort_keys=True)
     key = keys.triage_buffer(m.chat_id, m.thread_id)
-    pipe = r.pipeline(transaction=False)
+    pipe = r.pipeline(transaction=True)  # the set with its expiry
     pipe.zadd(key, {member: at})
     pipe.zremrangebyrank(key, 0, -KEEP - 1)
     pipe.expire(key, TTL_S)

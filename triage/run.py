@@ -90,7 +90,7 @@ def _new_messages(rt: Runtime, t: Timer, cursor: float) -> tuple[list[dict[str, 
 
 
 def _advance(rt: Runtime, key: str, seen: float) -> None:
-    pipe = rt.state.pipeline(transaction=False)
+    pipe = rt.state.pipeline(transaction=True)  # the state with its expiry
     pipe.hset(key, "cursor", repr(seen))
     pipe.expire(key, 30 * 86400)
     pipe.execute()
