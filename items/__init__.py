@@ -6,3 +6,8 @@ approval cards, and item facts in a turn's request.
 changes to a decision; `context` reads item facts for a turn; `runs` dispatches item work inside a run;
 `table_check` checks the items table and subscribes its record events.
 """
+
+from items.approvals import post as propose_changes
+from items.facts import is_member, own_item
+
+__all__ = ["is_member", "own_item", "propose_changes"]  # what other features may use of items (tests/test_layout.py)

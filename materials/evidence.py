@@ -20,7 +20,7 @@ from documents.links import DocRef, find_refs
 from documents.reader import Reader
 from documents.selection import Env, Materials
 from feishu.docs import DocsApi
-from items.facts import is_member
+from items import is_member
 from memory.prompt import system_blocks
 from runs.runtime import Runtime
 from turn import recall, rotation

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 
 from core.texts import say
-from items.facts import own_item
+from items import own_item
 from memories.part import grant_of, store_of
 from memories.paths import Grant, Scope
 from memories.store import File

@@ -7,16 +7,35 @@ concept split badly or a missing third module (style.md §14), whether or not Py
 from __future__ import annotations
 
 import ast
+import sys
+import tomllib
 from pathlib import Path
 
 import pytest
 
+import app as product
+
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def feature_rooms() -> tuple[str, ...]:
+    """The rooms of the App's features, found from the App (the room whose module declares each `FEATURE`), never
+    from a list kept here: a new feature's folder is in every check below as soon as app.py lists it."""
+    rooms: list[str] = []
+    for f in product.build_app().features:
+        module = next(m for m in list(sys.modules.values()) if getattr(m, "FEATURE", None) is f)
+        room = module.__name__.split(".")[0]
+        if room != "turn" and room not in rooms:  # the session's own feature lives in the turn
+            rooms.append(room)
+    return tuple(rooms)
+
+
 # The product's rooms in data-flow order: each may import only rooms before it (test_rooms_follow_the_data_flow).
-PRODUCT = ("core", "memory", "routing", "feishu", "claude", "bitable", "documents", "runs", "turn", "items", "timers",
-           "triage", "materials", "memories", "notes", "jobs", "edge", "console", "bot")
-# what the turn learns of by registry only
-FEATURES = ("items", "timers", "triage", "materials", "memories", "notes", "documents")
+# The features share one rank between the turn and the top rooms; among them, test_features_meet_through_exports.
+GROUND = ("core", "memory", "routing", "feishu", "claude", "bitable", "documents", "runs", "turn")
+TOP = ("jobs", "edge", "console", "bot")
+FEATURES = feature_rooms()
+PRODUCT = (*GROUND, *FEATURES, *TOP)
 PACKAGES = (*PRODUCT, "sandbox", "bench", "chaos", "tests")
 
 
@@ -105,18 +124,37 @@ def test_rooms_follow_the_data_flow() -> None:
     """Each product room imports only rooms before it in PRODUCT: the ground (core) imports nothing of ours, the
     adapters sit below the runs that use them, the edge sits on top and only pushes into the inbox. So no two rooms
     import each other, directly or in a circle."""
-    rank = {room: n for n, room in enumerate(PRODUCT)}
+    rank = {room: n for n, room in enumerate(PRODUCT)} | {room: len(GROUND) for room in FEATURES}
     wrong = sorted(f"{module} -> {dep}" for module, deps in import_graph().items() for dep in deps
                    if room_of(module) in rank and room_of(dep) in rank and room_of(dep) != room_of(module)
                    and rank[room_of(dep)] > rank[room_of(module)])
     assert wrong == []
 
 
+def test_features_meet_through_exports() -> None:
+    """A feature uses another only through what that feature's package exports (`from items import own_item`,
+    re-exported in items/__init__.py), never its inner modules; and no two features use each other."""
+    graph = import_graph()
+    inner = sorted(f"{m} -> {d}" for m, deps in graph.items() for d in deps
+                   if room_of(m) in FEATURES and room_of(d) in FEATURES and room_of(d) != room_of(m) and d != room_of(d))
+    assert inner == []
+    rooms = {(room_of(m), room_of(d)) for m, deps in graph.items() for d in deps
+             if room_of(m) in FEATURES and room_of(d) in FEATURES and room_of(d) != room_of(m)}
+    assert sorted(f"{a} <-> {b}" for a, b in rooms if (b, a) in rooms) == []
+
+
+def test_mypy_checks_every_features_room() -> None:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["mypy"]
+    excluded = [x.strip("^/").replace("\\", "") for x in config.get("exclude", [])]
+    assert config["files"] == ["."] and not [room for room in PRODUCT if room in excluded]
+
+
 def test_the_turn_imports_no_feature_and_little_else() -> None:
     """The turn knows the registry (turn/registry.py), never a feature by name; no turn module is a hub."""
     graph = import_graph()
     turn = {m: deps for m, deps in graph.items() if room_of(m) == "turn"}
-    assert sorted(f"{m} -> {d}" for m, deps in turn.items() for d in deps if room_of(d) in FEATURES) == []
+    assert sorted(f"{m} -> {d}" for m, deps in turn.items() for d in deps
+                  if room_of(d) in (*FEATURES, "documents")) == []  # documents: materials' library
     product = {m: [d for d in deps if room_of(d) in PRODUCT] for m, deps in turn.items()}
     assert {m: len(deps) for m, deps in product.items() if len(deps) > 14} == {}
 

@@ -4,3 +4,7 @@ In: timers added by the follow-up tool, the digest schedule and the triage buffe
 Out: due timers pushed as `timer` events into their routes' inboxes (scheduler, in the sweeper), and what a
 timer run does when its event comes up — an ordinary run, leased, retried and dead-lettered (fire).
 """
+
+from timers.followup import run_key
+
+__all__ = ["run_key"]  # what other features may use of timers (tests/test_layout.py)

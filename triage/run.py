@@ -21,13 +21,13 @@ from bitable.client import Record
 from bitable.index import Item
 from core import metrics
 from core.inbound import Inbound
-from items import approvals
+from items import propose_changes
 from memory import withdrawn
 from memory.prompt import estimate_tokens
 from memory.timer import Timer
 from runs.outbox import BATCH_CACHE_TTL_S
 from runs.runtime import Runtime
-from timers.followup import run_key
+from timers import run_key
 from triage.filter import dedupe, normalise
 from triage.protocol import QUIET, Decision, parse_decision, request_text, system_prompt
 
@@ -151,7 +151,7 @@ def _act(rt: Runtime, rk: str, t: Timer, item: Item, d: Decision, fresh: Sequenc
     # Taken before posting, so no other firing posts in the period; this firing's reruns and replays may finish it.
     rt.state.hset(state_key, mapping={"posted_at": repr(rt.clock.now()), "posted_by": firing})
     if d.kind == "propose" and item.record_id and rt.bitable is not None:
-        approvals.post(rt, rk, item, [{"field": d.field, "value": d.value, "reason": d.note or "quiet triage"}],
+        propose_changes(rt, rk, item, [{"field": d.field, "value": d.value, "reason": d.note or "quiet triage"}],
                        firing, _as_inbound(t, target), fence)  # the proposal's id and card keyed by the firing
         rt.timers.told(t.id, f"审批卡：建议把 {d.field} 改为 {d.value}（{d.note or '新证据'}）")
         return _done(rt, rk, "propose", f"proposed {d.field} → {d.value}")
