@@ -136,7 +136,8 @@ def test_features_meet_through_exports() -> None:
     re-exported in items/__init__.py), never its inner modules; and no two features use each other."""
     graph = import_graph()
     inner = sorted(f"{m} -> {d}" for m, deps in graph.items() for d in deps
-                   if room_of(m) in FEATURES and room_of(d) in FEATURES and room_of(d) != room_of(m) and d != room_of(d))
+                   if room_of(m) in FEATURES and room_of(d) in FEATURES and room_of(d) != room_of(m)
+                   and d != room_of(d))
     assert inner == []
     rooms = {(room_of(m), room_of(d)) for m, deps in graph.items() for d in deps
              if room_of(m) in FEATURES and room_of(d) in FEATURES and room_of(d) != room_of(m)}
