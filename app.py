@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from core import logs
 from core.keys import Keys
-from core.settings import Settings, load_settings
+from core.settings import Settings, load_feature_settings, load_settings
 from feishu import identity
 from items import feature as items
 from materials import feature as materials
@@ -51,6 +51,9 @@ def build_app(settings: Settings | None = None, features: tuple[Feature, ...] = 
     """The App of this deployment: every feature of `features`, registered on a new instance (a test may pass a
     subset, or a feature of its own)."""
     del settings  # every feature is in; a feature switches itself off by its own settings (items without Bitable)
+    for f in features:
+        if f.settings is not None:
+            load_feature_settings(f.settings)  # a bad value stops the process at start, as the service's own do
     return App(features)
 
 

@@ -19,6 +19,7 @@ from polls.store import BAD, CLOSED, FULL, NAME, SAME, Poll, Polls
 from turn.registry import Action, Call, Command, Feature, Said, TimerKind, click_of, command_argument
 
 COMMAND = re.compile(r"^/(?:poll|投票)\s+(.+)$", re.IGNORECASE | re.DOTALL)
+TIMER_KIND = "poll"  # its closing timer
 TOLD = {CLOSED: "这个投票已经截止了。", BAD: "这个投票已失效。"}
 
 
@@ -60,7 +61,7 @@ def start(c: Call) -> Said | None:
     card_id = c.rt.outbox.card(c.rk, f"poll-{pid}", m.message_id, poll_card(poll, polls.tally(poll), c.rt.settings.tz),
                                chat_id=m.chat_id, in_thread=c.kind == "topic", fence=c.fence)
     polls.set_card(pid, card_id)
-    c.rt.timers.add(Timer(id=f"poll_{pid}", kind=NAME, route_key=c.rk, due=poll.closes_at, chat_id=m.chat_id,
+    c.rt.timers.add(Timer(id=f"poll_{pid}", kind=TIMER_KIND, route_key=c.rk, due=poll.closes_at, chat_id=m.chat_id,
                           thread_id=m.thread_id or "", what=pid, created_by=m.sender_id, created_at=now.timestamp(),
                           source_message_id=m.message_id), now=now.timestamp())
     return None
@@ -110,4 +111,4 @@ def _redraw(c: Call, poll: Poll, polls: Polls) -> list[int]:
 
 _COMMAND = Command("poll", start, pattern=COMMAND)
 FEATURE = Feature(NAME, order=70, commands=(_COMMAND,), actions=(Action("vote", vote),),
-                  timer_kinds=(TimerKind(NAME, close),))
+                  timer_kinds=(TimerKind(TIMER_KIND, close),), settings=PollSettings)

@@ -58,10 +58,10 @@ def test_a_second_declaration_of_the_same_thing_is_refused_at_build(second: Feat
 
 
 def test_two_features_buttons_of_the_same_name_never_collide() -> None:
-    app = App((*product.FEATURES, Feature("polls", actions=(Action("approve", _noop),))))
-    assert {"items:approve", "polls:approve"} <= set(app.actions)
-    assert app.actions["items:approve"] is not app.actions["polls:approve"]
-    assert app.action_for({"action": "polls:approve"}) == "polls:approve"
+    app = App((*product.FEATURES, Feature("votes", actions=(Action("approve", _noop),))))
+    assert {"items:approve", "votes:approve"} <= set(app.actions)
+    assert app.actions["items:approve"] is not app.actions["votes:approve"]
+    assert app.action_for({"action": "votes:approve"}) == "votes:approve"
     assert app.action_for({"action": "items:approve", "p": "prop_0"}) == "items:approve"
     # a card posted before namespacing is still items'; an unknown action is nobody's
     assert app.action_for({"a": "approve", "p": "prop_0123456789abcdef"}) == "items:approve"
@@ -71,7 +71,7 @@ def test_two_features_buttons_of_the_same_name_never_collide() -> None:
 def test_route_kinds_and_timer_kinds_come_from_the_features() -> None:
     app = throwaway.build_app()
     assert set(app.route_kinds) == {"p2p", "group", "topic", "item", "digest", "memory"}
-    assert set(app.timer_kinds) == {"followup", "digest", "triage", "stamp"}
+    assert set(app.timer_kinds) == {"followup", "digest", "triage", "poll", "stamp"}
     assert [t["name"] for t in app.tools_for("group", [])][-1] == "stamp_count"
 
 

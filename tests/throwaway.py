@@ -109,7 +109,7 @@ FEATURE = Feature(
     commands=(Command("stamp", _stamp, words=("/stamp",)),),
     actions=(Action("press", _press),),
     timer_kinds=(TimerKind(NAME, _close),),
-    standin=standin,
+    standin=standin, settings=StampSettings,
 )
 
 

@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING, Any
 from core.inbound import Inbound
 
 if TYPE_CHECKING:
+    from pydantic_settings import BaseSettings
+
     from claude.client import Completion
     from core.settings import Settings
     from memory.budget import Budget
@@ -222,6 +224,7 @@ class Feature:
     # Its offline-model behaviour in sandbox mode: `standin(request body)` → an answer (text or content blocks, as
     # a real model would choose: its tool with real arguments), or None to pass; the stand-in asks it first.
     standin: Callable[[dict[str, Any]], Any] | None = None
+    settings: type[BaseSettings] | None = None  # its own settings (flat env names, in .env.example), read at build
 
 
 # -- the application --------------------------------------------------------------------------------------------
