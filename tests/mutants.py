@@ -677,6 +677,31 @@ MUTANTS: tuple[Mutant, ...] = (
         ("    redis.call('EXPIRE', KEYS[i], keep_index)\n", ""),),
         ("tests/test_inbox.py::test_an_idle_route_leaves_nothing_behind_after_its_retention",)),
     # (end of K)
+    # -- issue 32: console hardening: R5* --------------------------------------------------------------------------
+    Mutant("R50", "the admin API takes unlimited wrong tokens", "edge/admin.py", (
+        ("        wait = lockout.refusal(_runtime(), right)\n", "        wait = 0\n"),),
+        ("tests/test_console_edge.py::test_the_admin_apis_11th_wrong_token_from_a_client_is_refused",)),
+    Mutant("R51", "a lockout refuses the right token too", "console/lockout.py", (
+        ("    if right:\n        if int(rt.state.get(key) or 0) >= LIMIT:\n"
+         "            time.sleep(SLOW_S)\n        return 0\n",
+         "    if right and int(rt.state.get(key) or 0) < LIMIT:\n        return 0\n"),),
+        ("tests/test_console_edge.py::test_a_lockout_never_refuses_the_right_token",)),
+    Mutant("R52", "wrong tokens are counted per socket address behind a trusted proxy", "console/lockout.py", (
+        ("    return client_of(request.remote_addr or \"\", request.headers.get(\"X-Forwarded-For\", \"\"),",
+         "    return client_of(request.remote_addr or \"\", \"\","),),
+        ("tests/test_console_edge.py::test_behind_a_trusted_proxy_each_client_is_counted_apart",)),
+    Mutant("R53", "answers no console view made carry no security headers", "console/__init__.py", (
+        ("    app.after_request(headers)\n", ""),),
+        ("tests/test_console_edge.py::test_an_answer_no_view_made_under_console_carries_the_security_headers",)),
+    Mutant("R54", "the OAuth redirect_uri is built from the Host header outside sandbox mode", "console/login.py", (
+        ("    base = s.console_url or (request.host_url if s.sandbox else \"\")",
+         "    base = s.console_url or request.host_url"),),
+        ("tests/test_console_edge.py::test_a_foreign_host_never_becomes_the_redirect_uri",)),
+    Mutant("R55", "the pre-sign-in cookie is taken unsigned", "console/login.py", (
+        ("def _pre_given() -> str:\n    return signins().unsign(request.cookies.get(PRE_COOKIE)) or \"\"\n",
+         "def _pre_given() -> str:\n    return request.cookies.get(PRE_COOKIE) or \"\"\n"),),
+        ("tests/test_console_edge.py::test_a_pre_sign_in_cookie_the_console_did_not_sign_is_never_trusted",)),
+    # (end of R5)
 )
 
 

@@ -128,3 +128,17 @@ def test_a_pre_sign_in_cookie_the_console_did_not_sign_is_never_trusted(web: Web
     page = requests.get(f"{web.url}/console/login", cookies=planted, timeout=10)
     assert 'value="planted-by-a-neighbour"' not in page.text
     assert "planted" not in page.cookies["fb_console_pre"]  # a new value, signed: the planted one is not adopted
+
+
+def test_in_sandbox_mode_feishu_sign_in_still_follows_the_requests_host(env: dict[str, str]) -> None:
+    """`make run`'s walkthrough: no CONSOLE_URL, the emulator's authorize page, back to the host the browser used."""
+    sandbox = {k: v for k, v in env.items() if not k.startswith(("FEISHU_", "ANTHROPIC_"))}
+    web = WebServer(settings_from({**sandbox, "BOT_PROFILE": unique("edge")}))
+    try:
+        assert web.app.extensions["admin_runtime"].settings.sandbox
+        resp = requests.get(f"{web.url}/console/login/feishu", allow_redirects=False, timeout=10)
+    finally:
+        web.stop()
+    assert resp.status_code == 302
+    [uri] = parse_qs(urlsplit(resp.headers["Location"]).query)["redirect_uri"]
+    assert uri == f"{web.url}/console/login/feishu/callback"
