@@ -22,8 +22,9 @@ def init_app(app: Flask, runtime: Runtime) -> None:
         simulator,
         timers,
     )
-    from console.web import bp
+    from console.web import bp, headers
 
     app.extensions["admin_runtime"] = runtime
     app.register_blueprint(bp)
+    app.after_request(headers)
     rqdash.init_app(app)

@@ -1,7 +1,10 @@
 """Signing in and out: ADMIN_TOKEN in a form (headless use), or Feishu's web sign-in for CONSOLE_ADMINS.
 
-Before a sign-in exists, a random pre-sign-in cookie carries the login form's CSRF token (double submit) and
-binds a Feishu sign-in's `state` to the browser that began it. Failed token attempts are limited per address.
+Before a sign-in exists, a random pre-sign-in cookie, signed like the sign-in cookie, carries the login form's CSRF
+token (double submit) and binds a Feishu sign-in's `state` to the browser that began it: a cookie planted by a
+neighbouring site is not signed, so it is never adopted. Wrong tokens share the admin API's limit per client
+(console/lockout.py). Feishu's redirect URI is built from CONSOLE_URL, never from the request's Host header; outside
+sandbox mode Feishu sign-in is off until CONSOLE_URL is set.
 """
 
 from __future__ import annotations
@@ -12,12 +15,13 @@ from urllib.parse import urlsplit
 from flask import make_response, redirect, render_template, request, url_for
 from werkzeug.wrappers import Response
 
+from console import lockout
 from console.signin import COOKIE, PRE_COOKIE, TOKEN_OPERATOR, csrf_ok, may_sign_in, token_matches
 from console.web import bp, local, operator, record, rt, signins
 from feishu import oauth
 from memory import audit
 
-TOKEN_TRIES = 10  # wrong tokens per address per 10 minutes, then 429
+NO_URL = "飞书登录未开启：请设置 CONSOLE_URL（控制台的公网地址，飞书登录回调用它）"
 
 
 def _secure() -> bool:
@@ -31,16 +35,23 @@ def _set(resp: Response, name: str, value: str, max_age: int) -> None:
 
 
 def _pre() -> str:
-    return request.cookies.get(PRE_COOKIE) or secrets.token_urlsafe(24)
+    """This browser's pre-sign-in value: the one its signed cookie carries, else a new one."""
+    return signins().unsign(request.cookies.get(PRE_COOKIE)) or secrets.token_urlsafe(24)
+
+
+def _pre_given() -> str:
+    return signins().unsign(request.cookies.get(PRE_COOKIE)) or ""
 
 
 def _login_page(status: int = 200, why: str = "") -> Response:
     pre = _pre()
     s = rt().settings
+    off = NO_URL if s.console_operators and not _redirect_uri() else ""
     html = render_template("console/login.html", op=None, csrf=pre, why=why, next=local(request.values.get("next")),
-                           token_on=bool(s.secret("admin_token")), feishu_on=bool(s.console_operators))
+                           token_on=bool(s.secret("admin_token")), feishu_on=bool(s.console_operators) and not off,
+                           feishu_off=off)
     resp = make_response(html, status)
-    _set(resp, PRE_COOKIE, pre, 3600)
+    _set(resp, PRE_COOKIE, signins().sign(pre), 3600)
     return resp
 
 
@@ -51,19 +62,17 @@ def login() -> Response:
 
 @bp.post("/login/token")
 def login_token() -> Response | tuple[str, int]:
-    if not csrf_ok(request.cookies.get(PRE_COOKIE, ""), request.form.get("csrf")):
+    if not csrf_ok(_pre_given(), request.form.get("csrf")):
         why = "表单已过期，请刷新登录页（missing CSRF token）"
         return render_template("console/refused.html", op=None, why=why), 403
-    r, keys = rt().state, rt().keys
-    tries = keys.console_tries(request.remote_addr or "")
-    if int(r.get(tries) or 0) >= TOKEN_TRIES:
-        return _login_page(429, "尝试次数过多，请 10 分钟后再试")
-    if not token_matches(rt().settings, request.form.get("token", "")):
-        pipe = r.pipeline(transaction=True)  # the count and its expiry together
-        pipe.incr(tries)
-        pipe.expire(tries, 600)
-        pipe.execute()
-        audit.write(r, keys, "unknown", "token", "sign-in", "", "refused: wrong token")
+    right = token_matches(rt().settings, request.form.get("token", ""))
+    wait = lockout.refusal(rt(), right)
+    if wait:
+        resp = _login_page(429, f"尝试次数过多，请 {max(1, wait // 60)} 分钟后再试")
+        resp.headers["Retry-After"] = str(wait)
+        return resp
+    if not right:
+        audit.write(rt().state, rt().keys, "unknown", "token", "sign-in", "", "refused: wrong token")
         return _login_page(403, "令牌不对，或未设置 ADMIN_TOKEN")
     return _signed_in(TOKEN_OPERATOR, "ADMIN_TOKEN", "token", request.form.get("next"))
 
@@ -78,25 +87,31 @@ def _signed_in(who: str, name: str, how: str, next_url: str | None) -> Response:
 
 
 def _redirect_uri() -> str:
-    base = (rt().settings.console_url or request.host_url).rstrip("/")
-    return f"{base}{url_for('console.feishu_callback')}"
+    """CONSOLE_URL's callback; the request's own host in sandbox mode only (`make run`); "" = Feishu sign-in off."""
+    s = rt().settings
+    base = s.console_url or (request.host_url if s.sandbox else "")
+    return f"{base.rstrip('/')}{url_for('console.feishu_callback')}" if base else ""
 
 
 @bp.get("/login/feishu")
 def login_feishu() -> Response:
+    if not _redirect_uri():
+        return _login_page(503, NO_URL)
     pre = _pre()
     state = signins().begin_oauth(pre, local(request.args.get("next")))
     resp = redirect(oauth.authorize_url(rt().settings, _redirect_uri(), state))
-    _set(resp, PRE_COOKIE, pre, 3600)
+    _set(resp, PRE_COOKIE, signins().sign(pre), 3600)
     return resp
 
 
 @bp.get("/login/feishu/callback")
 def feishu_callback() -> Response | tuple[str, int]:
     r, keys, s = rt().state, rt().keys, rt().settings
-    next_url = signins().finish_oauth(request.args.get("state", ""), request.cookies.get(PRE_COOKIE, ""))
+    next_url = signins().finish_oauth(request.args.get("state", ""), _pre_given())
     if next_url is None:
         return _login_page(403, "登录已过期，或不是在这个浏览器里发起的，请重新登录")
+    if not _redirect_uri():
+        return _login_page(503, NO_URL)
     if request.args.get("error") or not request.args.get("code"):
         return _login_page(403, "飞书授权未完成（已拒绝或已取消）")
     try:

@@ -3,7 +3,8 @@
 Every request but the sign-in pages and static files needs a sign-in: a page without one redirects to
 `/console/login`, an action (any POST) answers 403. Every POST carries the sign-in's CSRF token in a field named
 `csrf` (403 without it). Pages are rendered by Jinja with autoescape, under a Content-Security-Policy that
-allows no inline script, so text from chats, records or memory is shown as text and never runs.
+allows no inline script, so text from chats, records or memory is shown as text and never runs. The security
+headers go on every answer under /console/, a 404 or 405 too.
 """
 
 from __future__ import annotations
@@ -65,9 +66,12 @@ def refused(why: str) -> tuple[str, int]:
     return render_template("console/refused.html", why=why, op=None), 403
 
 
-@bp.after_request
 def headers(resp: Response) -> Response:
-    resp.headers["Content-Security-Policy"] = CSP
+    """On every answer under /console/, the app's own and those no view made (404, 405, rq-dashboard's): an app-level
+    hook, as a blueprint's runs only for its own routes. rq-dashboard's pages bring their own policy (rqdash.py)."""
+    if request.path != "/console" and not request.path.startswith("/console/"):
+        return resp
+    resp.headers.setdefault("Content-Security-Policy", CSP)
     resp.headers["X-Content-Type-Options"] = "nosniff"
     resp.headers["X-Frame-Options"] = "DENY"
     resp.headers["Referrer-Policy"] = "same-origin"

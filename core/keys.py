@@ -168,7 +168,7 @@ class Keys:
         return f"{self.prefix}:console:oauth:{state}"
 
     def console_tries(self, address: str) -> str:
-        """Wrong ADMIN_TOKEN sign-ins from one address in the last ten minutes."""
+        """Wrong ADMIN_TOKENs (console form and admin API) from one client, expiring ten minutes after the first."""
         return f"{self.prefix}:console:tries:{address}"
 
     @property

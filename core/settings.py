@@ -184,6 +184,9 @@ class Settings(BaseSettings):
     console_admins: CsvList = ()  # open_ids who may sign in with Feishu; empty = ITEM_ADMINS
     console_url: str | None = None  # the console's public origin (https://bot.example.com) for the OAuth redirect
     console_session_hours: float = Field(12.0, gt=0, le=24 * 30)  # a sign-in lasts this long
+    # Reverse proxies in front of the web process that append to X-Forwarded-For: wrong ADMIN_TOKENs are counted
+    # per client as the outermost of them reports it (0: per socket address; README: Operator console)
+    console_trusted_proxies: int = Field(0, ge=0, le=10)
 
     @field_validator(
         "routing_allow_chats", "routing_deny_chats", "routing_allow_users", "routing_deny_users",

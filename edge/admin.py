@@ -2,7 +2,8 @@
 only, as all web code.
 
 Without ADMIN_TOKEN every admin path answers 404, as if it did not exist. The token is compared in
-constant time; a missing or wrong one gets 401.
+constant time; a missing or wrong one gets 401, and the 11th wrong one from a client within ten minutes 429 (one
+limit with the console's token form: console/lockout.py). The right token is never locked out.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 
 from flask import Blueprint, Response, current_app, jsonify, request
 
+from console import lockout
 from jobs import deadletter
 from memories.part import store_of
 from memories.paths import PathError, Scope
@@ -41,7 +43,13 @@ def guarded(view: Callable[..., tuple[Response, int]]) -> Callable[..., tuple[Re
     def wrapper(*args: Any, **kwargs: Any) -> tuple[Response, int]:
         if not _runtime().settings.secret("admin_token"):
             return jsonify(error="not found"), 404
-        if not _token_ok():
+        right = _token_ok()
+        wait = lockout.refusal(_runtime(), right)
+        if wait:
+            response = jsonify(error=f"too many wrong admin tokens: try again in {wait} s", retry_after=wait)
+            response.headers["Retry-After"] = str(wait)
+            return response, 429
+        if not right:
             response = jsonify(error="missing or wrong admin token")
             response.headers["WWW-Authenticate"] = "Bearer"
             return response, 401

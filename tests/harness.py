@@ -75,9 +75,9 @@ def settings_from(env: dict[str, str]) -> Settings:
 class WebServer:
     """The real Flask app on a real socket (port 0), as Feishu would reach it."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, port: int = 0) -> None:
         self.app = create_app(settings)
-        self.server = make_server("127.0.0.1", 0, self.app, threaded=True)
+        self.server = make_server("127.0.0.1", port, self.app, threaded=True)
         self.url = f"http://127.0.0.1:{self.server.server_port}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()

@@ -719,11 +719,33 @@ MUTANTS: tuple[Mutant, ...] = (
         ("        pipe = self.r.pipeline(transaction=True)\n        pipe.hset(self.keys.console_oauth(state)",
          "        pipe = self.r.pipeline(transaction=False)\n        pipe.hset(self.keys.console_oauth(state)"),),
         ("tests/test_expiry.py::test_a_feishu_sign_in_under_way_is_written_with_its_expiry_in_one_transaction",)),
-    Mutant("R34", "the wrong-token counter gets its expiry by a command of its own", "console/login.py", (
-        ("        pipe = r.pipeline(transaction=True)  # the count and its expiry together\n        pipe.incr(tries)\n"
-         "        pipe.expire(tries, 600)\n        pipe.execute()\n",
-         "        r.incr(tries)\n        r.expire(tries, 600)\n"),),
-        ("tests/test_expiry.py::test_no_product_code_sets_an_expiry_apart_from_the_write_it_belongs_to",)),
+    Mutant("R34", "the wrong-token counter gets no expiry (a client locked out for good)", "console/lockout.py", (
+        ("if redis.call('TTL', KEYS[1]) < 0 then redis.call('EXPIRE', KEYS[1], ARGV[1]) end return n", "return n"),),
+        ("tests/test_console_pure.py::test_a_wrong_token_counter_is_never_without_its_expiry",)),
+    Mutant("R50", "the admin API takes unlimited wrong tokens", "edge/admin.py", (
+        ("        wait = lockout.refusal(_runtime(), right)\n", "        wait = 0\n"),),
+        ("tests/test_console_edge.py::test_the_admin_apis_11th_wrong_token_from_a_client_is_refused",)),
+    Mutant("R51", "a lockout refuses the right token too", "console/lockout.py", (
+        ("    if right:\n        if int(rt.state.get(key) or 0) >= LIMIT:\n"
+         "            time.sleep(SLOW_S)\n        return 0\n",
+         "    if right and int(rt.state.get(key) or 0) < LIMIT:\n        return 0\n"),),
+        ("tests/test_console_edge.py::test_a_lockout_never_refuses_the_right_token",)),
+    Mutant("R52", "wrong tokens are counted per socket address behind a trusted proxy", "console/lockout.py", (
+        ("    return client_of(request.remote_addr or \"\", request.headers.get(\"X-Forwarded-For\", \"\"),",
+         "    return client_of(request.remote_addr or \"\", \"\","),),
+        ("tests/test_console_edge.py::test_behind_a_trusted_proxy_each_client_is_counted_apart",)),
+    Mutant("R53", "answers no console view made carry no security headers", "console/__init__.py", (
+        ("    app.after_request(headers)\n", ""),),
+        ("tests/test_console_edge.py::test_an_answer_no_view_made_under_console_carries_the_security_headers",)),
+    Mutant("R54", "the OAuth redirect_uri is built from the Host header outside sandbox mode", "console/login.py", (
+        ("    base = s.console_url or (request.host_url if s.sandbox else \"\")",
+         "    base = s.console_url or request.host_url"),),
+        ("tests/test_console_edge.py::test_a_foreign_host_never_becomes_the_redirect_uri",)),
+    Mutant("R55", "the pre-sign-in cookie is taken unsigned", "console/login.py", (
+        ("def _pre_given() -> str:\n    return signins().unsign(request.cookies.get(PRE_COOKIE)) or \"\"\n",
+         "def _pre_given() -> str:\n    return request.cookies.get(PRE_COOKIE) or \"\"\n"),),
+        ("tests/test_console_edge.py::test_a_pre_sign_in_cookie_the_console_did_not_sign_is_never_trusted",)),
+    # (end of R5)
 )
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import redis
 import requests
@@ -34,7 +35,8 @@ class OwnStack:
         own = {k: v for k, v in {**env, "BOT_PROFILE": unique(prefix), **overrides}.items() if v != ""}  # "" = unset
         if clock is not None and "MEMORY_DREAM_CRON" not in overrides:
             own.pop("MEMORY_DREAM_CRON", None)  # a pinned clock meets the product's slot when its test moves it
-        stack = cls(WebServer(settings_from(own)), own, workdir)
+        port = urlsplit(own.get("CONSOLE_URL", "")).port or 0  # the console's public URL names the port
+        stack = cls(WebServer(settings_from(own), port), own, workdir)
         if clock is not None:
             stack.set_clock(redis.Redis.from_url(own["REDIS_URL"], decode_responses=True), clock)
         stack.start_processes()

@@ -20,7 +20,7 @@ import requests
 from core.keys import Keys
 from memory import audit
 from sandbox.feishu.events import mention
-from tests.harness import BOT_OPEN_ID, deliver, message_id, unique, wait_for
+from tests.harness import BOT_OPEN_ID, deliver, free_port, message_id, unique, wait_for
 from tests.harness import wait_route_idle as idle
 from tests.own_stack import OwnStack
 
@@ -37,6 +37,7 @@ PAGES = ("/console/", "/console/routes", "/console/routing", "/console/items", "
 @pytest.fixture(scope="module")
 def stack(env: dict[str, str], workdir: Path, feishu: Any) -> Iterator[OwnStack]:
     s = OwnStack.with_items(env, workdir, feishu, "con", clock=NOON, ADMIN_TOKEN=TOKEN, CONSOLE_ADMINS=ADMIN,
+                            CONSOLE_URL=f"http://127.0.0.1:{free_port()}",
                             ROUTING_CHAT_OVERRIDES=f'{{"{SHARED}":{{"group_scope":"shared"}}}}',
                             RUN_RETRY_DELAYS="1,1,1", DEAD_LETTER_AFTER="2")
     feishu.add_user(ADMIN, "值班运维")

@@ -29,7 +29,7 @@ from core.keys import Keys
 from memories.paths import Scope
 from memories.store import Caps, Memories
 from sandbox.feishu.events import mention
-from tests.harness import BOT_OPEN_ID, deliver, message_id, reply_text, unique, wait_for
+from tests.harness import BOT_OPEN_ID, deliver, free_port, message_id, reply_text, unique, wait_for
 from tests.harness import wait_route_idle as idle
 from tests.own_stack import OwnStack
 from tests.test_items import open_topic
@@ -45,7 +45,7 @@ INSTALL = "apt-get install chromium chromium-driver (Debian's packages; `make te
 @pytest.fixture(scope="module")
 def stack(env: dict[str, str], workdir: Path, feishu: Any) -> Iterator[OwnStack]:
     s = OwnStack.with_items(env, workdir, feishu, "brw", clock=NOON, CONSOLE_ADMINS=ADMIN, ADMIN_TOKEN="brw-admin",
-                            RUN_RETRY_DELAYS="1,1,1",
+                            CONSOLE_URL=f"http://127.0.0.1:{free_port()}", RUN_RETRY_DELAYS="1,1,1",
                             DEAD_LETTER_AFTER="2", TIMER_CHECK_SECONDS="0.2")
     yield s
     s.stop()

@@ -132,3 +132,26 @@ def test_the_log_format_follows_the_setting_then_the_terminal(monkeypatch: pytes
     assert chosen_format(None, Tty()) == "text" and chosen_format(None, io.StringIO()) == "json"
     monkeypatch.setenv("LOG_TERMINAL", "1")  # make run on a terminal: honcho pipes, the person reads
     assert chosen_format(None, io.StringIO()) == "text" and chosen_format("json", io.StringIO()) == "json"
+
+
+@pytest.mark.parametrize(("forwarded", "trusted", "client"), [
+    ("", 0, "10.0.0.9"), ("203.0.113.7", 0, "10.0.0.9"),  # no trusted proxy: the socket's address, whatever is claimed
+    ("203.0.113.7", 1, "203.0.113.7"), ("198.51.100.1, 203.0.113.7", 1, "203.0.113.7"),  # the proxy's entry
+    ("198.51.100.1, 203.0.113.7", 2, "198.51.100.1"), ("203.0.113.7", 2, "10.0.0.9"),  # fewer hops than proxies
+])
+def test_wrong_tokens_are_counted_per_client_as_the_trusted_proxy_reports_it(forwarded: str, trusted: int,
+                                                                            client: str) -> None:
+    from console.lockout import client_of
+
+    assert client_of("10.0.0.9", forwarded, trusted) == client
+
+
+def test_a_wrong_token_counter_is_never_without_its_expiry(r) -> None:
+    """The count and its expiry are one script (console/lockout.py): a crash can never keep a client locked out."""
+    from console.lockout import COUNT, WINDOW_S
+
+    key = "fb:test:console:tries:" + str(id(r))
+    r.delete(key)
+    assert [int(r.eval(COUNT, 1, key, WINDOW_S)) for _ in range(3)] == [1, 2, 3]
+    assert 0 < r.ttl(key) <= WINDOW_S
+    r.delete(key)
