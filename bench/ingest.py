@@ -57,6 +57,7 @@ VERIFICATION_TOKEN = "bench-verification-token"
 PROFILE = "bench"
 BOT_OPEN_ID = "ou_bot"
 TARGET_RATIO = 0.6
+FLOOR_RATIO = 0.9  # issue 32: below this the run fails (exit 1), so a slower request path never goes unnoticed
 TARGET_P99_MS = 20.0
 WARMUP_S = 2.0
 
@@ -479,6 +480,21 @@ def build_report(args: argparse.Namespace, samples: list[Sample], bench: Bench, 
     }
 
 
+def verdict(report: dict[str, Any]) -> tuple[int, str]:
+    """Exit code and the line saying why: 1 when any measured throughput ratio (the Python driver's, wrk's
+    keep-alive and `Connection: close`) is below FLOOR_RATIO. A run that measured no ratio passes. Pure."""
+    measured = {"python": report.get("throughput_ratio")}
+    for mode in ("keepalive", "close"):
+        measured[f"wrk {mode}"] = (report.get("wrk") or {}).get(mode, {}).get("throughput_ratio")
+    ratios = {name: float(r) for name, r in measured.items() if r is not None}
+    low = {name: r for name, r in ratios.items() if r < FLOOR_RATIO}
+    if low:
+        shown = ", ".join(f"{name} {r:.3f}" for name, r in low.items())
+        return 1, f"FAIL: throughput ours/baseline below {FLOOR_RATIO}: {shown}"
+    shown = ", ".join(f"{name} {r:.3f}" for name, r in ratios.items()) or "no ratio measured"
+    return 0, f"PASS: throughput ours/baseline at least {FLOOR_RATIO} ({shown})"
+
+
 def _cpu_per_request(summary: dict[str, Any]) -> float | None:
     """Server plus Redis CPU per request at saturation: the load-independent view of the cost."""
     sat = summary["saturation"]
@@ -627,7 +643,9 @@ def main(argv: list[str] | None = None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     print(f"report: {args.out}")
-    return 0
+    code, line = verdict(report)
+    print(line)
+    return code
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ def routes() -> str:
         found = [q] if r.exists(keys.route_state(q), keys.inbox(q), keys.sessions(q)) else []
         return page("routes.html", q=q, rows=_rows(found), win=window(total=len(found)))
     index = keys.routes_of(q) if q else keys.routes
+    rt().inbox.trim_index(index)  # routes past their retention leave the index when it is read, not per event
     win = window(total=r.zcard(index))
     found = [str(rk) for rk in r.zrevrange(index, win.offset, win.offset + win.limit - 1)]
     return page("routes.html", q=q, rows=_rows(found), win=win)

@@ -88,6 +88,7 @@ def sweep_once(rt: Runtime) -> int:
             page = []
     if page:
         kicked += rt.inbox.kick_many(page, listed)
+    rt.inbox.trim_index(rt.keys.routes)  # the index of all routes, trimmed here rather than by every event
     if kicked:
         log.warning("routes re-kicked by the sweep", extra={"reason": f"{kicked} routes"})
     return kicked

@@ -92,6 +92,14 @@ class Inbox:
                                 k.session_log_prefix(rk), self.session_retention_s, self.route_retention_s])
         return PushResult(duplicate=res == -1, kicked=res == 1)
 
+    def trim_index(self, index: str, now: float | None = None) -> int:
+        """Drop the routes past their retention from a route index; the sweeper (all routes) and the console (the
+        index it reads) call it, so no event pays for it. Returns how many went."""
+        if self.route_retention_s <= 0:
+            return 0
+        cut = (time.time() if now is None else now) - self.route_retention_s
+        return int(self.r.zremrangebyscore(index, "-inf", cut))
+
     # -- a run -------------------------------------------------------------------------------------------
 
     def acquire(self, rk: str, kick_token: str, exec_id: str) -> bool:

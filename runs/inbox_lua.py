@@ -62,10 +62,9 @@ local at, keep_index = tonumber(ARGV[5]), tonumber(ARGV[11] or '0')
 for i = 10, #KEYS do  -- an index entry lives as long as the route it names (its retention after its last event)
   redis.call('ZADD', KEYS[i], at, ARGV[4])
   if keep_index > 0 then  -- an index nobody adds to any more goes with its last route
-    redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', at - keep_index)
     redis.call('EXPIRE', KEYS[i], keep_index)
   end
-end
+end  -- entries of routes past their retention are trimmed off the request path (Inbox.trim_index)
 if redis.call('SET', KEYS[4], 'k:' .. ARGV[2], 'NX', 'PX', ARGV[3]) then
   redis.call('RPUSH', KEYS[6], ARGV[7])
   return 1

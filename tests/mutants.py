@@ -746,6 +746,24 @@ MUTANTS: tuple[Mutant, ...] = (
          "def _pre_given() -> str:\n    return request.cookies.get(PRE_COOKIE) or \"\"\n"),),
         ("tests/test_console_edge.py::test_a_pre_sign_in_cookie_the_console_did_not_sign_is_never_trusted",)),
     # (end of R5)
+    Mutant("R1", "bench.ingest passes whatever the throughput ratio", "bench/ingest.py", (
+        ("    low = {name: r for name, r in ratios.items() if r < FLOOR_RATIO}",
+         "    low = {name: r for name, r in ratios.items() if r < 0}"),),
+        ("tests/test_bench_ingest.py::test_the_benchmark_exits_1_when_any_ratio_is_below_the_floor",)),
+    Mutant("R2", "every event trims its route indexes again (the index upkeep back on the request path)",
+           "runs/inbox_lua.py", (
+        ("  if keep_index > 0 then  -- an index nobody adds to any more goes with its last route\n",
+         "  if keep_index > 0 then  -- an index nobody adds to any more goes with its last route\n"
+         "    redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', at - keep_index)\n"),),
+        ("tests/test_ingress_http.py::test_an_accepted_event_is_one_script_call_that_also_indexes_its_route",)),
+    Mutant("R3", "the route indexes are left out of the PUSH script (nothing indexes the route)", "runs/inbox.py", (
+        ("                k.kicks, k.metrics, k.route_state(rk), k.sessions(rk), k.routes,\n"
+         "                *(k.routes_of(i) for i in dict.fromkeys(index) if i)]",
+         "                k.kicks, k.metrics, k.route_state(rk), k.sessions(rk)]"),),
+        ("tests/test_ingress_http.py::test_an_accepted_event_is_one_script_call_that_also_indexes_its_route",)),
+    Mutant("R4", "nothing trims a route index (routes past their retention stay listed)", "runs/inbox.py", (
+        ('        return int(self.r.zremrangebyscore(index, "-inf", cut))', "        return 0"),),
+        ("tests/test_inbox.py::test_a_route_index_drops_routes_past_their_retention_when_trimmed_not_per_event",)),
 )
 
 

@@ -358,3 +358,40 @@ def test_values_nested_right_up_to_the_parser_limit_are_400(web: WebServer, wher
         assert resp.status_code < 500, (depth, resp.text)
         statuses.append(resp.status_code)
     assert set(statuses) == {400} if where != "event.extra" else set(statuses) <= {200, 400}
+
+
+def _commands_during(r: redis.Redis, act: Any) -> list[str]:
+    """Every command Redis executed while `act` ran, as MONITOR shows it, ours left out (`lua:` marks the ones a
+    script ran inside its one call)."""
+    marker = unique("monitor-end")
+    seen: list[str] = []
+    with r.monitor() as m:
+        act()
+        r.echo(marker)
+        while True:
+            cmd = m.next_command()
+            if marker in cmd["command"]:
+                return seen
+            seen.append(f"{'lua:' if cmd['client_type'] == 'lua' else ''}{cmd['command'].split()[0].upper()}")
+
+
+def test_an_accepted_event_is_one_script_call_that_also_indexes_its_route(web: WebServer, r: redis.Redis,
+                                                                          keys: Keys) -> None:
+    """Issue 32: the request path stays thin. Whatever the console learns from an event (the route indexes of all
+    routes, the chat, the person, the topic) is written by the one PUSH script, never by more Python round trips,
+    and the script adds the route to each index without trimming it per event (the sweeper trims)."""
+    chat, thread, sender = unique("oc_thin"), unique("omt_thin"), unique("ou_thin")
+    payload = event(chat, chat_type="group", text="@_user_1 hi", sender_open_id=sender, thread_id=thread,
+                    mentions=[mention(BOT_OPEN_ID, "bot")])
+    web.post(event(unique("oc_warm"))).raise_for_status()  # script loaded, identity and replica count known
+    r.ping()
+    ran = _commands_during(r, lambda: web.post(payload).raise_for_status())
+    # Left out: connection handshakes, and INFO: the replica count, re-read at most once a second, not per event.
+    outside = [c for c in ran if not c.startswith("lua:") and c not in ("HELLO", "CLIENT", "INFO")]
+    assert outside == ["EVALSHA"], ran
+    envelope = Envelope.model_validate(payload)
+    rk = route_for(to_inbound(envelope, MessageEvent.model_validate(envelope.event), BOT_OPEN_ID), Policy(),
+                   PROFILE).key
+    for index in (keys.routes, keys.routes_of(chat), keys.routes_of(sender), keys.routes_of(thread)):
+        assert r.zscore(index, rk) is not None, index
+    assert "lua:ZREMRANGEBYSCORE" not in ran, ran  # an index's upkeep is not paid by every event
