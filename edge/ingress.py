@@ -88,7 +88,8 @@ class Ingress:
         self.keys = Keys(settings.bot_profile)
         self.bot_open_id = identity.CachedOpenId(state, self.keys)
         self.inbox = Inbox(state, self.keys, int(settings.run_lease_seconds * 1000),
-                           session_retention_s=settings.session_retention_s)
+                           session_retention_s=settings.session_retention_s,
+                           route_retention_s=settings.route_retention_s)  # the route indexes' expiry, as configured
         self.policy = policy_from(settings)
         self.encrypt_key = settings.secret("feishu_encrypt_key")
         self.token = settings.secret("feishu_verification_token")
