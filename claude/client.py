@@ -15,6 +15,10 @@ from core.settings import Settings
 # The key or the account is the problem, not the message: pause and tell an operator.
 PAUSING = (401, 402, 403)
 RETRY_STATUSES = (408, 409, 429)
+# An error inside a stream (SSE `event: error`) arrives with the stream's HTTP status, 200: its `error.type` says
+# what failed. These are worth another try; any other type in a stream is the request's own fault.
+RETRY_TYPES = ("overloaded_error", "api_error", "rate_limit_error", "timeout_error")
+PAUSING_TYPES = ("authentication_error", "permission_error", "billing_error")
 
 
 @dataclass(frozen=True)
@@ -62,11 +66,23 @@ def _mapped(exc: Exception) -> Exception:
     if not isinstance(exc, anthropic.APIStatusError):
         return exc
     status, code = exc.status_code, str(exc.status_code)
+    if status < 400:  # a mid-stream error: the HTTP status is the stream's
+        return _mid_stream(exc)
     if status in PAUSING:
         return Paused(f"model refused our credentials: HTTP {status}", source="model", code=code)
     if status >= 500 or status in RETRY_STATUSES:
         return Retryable(f"model unavailable: HTTP {status}", _retry_after(exc), source="model", code=code)
     return Permanent(f"model rejected the request: HTTP {status}", source="model", code=code)
+
+
+def _mid_stream(exc: anthropic.APIStatusError) -> Exception:
+    """An SSE `event: error` after the stream began: decided by its `error.type` (kept as the code)."""
+    kind = str(exc.type or "unknown_error")
+    if kind in RETRY_TYPES:
+        return Retryable(f"model stream failed: {kind}", source="model", code=kind)
+    if kind in PAUSING_TYPES:
+        return Paused(f"model refused our credentials mid-stream: {kind}", source="model", code=kind)
+    return Permanent(f"model rejected the request mid-stream: {kind}", source="model", code=kind)
 
 
 class Claude:

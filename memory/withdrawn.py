@@ -39,6 +39,13 @@ def any_recalled(r: redis.Redis, keys: Keys, route_key: str, message_ids: Sequen
     return any(n.get("recalled") for n in notes(r, keys, chat_of(route_key), message_ids).values())
 
 
+def all_recalled(r: redis.Redis, keys: Keys, chat_id: str, message_ids: Sequence[str]) -> bool:
+    """Was every one of these messages recalled (one HMGET)? A batch's answer is void then (apply_to_entries)."""
+    ids = [m for m in dict.fromkeys(message_ids) if m]
+    changed = notes(r, keys, chat_id, ids)
+    return bool(ids) and all(changed.get(m, {}).get("recalled") for m in ids)
+
+
 def chat_of(route_key: str) -> str:
     parts = route_key.split(":")
     return parts[3] if len(parts) > 3 and parts[2] in ("p2p", "group", "topic") else ""

@@ -18,7 +18,8 @@ class Fault:
     """One injected failure, for `remaining` more calls.
 
     `body` None means the real response (sent after `delay`: a timeout); `after` applies the request
-    first and fails only then; `drop` resets the connection instead of answering.
+    first and fails only then; `drop` resets the connection instead of answering; `midstream` > 0 streams that
+    many text deltas of the real answer, then `body` as an SSE `event: error` (a non-streamed call gets `body`).
     """
 
     status: int
@@ -29,6 +30,7 @@ class Fault:
     after: bool = False
     delay: float = 0.0
     drop: bool = False
+    midstream: int = 0
 
 
 class FaultProfile:

@@ -764,6 +764,20 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("R4", "nothing trims a route index (routes past their retention stay listed)", "runs/inbox.py", (
         ('        return int(self.r.zremrangebyscore(index, "-inf", cut))', "        return 0"),),
         ("tests/test_inbox.py::test_a_route_index_drops_routes_past_their_retention_when_trimmed_not_per_event",)),
+    Mutant("R60", "a mid-stream model error (HTTP 200, overloaded_error) is mapped by its status: permanent",
+           "claude/client.py", (
+        ("    if status < 400:  # a mid-stream error: the HTTP status is the stream's\n"
+         "        return _mid_stream(exc)\n", ""),),
+        ("tests/test_streaming.py::test_a_model_error_mid_stream_is_retried_and_finishes_the_same_card",)),
+    Mutant("R61", "a question recalled while its answer streams is answered in full", "turn/stream.py", (
+        ("        if self.recalled():\n", "        if False:\n"),),
+        ("tests/test_streaming.py::test_a_question_recalled_mid_stream_stops_its_answer",)),
+    Mutant("R62", "a rerun after a kill pushes shorter text than the card shows", "turn/stream.py", (
+        ("        if shown == self.shown or (self.card_id and len(shown) <= self.floor):\n",
+         "        if shown == self.shown:\n"),
+        ("        elif len(shown) > self.floor:\n", "        else:\n"),),
+        ("tests/test_streaming.py::test_a_rerun_after_a_kill_never_shows_less_than_the_card_did",)),
+    # (end of R6x)
 )
 
 

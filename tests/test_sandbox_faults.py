@@ -342,3 +342,24 @@ def test_claude_timeline_shows_overlapping_calls_of_one_conversation(standin: Cl
     assert standin.overlaps(r"route (R\d)") == [(0, 1)]
     assert standin.overlaps(r"route (R\d)", include_timeouts=True) == [(0, 1), (4, 5)]
     assert standin.stats["calls"] == {"messages": 6} and standin.stats["in_flight"] == 1
+
+
+def test_claude_midstream_overloaded_breaks_a_stream_after_its_deltas(standin: ClaudeStandin) -> None:
+    """The API's mid-stream error: text deltas, then `event: error` (overloaded_error) on an HTTP 200 stream.
+    The SDK raises APIStatusError with status 200; our mapping decides by its type: retried."""
+    from claude.client import _mapped
+    from core.errors import Retryable
+
+    standin.inject_fault("midstream_overloaded", after_deltas=3)
+    client = anthropic.Anthropic(api_key="sk-test", base_url=standin.url, max_retries=0)
+    texts: list[str] = []
+    question = [{"role": "user", "content": "长" * 200}]
+    with pytest.raises(anthropic.APIStatusError) as caught, \
+            client.messages.stream(model="m", max_tokens=100, messages=question) as s:  # type: ignore[arg-type]
+        for event in s:
+            if event.type == "text":
+                texts.append(event.text)
+    exc = caught.value
+    assert (exc.status_code, exc.type) == (200, "overloaded_error") and len(texts) == 3, (exc, texts)
+    mapped = _mapped(exc)
+    assert isinstance(mapped, Retryable) and mapped.code == "overloaded_error"

@@ -15,9 +15,11 @@ import pytest
 import requests
 
 from feishu.render import card_markdown
-from sandbox.feishu.events import mention
+from sandbox.feishu.events import mention, message_recalled_event
 from tests.harness import (
+    APP_ID,
     BOT_OPEN_ID,
+    VERIFICATION_TOKEN,
     deliver,
     message_id,
     model_requests_with,
@@ -353,3 +355,68 @@ def test_a_group_answer_tells_the_people_in_it_and_names_them_in_the_summary(rig
     summary = entity["card"]["config"]["summary"]["content"]
     assert summary.startswith("结论：@王五 负责导出，@ou_stranger") and "<" not in summary, summary
     assert feishu.render_defects() == []
+
+
+# -- issue 32: a model error mid-stream, a recall mid-stream, a rerun after a kill ------------------------------------
+
+def test_a_model_error_mid_stream_is_retried_and_finishes_the_same_card(rig: OwnStack, feishu, claude, r) -> None:
+    """An SSE `event: error` (overloaded_error) after 8 text deltas: the SDK raises it with the stream's HTTP
+    status, 200. It is retried (not dead-lettered) and the rerun finishes the same card."""
+    text = long_answer("中途过载")
+    answer_with(claude, "中途过载", text)
+    claude.set_stream(2.0)
+    claude.fail_when("中途过载", kind="midstream_overloaded", times=1, after_deltas=8)
+    chat = unique("oc_p2p")
+    msg = deliver(rig.web, feishu, chat_id=chat, chat_type="p2p", text="中途过载：请分析")
+    rk = route_key("p2p", chat, profile=rig.env["BOT_PROFILE"])
+    wait_for(lambda: len(feishu.replies_to(message_id(msg))) >= 1 and not feishu.cards()[0]["streaming"],
+             timeout=60, what="the card to be finished")
+    wait_route_idle(r, rig.keys, rk, timeout=60)
+    assert claude.stats["poison_hits"] == {"中途过载": 1}
+    assert len(model_requests_with(claude, "中途过载")) == 2  # the broken stream and the retry's
+    assert not [d for d in r.hvals(rig.keys.dead) if rk in str(d)]  # nothing dead-lettered
+    assert not any("多次处理都失败" in reply_text(m) for m in feishu.bot_messages(chat))
+    (reply,) = feishu.replies_to(message_id(msg))
+    (entity,) = feishu.cards()
+    assert entity["message_id"] == reply["message_id"] and entity["text"] == card_markdown(text)
+
+
+def test_a_question_recalled_mid_stream_stops_its_answer(rig: OwnStack, feishu, claude, r) -> None:
+    answer_with(claude, "撤回提问", long_answer("撤回", paragraphs=10))
+    claude.set_stream(8.0)
+    chat = unique("oc_p2p")
+    msg = deliver(rig.web, feishu, chat_id=chat, chat_type="p2p", text="撤回提问：慢慢说")
+    rk = route_key("p2p", chat, profile=rig.env["BOT_PROFILE"])
+    shown = feishu.wait_for(lambda: card_messages(feishu, message_id(msg)), timeout=30)
+    card_id = feishu.card_of(shown[0]["message_id"])
+    feishu.recall_message(message_id(msg))
+    event = message_recalled_event(message_id(msg), chat, app_id=APP_ID, token=VERIFICATION_TOKEN)
+    assert rig.web.post(event).status_code == 200
+    wait_for(lambda: not feishu.cards()[0]["streaming"], timeout=30, what="the card to be closed")
+    wait_route_idle(r, rig.keys, rk, timeout=30)
+    assert [c["card_id"] for c in feishu.cards()] == [card_id]
+    assert feishu.cards()[0]["text"] == "（这条回答没有写完。）"  # closed as a reset closes it
+    assert [m["message_id"] for m in feishu.replies_to(message_id(msg))] == [shown[0]["message_id"]]
+    assert not any("撤回" in e["text"] for e in session_log(r, rig.keys, rk) if e["role"] == "assistant")
+    assert len(model_requests_with(claude, "撤回提问")) == 1
+    assert not [d for d in r.hvals(rig.keys.dead) if rk in str(d)]  # nothing dead-lettered
+
+
+def test_a_rerun_after_a_kill_never_shows_less_than_the_card_did(rig: OwnStack, feishu, claude, r) -> None:
+    text = long_answer("不缩短")
+    answer_with(claude, "不缩短", text)
+    claude.set_stream(6.0)
+    chat = unique("oc_p2p")
+    msg = deliver(rig.web, feishu, chat_id=chat, chat_type="p2p", text="不缩短：请详细分析")
+    rk = route_key("p2p", chat, profile=rig.env["BOT_PROFILE"])
+    shown = feishu.wait_for(lambda: card_messages(feishu, message_id(msg)), timeout=30)
+    card_id = feishu.card_of(shown[0]["message_id"])
+    wait_for(lambda: len(content_ops(feishu.card_history(card_id))) >= 4, timeout=20, what="the card to grow")
+    rig.kill_workers()
+    claude.set_stream(4.0)  # the rerun streams slowly enough to push several times
+    wait_for(lambda: not feishu.cards()[0]["streaming"], timeout=60, what="the rerun to finish the card")
+    wait_route_idle(r, rig.keys, rk, timeout=60)
+    assert len(model_requests_with(claude, "不缩短")) == 2
+    lengths = [h["length"] for h in content_ops(feishu.card_history(card_id))]
+    assert lengths == sorted(lengths), lengths  # the card never shrank, across the kill
+    assert feishu.cards()[0]["text"] == card_markdown(text)

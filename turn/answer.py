@@ -16,7 +16,7 @@ from runs.runtime import Runtime
 from turn import ask, progress, request
 from turn.batch_content import batch_content
 from turn.registry import Turn, app_of
-from turn.stream import Stream
+from turn.stream import Recalled, Stream
 
 NOTHING = Completion(text="", input_tokens=0, output_tokens=0, cache_read_tokens=0, stop_reason=None)
 
@@ -46,8 +46,12 @@ def run_turn(rt: Runtime, route_key: str, kind: str, batch: Sequence[Inbound], b
     people = request.people(rt, batch)
     card = Stream(rt, route_key, batch_id, last.message_id, chat_id=last.chat_id, in_thread=kind == "topic",
                   fence=fence, people=people)
+    ids = [m.message_id for m in batch]
+    card.recalled = lambda: withdrawn.all_recalled(rt.state, rt.keys, last.chat_id, ids)
     try:
         completion = ask.answer_for(turn, content.images, on_text=card.feed if card.on else None)
+    except Recalled:
+        return recalled(turn, card, shown)
     except Superseded:  # a user reset overtook the turn: its answer never comes; the lease is still this run's
         card.abandon(say("stream_abandoned", last.text), fence=lambda: True)
         superseded(turn)
@@ -58,6 +62,8 @@ def run_turn(rt: Runtime, route_key: str, kind: str, batch: Sequence[Inbound], b
         reply_ids = card.finish(answer) or rt.outbox.reply(
             route_key, batch_id, last.message_id, answer, chat_id=last.chat_id, in_thread=kind == "topic",
             fence=fence, people=people, uuid_key=card.reply_key)
+    except Recalled:
+        return recalled(turn, card, shown)
     except Superseded:
         superseded(turn)
         raise
@@ -66,6 +72,14 @@ def run_turn(rt: Runtime, route_key: str, kind: str, batch: Sequence[Inbound], b
         if f.replied is not None:
             f.replied(turn, completion)
     return TurnResult(reply_ids, ask.log_entries(turn, batch_text, answer, reply_ids, completion), completion)
+
+
+def recalled(turn: Turn, card: Stream, shown: progress.Progress) -> TurnResult:
+    """The question was recalled while its answer streamed: close the card as a reset does, answer nothing."""
+    card.abandon(say("stream_abandoned", turn.batch[-1].text))
+    superseded(turn)
+    shown.done()
+    return TurnResult(reply_ids=[], entries=[], completion=NOTHING)
 
 
 def superseded(turn: Turn) -> None:

@@ -10,6 +10,10 @@ Updates are paced per card: at most one per STREAM_UPDATE_SECONDS, and only when
 (Feishu allows 10 operations a second on one card; updates to a card in streaming mode do not count against the
 app's API tier, feishu/cardkit.py): otherwise the next delta tries again. Streaming that closed by itself
 (10 minutes after it was turned on, 200850) is turned on again with one settings call and the text goes on.
+A rerun never shows less than the card did: the ledger keeps the length of the longest text sent to the card
+(`stream:shown`, written before the push), and a rerun pushes only text longer than that. A question recalled
+while its answer streams (every message of the batch) stops the answer: `recalled` is checked before every push
+and before the card is finished, and raises `Recalled`; the caller closes the card as a reset does.
 Streaming never fails a turn: without the scope (the capability turns off, loudly once), or when CardKit
 refuses, the turn falls back to today's rendered reply. Only a lost lease stops it (nothing more is sent).
 """
@@ -43,10 +47,15 @@ CARD = "stream:card"  # ledger fields: the card entity, its message, the sequenc
 MESSAGE = "stream:message"
 SEQ = "stream:seq"
 DONE = "stream:done"
+SHOWN = "stream:shown"  # the length of the longest text sent to the card (a rerun never pushes shorter)
 FELL_BACK = "stream:plain"  # the card could not be finished: the answer went out as plain replies
 SEQUENCE_SKIP = 1000  # a sequence conflict (a counter lost with Redis) jumps ahead once
 NO_ROOM_RETRY_S = 0.5
 _loud: set[str] = set()  # CardKit failures already logged at ERROR by this process
+
+
+class Recalled(Exception):
+    """The batch's messages were recalled while the answer was being written: it must not be finished."""
 
 
 def enabled(rt: Runtime) -> bool:
@@ -67,6 +76,8 @@ class Stream:
         self.done, self.plain = DONE in found, FELL_BACK in found
         self.on = enabled(rt) and not self.plain
         self.shown, self.next_at = "", 0.0
+        self.floor = int(found.get(SHOWN) or 0)  # what the card already shows (a killed run's pushes)
+        self.recalled: Callable[[], bool] = lambda: False  # set by the caller: the batch's question was recalled
         self.interval = rt.settings.stream_update_seconds
         self.limit = rt.settings.feishu_limits.reply_chunk_chars
 
@@ -80,8 +91,9 @@ class Stream:
         if self.message_id and now < self.next_at:
             return
         shown = self._visible(text)
-        if shown == self.shown:
-            return
+        if shown == self.shown or (self.card_id and len(shown) <= self.floor):
+            return  # nothing new, or less than the card already shows (a rerun catching up)
+        self._check_recall()
         wait = self.interval
         try:
             if not self.message_id:
@@ -109,11 +121,12 @@ class Stream:
     def _open(self, shown: str) -> None:
         """Create the card (unless a killed run did), keep its id, then post it under the turn's reply uuid."""
         if not self.card_id:
+            self._keep(SHOWN, str(len(shown)))
             card_id = self.rt.outbox.paced(self.chat_id, self.fence, lambda: self.kit.create(
                 streaming_card(shown, element_id=ELEMENT)), per_chat=False, api="card_create")  # the API's tier
             self._keep(CARD, card_id)
             self.card_id = card_id
-        else:
+        elif len(shown) > self.floor:
             self._push(shown)  # a rerun: the card exists; bring it up to date before (re)posting it
         self._post()
         self.shown = shown
@@ -131,6 +144,8 @@ class Stream:
         """The text so far, if the card's second has room; streaming that closed by itself is turned on again once
         (a second 200850 right after stops the stream: finish still posts the answer)."""
         card_id = str(self.card_id)
+        self._keep(SHOWN, str(len(shown)))  # before the push: a kill right after it leaves the floor behind
+        self.floor = len(shown)
         for attempt in (1, 2):
             seq = self._sequence()
 
@@ -148,6 +163,10 @@ class Stream:
                 self.shown = shown
             return pushed
         return False
+
+    def _check_recall(self) -> None:
+        if self.recalled():
+            raise Recalled(self.batch_id)
 
     def _reopen(self) -> None:
         card_id, seq = str(self.card_id), self._sequence()
@@ -177,6 +196,8 @@ class Stream:
         if self.plain or not self.card_id:
             return None
         first, rest = _card_parts(answer, self.limit)
+        if not self.done:
+            self._check_recall()
         try:
             if not self.done:
                 self._final(card_markdown(first, self.people), plain_summary(first, self.people))

@@ -15,10 +15,12 @@ from sandbox.claude.wire import block_text, error_body
 from sandbox.faults import Fault
 
 # "reset" closes the connection without an answer; "timeout" answers normally, but only after
-# timeout_seconds (set it past the client's timeout).
-FAULT_KINDS = ("overloaded", "rate_limit", "api_error", "reset", "timeout")
+# timeout_seconds (set it past the client's timeout). "midstream_overloaded" streams after_deltas text deltas of
+# the answer, then an SSE `event: error` of type overloaded_error (HTTP 200 already sent), as the API does.
+FAULT_KINDS = ("overloaded", "rate_limit", "api_error", "reset", "timeout", "midstream_overloaded")
 DEFAULT_MIX = {"overloaded": 3.0, "rate_limit": 2.0, "api_error": 2.0, "reset": 1.0, "timeout": 1.0}
-FAULT_OPTIONS = {"retry_after": 0.5, "timeout_seconds": 121.0}  # the service's SDK timeout is 120 s
+# The service's SDK timeout is 120 s.
+FAULT_OPTIONS = {"retry_after": 0.5, "timeout_seconds": 121.0, "after_deltas": 8.0}
 ERRORS = {"overloaded": (529, "overloaded_error"), "rate_limit": (429, "rate_limit_error"),
           "api_error": (500, "api_error")}
 TimelineKey = Callable[[dict[str, Any]], str | None]
@@ -56,6 +58,9 @@ def make_fault(kind: str, options: Mapping[str, float], times: int = 1) -> Fault
         return Fault(0, None, {}, times, kind, drop=True)
     if kind == "timeout":
         return Fault(200, None, {}, times, kind, delay=options["timeout_seconds"])
+    if kind == "midstream_overloaded":
+        fault = error_fault(529, "overloaded_error", "Overloaded", times=times, kind=kind)
+        return replace(fault, midstream=max(int(options["after_deltas"]), 1))
     if kind not in ERRORS:
         raise ValueError(f"unknown fault kind {kind!r}; expected one of {FAULT_KINDS}")
     status, error_type = ERRORS[kind]
@@ -77,10 +82,12 @@ def last_user_text(body: Any) -> str:
 
 @dataclass(frozen=True)
 class Poison:
-    """Every request whose last user turn contains `marker` fails with this fault until it is cleared."""
+    """Every request whose last user turn contains `marker` fails with this fault until it is cleared (or, with
+    `left`, for that many more requests)."""
 
     marker: str
     fault: Fault
+    left: int | None = None
 
     def describe(self) -> dict[str, Any]:
         error = (self.fault.body or {}).get("error", {})
@@ -96,11 +103,11 @@ class PoisonBook:
         self._rules: dict[str, Poison] = {}
         self.hits: Counter[str] = Counter()
 
-    def add(self, marker: str, fault: Fault) -> None:
+    def add(self, marker: str, fault: Fault, times: int | None = None) -> None:
         if not marker:
             raise ValueError("marker must be a non-empty string")
         with self._lock:
-            self._rules[marker] = Poison(marker, fault)
+            self._rules[marker] = Poison(marker, fault, times)
 
     def remove(self, marker: str | None = None) -> None:
         with self._lock:
@@ -115,6 +122,11 @@ class PoisonBook:
             if rule is None:
                 return None
             self.hits[rule.marker] += 1
+            if rule.left is not None:
+                if rule.left <= 1:
+                    del self._rules[rule.marker]
+                else:
+                    self._rules[rule.marker] = replace(rule, left=rule.left - 1)
             return replace(rule.fault, remaining=1, kind="poison")  # counted and shown as poison
 
     def describe(self) -> list[dict[str, Any]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -139,15 +140,15 @@ class ClaudeStandin(LoopbackServer):
 
     def fail_when(
         self, marker: str, status: int = 500, error_type: str = "api_error", *, kind: str | None = None,
-        message: str = "", headers: dict[str, str] | None = None, **options: float,
+        message: str = "", headers: dict[str, str] | None = None, times: int | None = None, **options: float,
     ) -> None:
-        """Until cleared, every call whose last user turn contains `marker` fails: with this status and
-        error type, or with a fault `kind` (then `options` as inject_fault)."""
+        """Until cleared (or for the next `times` of them), every call whose last user turn contains `marker`
+        fails: with this status and error type, or with a fault `kind` (then `options` as inject_fault)."""
         if kind is not None:
             fault = make_fault(check_kind(kind), fault_options(options))
         else:
             fault = error_fault(status, error_type, message, headers, kind="error")
-        self._poison.add(marker, fault)
+        self._poison.add(marker, fault, times)
 
     def clear_fail_when(self, marker: str | None = None) -> None:
         self._poison.remove(marker)
@@ -235,7 +236,8 @@ class ClaudeStandin(LoopbackServer):
         try:
             _authenticate(self._revoked)
             fault = self._poisoned(entry["last_user"]) or self._faults.take(OP)  # poison wins
-            if fault is not None:
+            broken = fault if fault is not None and fault.midstream and body.get("stream") else None
+            if fault is not None and broken is None:
                 response = self._fault_response(fault, entry)
                 if response is not None:
                     return response
@@ -246,8 +248,11 @@ class ClaudeStandin(LoopbackServer):
         if body.get("stream"):
             with self._lock:
                 spread = self._stream_seconds
-            frames = self._stamped(entry, self._paced(entry, list(wire.sse_frames(message)), spread))
-            return Response(frames, mimetype="text/event-stream",
+            frames = list(wire.sse_frames(message))
+            if broken is not None:
+                self._calls.mark(entry, fault=broken.kind)
+                frames = _broken_off(frames, broken, request_id)
+            return Response(self._stamped(entry, self._paced(entry, frames, spread)), mimetype="text/event-stream",
                             headers={"request-id": request_id, "Cache-Control": "no-cache"})
         return self._finish(entry, json_response(message, 200, {"request-id": request_id}))
 
@@ -355,6 +360,20 @@ def builtin_reply(body: dict[str, Any]) -> Answer:
     return (check_reply(body) or triage_reply(body) or analysis_reply(body) or dream_reply(body)
             or memory_reply(body) or schedule_reply(body) or propose_reply(body) or recall_reply(body)
             or document_reply(body) or wire.default_reply(body))
+
+
+def _broken_off(frames: list[str], fault: Fault, request_id: str) -> list[str]:
+    """The stream up to its `fault.midstream`-th text delta, then the error event the API sends mid-stream:
+    `event: error` / {"type": "error", "error": {...}} (the HTTP status, 200, was sent with the first byte)."""
+    out: list[str] = []
+    deltas = 0
+    for frame in frames:
+        if deltas >= fault.midstream:
+            break
+        out.append(frame)
+        deltas += '"text_delta"' in frame
+    error = {**(fault.body or {}), "request_id": request_id}
+    return [*out, f"event: error\ndata: {json.dumps(error, ensure_ascii=False)}\n\n"]
 
 
 def _authenticate(revoked: set[str]) -> None:
