@@ -3,7 +3,7 @@ only, as all web code.
 
 Without ADMIN_TOKEN every admin path answers 404, as if it did not exist. The token is compared in
 constant time; a missing or wrong one gets 401, and the 11th wrong one from a client within ten minutes 429 (one
-limit with the console's token form: console/lockout.py). The right token is never locked out.
+limit with the console's token form: edge/lockout.py). The right token is never locked out.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 from flask import Blueprint, Response, current_app, jsonify, request
 
-from console import lockout
+from edge import lockout
 from jobs import deadletter
 from memories.part import store_of
 from memories.paths import PathError, Scope

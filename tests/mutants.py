@@ -719,18 +719,18 @@ MUTANTS: tuple[Mutant, ...] = (
         ("        pipe = self.r.pipeline(transaction=True)\n        pipe.hset(self.keys.console_oauth(state)",
          "        pipe = self.r.pipeline(transaction=False)\n        pipe.hset(self.keys.console_oauth(state)"),),
         ("tests/test_expiry.py::test_a_feishu_sign_in_under_way_is_written_with_its_expiry_in_one_transaction",)),
-    Mutant("R34", "the wrong-token counter gets no expiry (a client locked out for good)", "console/lockout.py", (
+    Mutant("R34", "the wrong-token counter gets no expiry (a client locked out for good)", "edge/lockout.py", (
         ("if redis.call('TTL', KEYS[1]) < 0 then redis.call('EXPIRE', KEYS[1], ARGV[1]) end return n", "return n"),),
         ("tests/test_console_pure.py::test_a_wrong_token_counter_is_never_without_its_expiry",)),
     Mutant("R50", "the admin API takes unlimited wrong tokens", "edge/admin.py", (
         ("        wait = lockout.refusal(_runtime(), right)\n", "        wait = 0\n"),),
         ("tests/test_console_edge.py::test_the_admin_apis_11th_wrong_token_from_a_client_is_refused",)),
-    Mutant("R51", "a lockout refuses the right token too", "console/lockout.py", (
+    Mutant("R51", "a lockout refuses the right token too", "edge/lockout.py", (
         ("    if right:\n        if int(rt.state.get(key) or 0) >= LIMIT:\n"
          "            time.sleep(SLOW_S)\n        return 0\n",
          "    if right and int(rt.state.get(key) or 0) < LIMIT:\n        return 0\n"),),
         ("tests/test_console_edge.py::test_a_lockout_never_refuses_the_right_token",)),
-    Mutant("R52", "wrong tokens are counted per socket address behind a trusted proxy", "console/lockout.py", (
+    Mutant("R52", "wrong tokens are counted per socket address behind a trusted proxy", "edge/lockout.py", (
         ("    return client_of(request.remote_addr or \"\", request.headers.get(\"X-Forwarded-For\", \"\"),",
          "    return client_of(request.remote_addr or \"\", \"\","),),
         ("tests/test_console_edge.py::test_behind_a_trusted_proxy_each_client_is_counted_apart",)),

@@ -277,7 +277,7 @@ def test_a_read_that_finds_the_request_full_ends_the_tool_rounds(env, feishu, cl
     feishu.add_message(root, chat, text=LONG_ROOT, thread_id=thread, sender_open_id="ou_owner")
     rk = route_key("topic", chat, thread)
     rt = Runtime(settings_from({**env, "BOT_PROFILE": unique("full"), "CONTEXT_BUDGET_TOKENS": "3000"}), redis_url)
-    b, system, tools = rotation.budget_of(rt), [{"type": "text", "text": "You answer."}], recall.tools_for(rk)
+    b, system, tools = rotation.budget_of(rt), [{"type": "text", "text": "You answer."}], recall.tools_for(rt, rk)
     assert b.factor == 1.0  # a profile of its own: no calibration yet, so the arithmetic below is exact
     uses = [{"type": "tool_use", "id": "toolu_read", "name": "read_thread", "input": {}},
             {"type": "tool_use", "id": "toolu_hist", "name": "read_history", "input": {}}]

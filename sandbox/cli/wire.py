@@ -136,7 +136,8 @@ def card_lines(card: dict[str, Any]) -> list[str]:
         elif tag == "div":
             lines.append(str((element.get("text") or {}).get("content", "")))
         elif tag == "button":
-            lines.append(f"[{_plain(element.get('text'))} → {(element.get('value') or {}).get('a', '?')}]")
+            action = str((element.get("value") or {}).get("action", "?")).partition(":")[2] or "?"
+            lines.append(f"[{_plain(element.get('text'))} → {action}]")
     return lines
 
 
