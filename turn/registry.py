@@ -258,18 +258,10 @@ class App:
         self._claim(f, f"feature {f.name}")
         if ":" in f.name:
             raise ValueError(f"feature name {f.name!r} may not contain ':'")
-        for c in f.commands:
-            self._claim(f, f"command {c.name}")
-        for e in f.events:
-            self._claim(f, f"event {e.message_type}")
-        for a in f.actions:
-            self._claim(f, f"action {f.name}:{a.name}")
-        for o in f.openers:
-            self._claim(f, f"opener {o.name}")
-        for w in f.route_work:
-            self._claim(f, f"route kind {w.kind}")
-        for t in f.timer_kinds:
-            self._claim(f, f"timer kind {t.kind}")
+        for what in (*(f"command {c.name}" for c in f.commands), *(f"event {e.message_type}" for e in f.events),
+                     *(f"action {f.name}:{a.name}" for a in f.actions), *(f"opener {o.name}" for o in f.openers),
+                     *(f"route kind {w.kind}" for w in f.route_work), *(f"timer kind {t.kind}" for t in f.timer_kinds)):
+            self._claim(f, what)
         self.features = sorted([*self.features, f], key=lambda x: x.order)
         self.commands += f.commands
         self.events |= {e.message_type: e for e in f.events}
