@@ -9,7 +9,9 @@ the supervisor starts extra workers at once, up to WORKER_MAX per host. An extra
 after WORKER_IDLE_SECONDS without a job and is not replaced; under light steady load, where RQ hands jobs
 to the idle workers in turn so none is ever idle that long, the supervisor asks the surplus to retire
 after their current job. WORKER_CONCURRENCY=N instead keeps a fixed N workers per queue, as before.
-Workers die with their supervisor (die_with), even when it is SIGKILLed: no orphaned pool survives it.
+Workers die with their supervisor (die_with), even when it is SIGKILLed: no orphaned pool survives it, and
+their horses with them (a warm stop, then SIGKILL after ORPHAN_GRACE_S); a horse whose worker dies takes no
+further step of its run.
 
 Workers are forked from this supervisor after the heavy imports, a no-network warm-up of the SDKs
 (jobs/warmup.py) and `gc.freeze()`, so their pages and their work-horses' stay shared (copy-on-write):
@@ -48,7 +50,7 @@ from core.settings import Settings, load_settings
 from jobs import drain, pool, warmup  # noqa: F401  (preload: every horse inherits the imported modules)
 from memory.store import resolve_url, rq_client
 from routing.policy import policy_from
-from runs import runtime
+from runs import runtime, shutdown
 from runs.inbox import Kick
 from runs.queues import rq_queue_name
 
@@ -87,6 +89,12 @@ class RouteWorker(Worker):
     def request_retire(self, _signum: int, _frame: FrameType | None) -> None:
         self.retiring = True
 
+    def main_work_horse(self, job: Any, queue: Any) -> None:
+        """In the horse: watch the RQ worker that forked it (`self.pid` is still the worker's)."""
+        if self.pid:
+            threading.Thread(target=_watch_worker, args=(self.pid,), daemon=True, name="worker-watch").start()
+        super().main_work_horse(job, queue)
+
     def _install_signal_handlers(self) -> None:
         super()._install_signal_handlers()
         signal.signal(RETIRE_SIGNAL, self.request_retire)
@@ -102,27 +110,57 @@ class RouteWorker(Worker):
 
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
+PARENT_POLL_S = 0.5  # how often a worker or a horse looks whether its parent is still there
+ORPHAN_GRACE_S = 5.0  # a worker whose supervisor died: its warm stop's time, then its horse and it end at once
 
 
 def die_with(parent: int) -> None:
-    """This worker ends when its supervisor ends, however the supervisor ends (SIGKILL included): the kernel
-    sends SIGTERM (a warm stop: a busy horse hands its route over) when the parent dies, so a restarted
-    supervisor never starts a second pool beside orphans re-parented to PID 1. Elsewhere than Linux a thread
-    watches the parent instead."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
-            raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG)")
-    except (OSError, AttributeError):
-        threading.Thread(target=_watch_parent, args=(parent,), daemon=True, name="parent-watch").start()
-    if os.getppid() != parent:  # the supervisor died before the line above took effect
+    """This worker ends when its supervisor ends, however the supervisor ends (SIGKILL included), so a restarted
+    supervisor never starts a second pool beside orphans re-parented to PID 1.
+
+    The kernel sends SIGTERM at once (PR_SET_PDEATHSIG; it fires when the *thread* that forked us ends, and the
+    supervisor forks from its main thread): a warm stop, in which a horse waiting on the model hands its route
+    over. A watcher thread sends it where prctl is missing, and ends the worker ORPHAN_GRACE_S later whatever its
+    horse is doing (SIGKILL to the horse's process group, then this process): a warm stop waits for the horse,
+    and a horse in a step that cannot be interrupted (an Open API call, a tool) could outlive us by minutes."""
+    armed = _pdeathsig(signal.SIGTERM)
+    threading.Thread(target=_watch_supervisor, args=(parent, armed), daemon=True, name="parent-watch").start()
+    if os.getppid() != parent:  # the supervisor died before the lines above took effect
         os._exit(0)
 
 
-def _watch_parent(parent: int) -> None:
+def _pdeathsig(sig: int) -> bool:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return bool(libc.prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0) == 0)
+    except (OSError, AttributeError):
+        return False
+
+
+def wait_parent_gone(parent: int) -> None:
     while os.getppid() == parent:
-        time.sleep(1.0)
-    os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(PARENT_POLL_S)
+
+
+def _watch_supervisor(parent: int, armed: bool) -> None:
+    wait_parent_gone(parent)
+    if not armed:
+        os.kill(os.getpid(), signal.SIGTERM)  # with PR_SET_PDEATHSIG the kernel did; twice would be a cold stop
+    time.sleep(ORPHAN_GRACE_S)
+    horse = _current.horse_pid if _current is not None else 0
+    if horse:
+        with contextlib.suppress(OSError):
+            os.killpg(horse, signal.SIGKILL)  # RQ's horse leads its own process group
+    os._exit(1)
+
+
+def _watch_worker(worker: int) -> None:
+    """In a work-horse: once its RQ worker is gone, the run takes no further step (runs/shutdown.py)."""
+    wait_parent_gone(worker)
+    shutdown.orphaned()
+
+
+_current: RouteWorker | None = None  # this process's RQ worker (for the watcher's hard stop)
 
 
 def run_one(settings: Settings, queue_name: str, url: str, name: str, idle_seconds: float | None = None,
@@ -137,6 +175,8 @@ def run_one(settings: Settings, queue_name: str, url: str, name: str, idle_secon
     warmup.prepare()  # a no-op when the supervisor did it before forking
     worker = RouteWorker([rq_queue_name(settings.bot_profile, queue_name)], connection=rq_client(url),
                          serializer=JSONSerializer, maintenance_interval=60, name=name)
+    global _current
+    _current = worker
     if gc_freeze_enabled():
         gc.freeze()  # every work-horse forked from here leaves the worker's objects' pages alone
     idle = max(1, math.ceil(idle_seconds)) if idle_seconds else None

@@ -2,6 +2,22 @@
 
 Every command passes through the turn's Grant (memories/paths.py) before the store sees it; refusals and failures
 are `ToolError`s the model reads as tool errors. What the turn changed is kept (`changed`) for the reply's footer.
+
+Results and error texts are the SDK's own `BetaLocalFilesystemMemoryTool`'s (anthropic.tools.memory) for the same
+calls on the same files, with each scope a folder that always exists (tests/test_memories_reference.py runs both and
+compares). The deliberate differences:
+- other scopes are refused (`Access denied: …`, the same words whether or not they hold anything) and a view of
+  /memories or /memories/<kind> lists only this conversation's scopes;
+- no `..`, `.`, empty, encoded or full-width parts, plain names only, at most 4 folders deep (`PathError`s);
+- /memories and /memories/<kind> are never written, a scope's root is never renamed, a rename stays in one scope;
+- re-creating a file with the text it holds succeeds and changes nothing, and inserting lines the file already
+  holds changes nothing (a retried turn doubles nothing);
+- a folder's size in a view is the bytes of the files below it (the reference prints the directory entry's size);
+- a missing or mistyped field is `Invalid memory command: …` naming it, and nothing is written (the reference
+  answers with a Python exception, and its `create` without `file_text` leaves an empty file behind);
+- a file used as a folder (`a.md/b.md` where a.md is a file) is refused by name (the reference answers with an
+  OS error), as is moving a folder into itself.
+An unknown command is the reference's `NotImplementedError('Unknown command: …')` as its tool runner renders it.
 """
 
 from __future__ import annotations
@@ -24,6 +40,12 @@ from memories.store import Conflict, File, MemoryFull
 
 WIDTH = 6  # line numbers, as the SDK's file-system backend prints them
 MEMORY_TOOL = {"type": "memory_20250818", "name": "memory"}
+FIELDS: dict[str, dict[str, type]] = {  # each command's required fields and their types
+    "view": {"path": str}, "create": {"path": str, "file_text": str},
+    "str_replace": {"path": str, "old_str": str, "new_str": str},
+    "insert": {"path": str, "insert_line": int, "insert_text": str},
+    "delete": {"path": str}, "rename": {"old_path": str, "new_path": str},
+}
 
 
 class ScopeStore(Protocol):
@@ -35,6 +57,22 @@ class ScopeStore(Protocol):
                edit: Callable[[Mapping[str, File]], Mapping[str, str | None]], *, log: str = "") -> Any: ...
 
 
+def malformed(args: Mapping[str, Any]) -> str:
+    """The tool error for a call without a known command or a required field ('' when the call is well formed)."""
+    command = args.get("command")
+    if command not in FIELDS:
+        return repr(NotImplementedError(f"Unknown command: {command}"))  # the reference's, as its runner renders it
+    for field, kind in FIELDS[str(command)].items():
+        value = args.get(field)
+        if not isinstance(value, kind) or isinstance(value, bool):
+            return f"Invalid memory command: `{command}` needs `{field}` ({kind.__name__})"
+    view_range = args.get("view_range")
+    if view_range is not None and not (isinstance(view_range, list) and all(
+            isinstance(n, int) and not isinstance(n, bool) for n in view_range)):
+        return "Invalid memory command: `view_range` is a list of two line numbers"
+    return ""
+
+
 class ScopedMemory(BetaAbstractMemoryTool):
     def __init__(self, store: ScopeStore, grant: Grant, by: str) -> None:
         super().__init__()
@@ -43,14 +81,17 @@ class ScopedMemory(BetaAbstractMemoryTool):
         self.refused: list[str] = []  # scopes a write was refused in, read-only here (the reply says who may)
 
     def run(self, args: Mapping[str, Any]) -> tuple[str, bool]:
-        """(result, is_error) for one tool call."""
+        """(result, is_error) for one tool call: whatever the model sent, an answer it reads, never an exception."""
+        bad = malformed(args)
+        if bad:
+            return bad, True
         try:
             return str(self.call(dict(args))), False
         except ToolError as exc:
             return str(exc.content if isinstance(exc.content, str) else exc), True
         except (PathError, MemoryFull, Conflict) as exc:
             return str(exc), True
-        except (KeyError, TypeError, ValueError) as exc:  # a command without its fields
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:  # a field of a shape nobody foresaw
             return f"Invalid memory command: {exc.__class__.__name__}", True
 
     # -- reading --------------------------------------------------------------------------------------------
@@ -59,26 +100,18 @@ class ScopedMemory(BetaAbstractMemoryTool):
         where = parse(command.path)
         scope = self.grant.check(where, writing=False)
         if where.scope is None:
-            return self._listing(where, sorted(s for s in self.grant.read if not where.kind or s.kind == where.kind))
-        files = self.store.files(scope)
-        if where.file in files:
-            return _numbered(command.path, files[where.file].text, command.view_range)
-        inside = {p: f for p, f in files.items() if not where.file or p.startswith(where.file + "/")}
-        if where.file and not inside:
-            raise ToolError(f"The path {command.path} does not exist. Please provide a valid path.")
-        lines = [f"{_size(sum(len(f.text.encode()) for f in inside.values()))}\t{where.path}"]
-        lines += [f"{_size(len(f.text.encode()))}\t{scope.root}/{p}" for p, f in sorted(inside.items())]
-        return (f"Here're the files and directories up to 2 levels deep in {command.path}, excluding hidden items:\n"
-                + "\n".join(lines))
-
-    def _listing(self, where: Where, scopes: list[Scope]) -> str:
-        lines = [f"{_size(0)}\t{where.path}"]
-        for scope in scopes:
-            files = self.store.files(scope)
-            lines.append(f"{_size(sum(len(f.text.encode()) for f in files.values()))}\t{scope.root}/")
-            lines += [f"{_size(len(f.text.encode()))}\t{scope.root}/{p}" for p in sorted(files) for f in [files[p]]]
-        return (f"Here're the files and directories up to 2 levels deep in {where.path}, excluding hidden items:\n"
-                + "\n".join(lines))
+            scopes = sorted(s for s in self.grant.read if not where.kind or s.kind == where.kind)
+            files = {f"{s.kind}/{s.id}/{p}": f for s in scopes for p, f in self.store.files(s).items()}
+            folders = {f"{s.kind}/{s.id}" for s in scopes} | {s.kind for s in scopes}
+            base = where.kind
+        else:
+            files, folders, base = self.store.files(scope), set(), where.file
+            if base and base in files:
+                return _numbered(command.path, files[base].text, command.view_range)
+            if base and not _is_folder(files, base):
+                raise ToolError(f"The path {command.path} does not exist. Please provide a valid path.")
+        return _listing(command.path, _below(files, base), {d[len(base) + 1:] if base else d for d in folders
+                                                           if d.startswith(base + "/") or not base})
 
     # -- writing --------------------------------------------------------------------------------------------
 
@@ -88,8 +121,9 @@ class ScopedMemory(BetaAbstractMemoryTool):
         def edit(files: Mapping[str, File]) -> dict[str, str | None]:
             if where.file in files and files[where.file].text == command.file_text:
                 return {}  # a retried turn creating what it already created: nothing to do, nothing doubles
-            if where.file in files:
-                raise ToolError(f"File {command.path} already exists")
+            if not where.file or where.file in files or _is_folder(files, where.file):
+                raise ToolError(f"File {command.path} already exists")  # a scope's root is a folder, always there
+            _no_file_above(files, scope, where.file)
             return {where.file: command.file_text}
 
         self._change(scope, where.file, "created", edit)
@@ -102,10 +136,12 @@ class ScopedMemory(BetaAbstractMemoryTool):
         def edit(files: Mapping[str, File]) -> dict[str, str | None]:
             text = self._text(files, where, command.path)
             count = text.count(command.old_str)
-            if count != 1:
+            if count == 0:
                 raise ToolError(f"No replacement was performed, old_str `{command.old_str}` did not appear verbatim in "
-                                f"{command.path}." if count == 0 else
-                                f"No replacement was performed. Multiple occurrences of old_str `{command.old_str}`. "
+                                f"{command.path}.")
+            if count > 1:
+                raise ToolError(f"No replacement was performed. Multiple occurrences of old_str `{command.old_str}` "
+                                f"in lines: {', '.join(map(str, _lines_of(text, command.old_str)))}. "
                                 "Please ensure it is unique")
             new = text.replace(command.old_str, command.new_str)
             at = text[:text.find(command.old_str)].count("\n")
@@ -122,14 +158,16 @@ class ScopedMemory(BetaAbstractMemoryTool):
 
         def edit(files: Mapping[str, File]) -> dict[str, str | None]:
             lines = self._text(files, where, command.path).split("\n")
+            if lines[-1] == "":
+                lines.pop()  # a file ending with a newline has no empty last line (the reference counts so)
             if not 0 <= command.insert_line <= len(lines):
-                raise ToolError(f"Invalid `insert_line` parameter: {command.insert_line}. It should be within the "
-                                f"range of lines of the file: [0, {len(lines)}]")
-            new = command.insert_text.rstrip("\n").split("\n")
-            if _holds(lines, new):
+                raise ToolError(f"Invalid `insert_line` parameter: {command.insert_line}. "
+                                f"It should be within the range [0, {len(lines)}].")
+            new = command.insert_text.rstrip("\n")
+            if _holds(lines, new.split("\n")):
                 return {}  # already there (a retried turn inserting again): a line is remembered once
-            lines[command.insert_line:command.insert_line] = new
-            return {where.file: "\n".join(lines)}
+            lines.insert(command.insert_line, new)
+            return {where.file: "\n".join(lines).removesuffix("\n") + "\n"}
 
         self._change(scope, where.file, "edited", edit)
         return f"The file {command.path} has been edited."
@@ -140,7 +178,7 @@ class ScopedMemory(BetaAbstractMemoryTool):
         def edit(files: Mapping[str, File]) -> dict[str, str | None]:
             gone: dict[str, str | None] = {p: None for p in files
                                            if not where.file or p == where.file or p.startswith(where.file + "/")}
-            if not gone:
+            if not gone and where.file:
                 raise ToolError(f"The path {command.path} does not exist")
             return gone
 
@@ -154,11 +192,16 @@ class ScopedMemory(BetaAbstractMemoryTool):
             raise ToolError("Rename within one memory scope only (e.g. /memories/people/<you>/a.md → …/b.md)")
 
         def edit(files: Mapping[str, File]) -> dict[str, str | None]:
-            if new.file in files:
+            if new.file in files or _is_folder(files, new.file):
                 raise ToolError(f"The destination {command.new_path} already exists")
-            if old.file not in files:
+            moved = {p: p.replace(old.file, new.file, 1) for p in files
+                     if p == old.file or p.startswith(old.file + "/")}
+            if not moved:
                 raise ToolError(f"The path {command.old_path} does not exist")
-            return {old.file: None, new.file: files[old.file].text}
+            if new.file.startswith(old.file + "/"):
+                raise ToolError(f"Cannot move {command.old_path} into itself")
+            _no_file_above(files, scope, new.file)
+            return {**dict.fromkeys(moved), **{to: files[p].text for p, to in moved.items()}}
 
         self._change(scope, new.file, f"renamed from {old.file}", edit)
         return f"Successfully renamed {command.old_path} to {command.new_path}"
@@ -175,8 +218,10 @@ class ScopedMemory(BetaAbstractMemoryTool):
         return scope, where
 
     def _text(self, files: Mapping[str, File], where: Where, path: str) -> str:
-        found = files.get(where.file)
+        found = files.get(where.file) if where.file else None
         if found is None:
+            if not where.file or _is_folder(files, where.file):
+                raise ToolError(f"The path {path} is not a file.")
             raise ToolError(f"The path {path} does not exist. Please provide a valid path.")
         return found.text
 
@@ -192,6 +237,55 @@ class ScopedMemory(BetaAbstractMemoryTool):
 
         if self.store.change(scope, self.by, f"{file} {what}", checked):
             self.changed.append((scope.name, file, what))
+
+
+def _is_folder(files: Mapping[str, Any], path: str) -> bool:
+    return any(p.startswith(path + "/") for p in files)
+
+
+def _no_file_above(files: Mapping[str, File], scope: Scope, path: str) -> None:
+    """A file's folders are folders: a path below a file is refused (the reference meets an OS error there)."""
+    parts = path.split("/")
+    for n in range(1, len(parts)):
+        if "/".join(parts[:n]) in files:
+            raise ToolError(f"{scope.root}/{'/'.join(parts[:n])} is a file, not a folder")
+
+
+def _below(files: Mapping[str, File], base: str) -> dict[str, int]:
+    """Bytes of each file below the folder `base` ('' for all), by its path inside that folder."""
+    cut = len(base) + 1 if base else 0
+    return {p[cut:]: len(f.text.encode()) for p, f in files.items() if not base or p.startswith(base + "/")}
+
+
+def _listing(path: str, files: Mapping[str, int], folders: set[str]) -> str:
+    """The reference's folder view: two levels, names sorted within each folder, folders with a '/', hidden skipped."""
+    lines = [f"{_size(sum(files.values()))}\t{path}"]
+
+    def level(prefix: str, depth: int) -> None:
+        names = {p[len(prefix):].split("/")[0] for p in [*files, *folders] if p.startswith(prefix)} - {""}
+        for name in sorted(names):
+            rel = prefix + name
+            if name.startswith("."):
+                continue
+            if rel in files:
+                lines.append(f"{_size(files[rel])}\t{path}/{rel}")
+                continue
+            lines.append(f"{_size(sum(n for p, n in files.items() if p.startswith(rel + '/')))}\t{path}/{rel}/")
+            if depth < 2:
+                level(rel + "/", depth + 1)
+
+    level("", 1)
+    return (f"Here're the files and directories up to 2 levels deep in {path}, excluding hidden items:\n"
+            + "\n".join(lines))
+
+
+def _lines_of(text: str, old: str) -> list[int]:
+    """The line of each occurrence of `old`, overlapping ones too (as the reference counts them)."""
+    found, start = [], 0
+    while (pos := text.find(old, start)) != -1:
+        found.append(text[:pos].count("\n") + 1)
+        start = pos + 1
+    return found
 
 
 def _holds(lines: list[str], new: list[str]) -> bool:
@@ -212,4 +306,9 @@ def _numbered(path: str, text: str, view_range: list[int] | None) -> str:
 
 
 def _size(n: int) -> str:
-    return f"{n}B" if n < 1024 else f"{n / 1024:.1f}K"
+    """The reference's: 0B, 512B, 1K, 1.5K, 2M."""
+    if n == 0:
+        return "0B"
+    i = min((n.bit_length() - 1) // 10, 3)
+    size = n / 1024 ** i
+    return f"{int(size) if size == int(size) else f'{size:.1f}'}{'BKMG'[i]}"

@@ -5,6 +5,13 @@ its route to a fresh run instead of taking another batch, so a deploy never leav
 for a lease to expire. While the job waits on the model (an `interruptible()` block) the wait is
 abandoned at once: the batch stays in `proc` and the successor asks again; replies already sent
 are recorded, so nothing is said twice.
+
+`ShutdownRequested` is a BaseException, as KeyboardInterrupt is: raised inside the model SDK's request, an
+`except Exception` there (the anthropic client's retry loop) would take it for a connection error and send the
+request again, and the horse would wait on the model for the whole turn after all.
+
+A horse whose RQ worker died (jobs/worker.py watches for it) is `orphaned()`: it finishes the step it is in,
+then hands its route over and takes no further work, as after a SIGTERM between model waits.
 """
 
 from __future__ import annotations
@@ -15,16 +22,23 @@ from contextlib import contextmanager
 from types import FrameType
 
 
-class ShutdownRequested(Exception):
+class ShutdownRequested(BaseException):
     """Raised out of an interruptible wait when the process is asked to stop."""
 
 
 _requested = False
 _interruptible = False
+_orphaned = False  # not reset by install(): the parent may die before the job starts
 
 
 def requested() -> bool:
-    return _requested
+    return _requested or _orphaned
+
+
+def orphaned() -> None:
+    """The horse's worker is gone: stop after the current step (never interrupts it: see the module's doc)."""
+    global _orphaned
+    _orphaned = True
 
 
 def _on_sigterm(signum: int, frame: FrameType | None) -> None:
@@ -44,7 +58,7 @@ def install() -> None:
 @contextmanager
 def interruptible() -> Iterator[None]:
     global _interruptible
-    if _requested:
+    if requested():
         raise ShutdownRequested()
     _interruptible = True
     try:

@@ -778,6 +778,48 @@ MUTANTS: tuple[Mutant, ...] = (
         ("        elif len(shown) > self.floor:\n", "        else:\n"),),
         ("tests/test_streaming.py::test_a_rerun_after_a_kill_never_shows_less_than_the_card_did",)),
     # (end of R6x)
+    Mutant("R40", "an unknown memory command escapes the tool (the turn fails and is retried)", "memories/tool.py", (
+        ("    if command not in FIELDS:\n", "    if command is None:\n"),),
+        ("tests/test_memories_reference.py::test_every_call_answers_as_the_reference_does"
+         "[an unknown command]",)),
+    Mutant("R41", "a memory create without file_text answers 'created' and stores nothing", "memories/tool.py", (
+        ('"create": {"path": str, "file_text": str}', '"create": {"path": str}'),),
+        ("tests/test_memories_reference.py::test_the_deliberate_differences_answer_as_documented"
+         "[create without file_text]",)),
+    Mutant("R42", "a memory create where a folder is makes a file of that name", "memories/tool.py", (
+        ("            if not where.file or where.file in files or _is_folder(files, where.file):\n",
+         "            if where.file in files:\n"),),
+        ("tests/test_memories_reference.py::test_every_call_answers_as_the_reference_does"
+         "[create where a folder is]",)),
+    Mutant("R43", "a memory insert leaves the file without its final newline", "memories/tool.py", (
+        ('"\\n".join(lines).removesuffix("\\n") + "\\n"}', '"\\n".join(lines)}'),),
+        ("tests/test_memories_reference.py::test_every_call_answers_as_the_reference_does"
+         "[insert at N ends the file with a newline]",)),
+    Mutant("R20", "a read that finds no room for one unseen message gives up instead of making room",
+           "turn/recall.py", (
+               ("        while reader.full and _reading_only(step.tool_uses) and (shrunk := ",
+                "        while False and (shrunk := "),),
+        ("tests/test_recall.py::test_reading_a_long_topic_under_a_tight_budget_reads_every_message_once",)),
+    Mutant("R21", "a stuck read drops nothing of history, only this turn's earlier results", "turn/recall.py", (
+        ("    if start >= 2:\n        return messages[2:], start - 2\n", ""),),
+        ("tests/test_recall.py::test_reading_a_long_topic_under_a_tight_budget_reads_every_message_once",)),
+    Mutant("R10", "an orphaned worker waits on its horse's step however long it takes", "jobs/worker.py", (
+        ("    time.sleep(ORPHAN_GRACE_S)\n", "    return\n"),),
+        ("tests/test_elastic.py::test_a_sigkilled_supervisor_leaves_no_worker_and_no_horse_alive",)),
+    Mutant("R11", "the model SDK's retry swallows the stop: a warm stop waits for the whole turn", "runs/shutdown.py", (
+        ("class ShutdownRequested(BaseException):", "class ShutdownRequested(Exception):"),),
+        ("tests/test_elastic.py::test_a_sigkilled_supervisor_leaves_no_worker_and_no_horse_alive",)),
+    Mutant("R12", "a horse whose RQ worker died goes on taking its route's batches", "jobs/worker.py", (
+        ("    wait_parent_gone(worker)\n    shutdown.orphaned()\n", "    wait_parent_gone(worker)\n"),),
+        ("tests/test_elastic.py::test_a_horse_whose_worker_dies_finishes_its_step_and_takes_no_further_one",)),
+    Mutant("R13", "no SIGTERM when the supervisor dies (no PR_SET_PDEATHSIG, the watcher thinks it was sent)",
+           "jobs/worker.py", (
+        ("    armed = _pdeathsig(signal.SIGTERM)\n", "    armed = True\n"),),
+        ("tests/test_elastic.py::test_a_sigkilled_supervisor_leaves_no_worker_and_no_horse_alive",)),
+    Mutant("R14", "the Procfile's worker line runs under a shell whose SIGKILL leaves the pool running", "Procfile", (
+        ("worker: exec python -m jobs.worker", "worker: python -m jobs.worker"),),
+        ("tests/test_run_e2e.py::test_procfile_service_answers_sandbox_messages",)),
+    # (end of R)
 )
 
 

@@ -59,6 +59,10 @@ def test_an_orphaned_horse_keeps_its_route_alone_and_replies_once(suite: Suite) 
     assert_holds(result_of(suite, 2))
 
 
+def test_a_sigkilled_supervisor_takes_its_workers_and_busy_horses_with_it(suite: Suite) -> None:
+    assert_holds(result_of(suite, 20))
+
+
 def test_web_killed_mid_burst_loses_nothing_and_redeliveries_are_deduped(suite: Suite) -> None:
     assert_holds(result_of(suite, 3), but=(LOST_KICKS,))
 

@@ -1,5 +1,6 @@
 """The elastic worker pool through the real stack: a burst of routes all run at once, the pool shrinks back,
-and WORKER_CONCURRENCY still means a fixed pool (issue 16).
+and WORKER_CONCURRENCY still means a fixed pool (issue 16); a SIGKILLed supervisor leaves no worker and no
+work-horse behind, in either mode (issue 32).
 
 A bot profile of its own per test module, with its own sweeper, so the supervisor a test starts is the only
 one serving its queue.
@@ -7,6 +8,10 @@ one serving its queue.
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -172,3 +177,88 @@ def test_worker_concurrency_still_means_a_fixed_pool(rig: Rig, feishu, claude) -
     assert took >= 2 * 1.5  # nine routes on three workers take several turns
     time.sleep(2)  # longer than WORKER_IDLE_SECONDS: a fixed pool never shrinks
     assert rig.registered() == 3 and rq_workers_of(sup) == 3
+
+
+# -- issue 32: no orphaned pool survives its supervisor's SIGKILL -----------------------------------------------------
+
+ORPHAN_LIMIT_S = 10.0  # acceptance: no worker or work-horse alive 10 s after the supervisor's SIGKILL
+
+
+def session_of(sid: int) -> dict[int, int]:
+    """pid → process group of every live process of a session (a Proc is a session leader: its workers, their
+    horses, and any of them re-parented to PID 1 once the supervisor is gone)."""
+    out = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[0] not in ("Z", "X") and int(fields[3]) == sid:
+            out[int(stat.parent.name)] = int(fields[2])
+    return out
+
+
+@pytest.mark.parametrize(("mode", "busy_in"), [("fixed", "model"), ("elastic", "model"), ("elastic", "reply")])
+def test_a_sigkilled_supervisor_leaves_no_worker_and_no_horse_alive(rig: Rig, feishu, claude, r, mode: str,
+                                                                     busy_in: str) -> None:
+    """What an operator sees: SIGKILL the supervisor alone while horses are mid-turn, waiting on the model (a wait
+    the warm stop interrupts: the route is handed over) or on a Feishu reply (a step nothing interrupts: ended
+    after the grace); 10 s later nothing of its pool runs.
+    Elastic: one core worker and one extra, both busy; fixed: two workers, one busy."""
+    env = ({"WORKER_CONCURRENCY": "2"} if mode == "fixed" else
+           {"WORKER_MIN": "1", "WORKER_MAX": "4", "WORKER_IDLE_SECONDS": "60"})
+    sup, _ = rig.supervisor(**env)
+    wait_for(lambda: sup.alive() and rig.registered() == (2 if mode == "fixed" else 1), 90, what="the pool")
+    if busy_in == "model":
+        claude.set_delay(60)
+    else:
+        feishu.set_delay("reply", 60)  # past FEISHU_TIMEOUT_SECONDS: the client waits, then tries again
+    chats = [unique("oc_orphan") for _ in range(1 if mode == "fixed" else 2)]
+    routes = len(chats)
+    for chat in chats:
+        deliver(rig.web, feishu, chat_id=chat, chat_type="p2p", text="孤儿进程")
+    if busy_in == "model":
+        wait_for(lambda: claude.stats["in_flight"] >= routes, 60, what="every route in its model call")
+    else:
+        wait_for(lambda: sum(q["op"] == "reply" for q in feishu.requests) >= routes, 60, what="replies sent")
+    def busy() -> dict[int, int] | None:
+        pool = session_of(sup.p.pid)
+        return pool if sum(1 for pid, group in pool.items() if group == pid != sup.p.pid) >= routes else None
+
+    pool = wait_for(busy, 30, what="a work-horse per route")  # a horse leads its own process group
+    assert len(pool) >= 1 + 2 * routes, pool  # the supervisor, its RQ workers (two at least), their horses
+    os.kill(sup.p.pid, signal.SIGKILL)  # the supervisor alone
+    killed_at = time.monotonic()
+    sup.p.wait(timeout=10)
+    try:
+        wait_for(lambda: not session_of(sup.p.pid), ORPHAN_LIMIT_S - (time.monotonic() - killed_at), interval=0.1,
+                 what="the pool to end with its supervisor")
+        if busy_in == "model":  # the warm stop ended the model waits: each route handed over, none left to expire
+            leases = [r.get(rig.keys.lease(f"feishu:{rig.env['BOT_PROFILE']}:p2p:{c}")) for c in chats]
+            assert all(lease is None or lease.startswith("k:") for lease in leases), leases
+    finally:
+        claude.set_delay(0)
+        feishu.set_delay("reply", 0)
+        for pid in session_of(sup.p.pid):  # a failed run must not leave them to the next test
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_a_horse_whose_worker_dies_finishes_its_step_and_takes_no_further_one(rig: Rig, feishu, claude) -> None:
+    """SIGKILL a busy horse's RQ worker alone: the horse (fenced by its lease) finishes the turn it is in, then hands
+    its route over instead of taking the route's next batch; the successor run, under a fresh worker, answers it."""
+    sup, _ = rig.supervisor(WORKER_CONCURRENCY="1")
+    wait_for(lambda: sup.alive() and rig.registered() == 1, 90, what="the worker")
+    claude.set_delay(4)
+    chat, seen = unique("oc_horse"), {}
+    claude.on_request(lambda body: seen.setdefault("second", session_of(sup.p.pid).get(horse) is not None)
+                      if "第二条" in json.dumps(body, ensure_ascii=False) else None)
+    deliver(rig.web, feishu, chat_id=chat, chat_type="p2p", text="第一条")
+    wait_for(lambda: claude.stats["in_flight"] >= 1, 60, what="the first turn's model call")
+    pool = session_of(sup.p.pid)
+    [horse] = [pid for pid, group in pool.items() if group == pid != sup.p.pid]
+    second = deliver(rig.web, feishu, chat_id=chat, chat_type="p2p", text="第二条")  # the route's next batch
+    worker = int(Path(f"/proc/{horse}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    os.kill(worker, signal.SIGKILL)
+    wait_for(lambda: feishu.replies_to(message_id(second)), 60, what="the second message's answer")
+    assert seen == {"second": False}  # the orphan had ended when the next batch's model call started

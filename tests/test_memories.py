@@ -408,3 +408,22 @@ def test_without_the_group_info_scope_only_a_memory_admin_changes_the_teams_memo
     # granted again: the owner counts at once (an unknown owner was never cached)
     _, text = ask(stack, feishu, "ou_owner", "团队约定：周四也不发版", **where)
     assert "记忆已更新" in text and "周四也不发版" in store(r, stack).file(team, "instructions.md").text  # type: ignore[union-attr]
+
+
+# -- issue 32: a model's malformed memory call is a tool error it reads, never a failed (retried) turn ---------------
+
+def test_an_unknown_command_or_a_missing_field_is_a_tool_error_and_the_turn_still_answers(stack, feishu, claude,
+                                                                                         r) -> None:
+    sender = "ou_memtypo"
+    for call, says in (('{"command": "vieww", "path": "/memories"}', "Unknown command: vieww"),
+                       (f'{{"command": "create", "path": "/memories/people/{sender}/a.md"}}', "needs `file_text`")):
+        where, tag = p2p(sender), unique("typo")
+        _mid, reply = ask(stack, feishu, sender, f"记忆调用：{call[:-1]}, \"tag\": \"{tag}\"}}", **where)
+        assert reply.startswith("没能记下：") and says in reply, reply
+        sent = model_requests_with(claude, tag)
+        assert len(sent) == 3  # view, the bad call, the answer: once, no retry
+        last = json.dumps(sent[-1]["body"]["messages"][-1], ensure_ascii=False)
+        assert '"is_error": true' in last and says in last
+        rk = f"feishu:{stack.profile}:p2p:{where['chat_id']}"
+        assert not stack.dead_letters(rk)
+    assert not store(r, stack).files(Scope("people", sender))  # nothing stored, not even an empty file

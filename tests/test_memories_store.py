@@ -121,7 +121,7 @@ def test_the_tool_reads_and_writes_only_within_the_grant(store: Memories) -> Non
     out, err = tool.run({"command": "view", "path": "/memories/people/ou_bob/instructions.md"})
     assert err and "Bob" not in out and "秘密" not in out
     out, err = tool.run({"command": "view", "path": "/memories"})
-    assert not err and "ou_bob" not in out and "/memories/people/ou_alice/instructions.md" in out
+    assert not err and "ou_bob" not in out and "39B\t/memories/people/ou_alice/" in out.split("\n")  # 2 levels
     out, err = tool.run({"command": "create", "path": "/memories/chats/oc_team/rules.md", "file_text": "x"})
     assert err and "owner" in out
     out, err = tool.run({"command": "create", "path": "/memories/people/ou_alice/../ou_bob/x.md", "file_text": "x"})
@@ -132,7 +132,7 @@ def test_the_tool_reads_and_writes_only_within_the_grant(store: Memories) -> Non
     tool.run({"command": "create", "path": "/memories/items/itm_0123456789ab/progress.md", "file_text": "已确认：月底"})
     out, err = tool.run({"command": "insert", "path": "/memories/items/itm_0123456789ab/progress.md",
                          "insert_line": 1, "insert_text": "待查：索引"})
-    assert not err and store.file(ITEM, "progress.md").text == "已确认：月底\n待查：索引"  # type: ignore[union-attr]
+    assert not err and store.file(ITEM, "progress.md").text == "已确认：月底\n待查：索引\n"  # type: ignore[union-attr]
     assert [c[1] for c in tool.changed] == ["instructions.md", "instructions.md", "progress.md", "progress.md"]
     assert store.file(BOB, "instructions.md").text == "Bob 的秘密偏好"  # type: ignore[union-attr]
 
@@ -192,7 +192,7 @@ def test_a_retried_turn_writing_again_remembers_each_line_once_and_names_no_chan
         out, err = tool.run(insert)
         assert not err, out
         assert bool(tool.changed) is (attempt == 0)
-    assert store.file(ITEM, "progress.md").text == "已确认：月底\n待查：索引"  # type: ignore[union-attr]
+    assert store.file(ITEM, "progress.md").text == "已确认：月底\n待查：索引\n"  # type: ignore[union-attr]
     assert store.version(ITEM) == 2
     out, err = ScopedMemory(store, g, "ou_alice").run({"command": "create", "path": path, "file_text": "别的"})
     assert err and "already exists" in out  # a different text is still refused

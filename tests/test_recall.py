@@ -318,3 +318,67 @@ def test_the_stand_in_reads_the_thread_only_when_a_person_asks() -> None:
     body["messages"][0]["content"] = asked.format("继续看")
     reply = recall_reply(body)
     assert isinstance(reply, list) and reply[1]["name"] == "read_thread"
+
+
+READ_ON = "导出任务日志显示第三步超时后重试三次仍失败"  # 21 characters: a long message is 15 of them (~330, inline)
+
+
+@pytest.fixture(scope="module", params=[2000, 3000, 4000])
+def budgeted(request: pytest.FixtureRequest, env: dict[str, str], workdir: Path) -> Iterator[tuple[OwnStack, int]]:
+    """A deployment whose input budget is the test's parameter (the issue saw it at 3,000)."""
+    stack = OwnStack.start(env, workdir, "readon", CONTEXT_BUDGET_TOKENS=str(request.param), MAX_OUTPUT_TOKENS="256")
+    yield stack, request.param
+    stack.stop()
+
+
+def _pages_of(requests: list[dict[str, Any]]) -> dict[str, str]:
+    """Every read_thread result the model was given, by its tool_use id (a later round repeats the earlier ones)."""
+    reads: dict[str, str] = {}
+    for q in requests:
+        for m in q["body"]["messages"]:
+            for block in m["content"] if isinstance(m["content"], list) else []:
+                if block.get("type") == "tool_result" and "<thread_page" in str(block.get("content")):
+                    reads.setdefault(str(block["tool_use_id"]), str(block["content"]))
+    return reads
+
+
+def test_reading_a_long_topic_under_a_tight_budget_reads_every_message_once(budgeted, feishu, claude, r) -> None:
+    """Issue 32: with a 2,000–4,000-token budget and 60 long messages, "继续读" turn after turn reads the topic to its
+    end: each read shows at least one unseen message and moves the cursor, every message is shown once (whole or
+    as its head), none skipped. It stalled once the session's history (and a turn's first page) filled the
+    request: the next reads got `<thread_unread reason="request_full"/>` or no tool round at all."""
+    stack, budget = budgeted
+    chat, thread, root = unique("oc_readon"), unique("omt"), unique("om_root")
+    ids = [root]
+    feishu.add_message(root, chat, text="根消息 00：" + READ_ON * 15, thread_id=thread, sender_open_id="ou_owner")
+    for i in range(1, 60):
+        ids.append(unique("om_e"))
+        feishu.add_message(ids[-1], chat, text=f"早先消息 {i:02d}：" + READ_ON * 15, thread_id=thread,
+                           sender_open_id="ou_other")
+    topic = {"chat_id": chat, "chat_type": "group", "thread_id": thread, "root_id": root, "parent_id": root}
+    rk = f"feishu:{stack.profile}:topic:{chat}:{thread}"
+    start, shown = len(claude.requests), []
+    for n in range(90):  # the tightest budget shows about one message a turn
+        ask = deliver(stack.web, feishu, sender_open_id="ou_alice", mentions=AT_BOT, **topic,
+                      text=f"@_user_1 {'看看话题里之前的消息' if n == 0 else '继续读'}（第 {n} 次）")
+        asked = message_id(ask)
+        feishu.wait_for(lambda: feishu.replies_to(asked), 60)  # noqa: B023 (called before the loop moves on)
+        wait_route_idle(r, stack.keys, rk)
+        shown = _shown(claude.requests[start:])  # the asks and answers join the topic too: read after the 60
+        if set(ids) <= set(shown):
+            break
+    assert set(ids) <= set(shown), f"{budget}: {len(set(ids) - set(shown))} of the 60 never shown"
+    assert len(shown) == len(set(shown)), f"{budget}: shown twice: {[m for m in shown if shown.count(m) > 1]}"
+    assert all('reason="request_full"' not in q for q in _results_text(claude.requests[start:]))
+
+
+def _shown(requests: list[dict[str, Any]]) -> list[str]:
+    """The message ids the model's read_thread pages showed (whole, spilled or as a head), once per page."""
+    return [mid for page in _pages_of(requests).values()
+            for mid in re.findall(r'<(?:thread_message|spilled_message|message_part) [^>]*?(?:message_id|id|'
+                                  r'message_id_ref)="([^"]+)"', page)]
+
+
+def _results_text(requests: list[dict[str, Any]]) -> list[str]:
+    return [str(b.get("content")) for q in requests for m in q["body"]["messages"]
+            if isinstance(m["content"], list) for b in m["content"] if b.get("type") == "tool_result"]

@@ -1,8 +1,10 @@
-"""`make run` in sandbox mode: the Procfile under honcho serves, and a sandbox message gets an answer (acceptance 1)."""
+"""`make run` in sandbox mode: the Procfile under honcho serves, and a sandbox message gets an answer (acceptance 1);
+the pid honcho gives for the worker line is the supervisor, and its SIGKILL leaves no worker behind (issue 32)."""
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -13,6 +15,7 @@ import requests
 
 from memory.embedded import stop_server
 from tests.harness import ROOT, free_port, subprocess_env, unique, wait_for
+from tests.test_elastic import ORPHAN_LIMIT_S, session_of
 
 pytestmark = pytest.mark.e2e
 
@@ -52,6 +55,12 @@ def test_procfile_service_answers_sandbox_messages(tmp_path: Path) -> None:
         # webhook mode (the default): the Procfile's ws line idles instead of opening a long connection
         log = (tmp_path / "honcho.log").read_text(errors="replace")
         assert "long connection idle" in log and "ws.1" in log and "ws.1 stopped" not in log
+        # What an operator kills as "the worker line": the pid honcho printed. dash runs `sh -c CMD` as a child
+        # shell, so without `exec` in the Procfile that pid is a shell and the supervisor lives on, pool and all.
+        [line_pid] = [int(p) for p in re.findall(r"worker\.1 started \(pid=(\d+)\)", log)]
+        assert len(session_of(line_pid)) >= 3  # the supervisor (a session of its own) and its 2 RQ workers
+        os.kill(line_pid, signal.SIGKILL)
+        wait_for(lambda: not session_of(line_pid), ORPHAN_LIMIT_S, interval=0.1, what="the worker line's pool to end")
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:

@@ -117,6 +117,7 @@ def converse(rt: Runtime, rk: str, sid: str, system: list[dict[str, Any]], messa
     if b.request_cost(system, noted, tools) <= b.total:  # the note never pushes a request over
         messages = noted
     steps: list[Step] = []
+    start = len(messages) - 1  # the batch's message: history before it, this turn's rounds after it
     for n in range(MAX_ROUNDS + 1):
         room = b.input_room(b.request_cost(system, messages, tools))
         final = n == MAX_ROUNDS or room < MIN_ROOM or reader.full
@@ -127,6 +128,16 @@ def converse(rt: Runtime, rk: str, sid: str, system: list[dict[str, Any]], messa
             break
         left = room - b.cost(json.dumps(step.content, ensure_ascii=False))
         results = reader.run(step.tool_uses, left, json.dumps(messages, ensure_ascii=False))
+        while reader.full and _reading_only(step.tool_uses) and (shrunk := _room_made(messages, start)):
+            # Not even one unseen message fitted: this turn's earlier results (each sent once already), then the
+            # oldest history of this request make room, and the reading tools run again (read-only: running them
+            # twice changes nothing but the page). What did not fit stays pending for the next read.
+            messages, start = shrunk
+            reader.full = False
+            del reader.calls[-len(step.tool_uses):]
+            left = b.input_room(b.request_cost(system, messages, tools)) - b.cost(json.dumps(step.content,
+                                                                                              ensure_ascii=False))
+            results = reader.run(step.tool_uses, left, json.dumps(messages, ensure_ascii=False))
         messages = [*messages, {"role": "assistant", "content": step.content}, {"role": "user", "content": results}]
     return Talk(completion=_total(steps, reader.record()), first=_total(steps[:1], None))
 
@@ -139,6 +150,45 @@ def _total(steps: Sequence[Step], record: dict[str, Any] | None) -> Completion:
                       recall=record, cache_creation_tokens=sum(s.cache_creation_tokens for s in steps))
 
 
+DROPPED = ('<earlier_result dropped="room"/> This result was read in an earlier round of this turn and left out '
+           "to make room for the next read.")
+
+
+READING = frozenset({"read_thread", "read_message", "read_history"})
+
+
+def _reading_only(uses: Sequence[dict[str, Any]]) -> bool:
+    return all(u.get("name") in READING for u in uses)
+
+
+def _has_results(messages: Sequence[dict[str, Any]]) -> bool:
+    return any(isinstance(m.get("content"), list) and any(isinstance(b, dict) and b.get("type") == "tool_result"
+                                                          and b.get("content") != DROPPED for b in m["content"])
+               for m in messages)
+
+
+def _room_made(messages: list[dict[str, Any]], start: int) -> tuple[list[dict[str, Any]], int] | None:
+    """`messages` with room made for a read (and where the batch's message now is): this turn's earlier tool
+    results replaced by a marker, or else the oldest exchange of history left out of this request (the session's
+    log keeps it); None when nothing is left to give. Pure."""
+    if _has_results(messages[start:]):
+        return messages[:start] + _earlier_results_dropped(messages[start:]), start
+    if start >= 2:
+        return messages[2:], start - 2
+    return None
+
+
+def _earlier_results_dropped(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The request with this turn's earlier tool results (each sent once already) replaced by a short marker. Pure."""
+    def shrunk(block: Any) -> Any:
+        if isinstance(block, dict) and block.get("type") == "tool_result" and block.get("content") != DROPPED:
+            return {**block, "content": DROPPED}
+        return block
+
+    return [{**m, "content": [shrunk(b) for b in m["content"]]} if isinstance(m.get("content"), list) else m
+            for m in messages]
+
+
 def _with_note(messages: list[dict[str, Any]], previous: dict[str, Any] | None) -> list[dict[str, Any]]:
     """Tell the model where the last turn's reading stopped (its cursor, what is still pending)."""
     cursor = (previous or {}).get("cursor") or {}
@@ -147,7 +197,8 @@ def _with_note(messages: list[dict[str, Any]], previous: dict[str, Any] | None) 
         return messages
     parts = ["<recall_state>"]
     if cursor.get("thread"):
-        parts.append("An earlier turn read the thread partway; read_thread without a cursor continues there.")
+        parts.append("An earlier turn read the thread partway; read_thread without a cursor (or with "
+                     f'cursor="{html.escape(str(cursor["thread"]))}") continues there.')
     if pending:
         parts.append("Fetched earlier but not read whole (read_message): " + ", ".join(pending[:20]))
     parts.append("</recall_state>")

@@ -42,6 +42,9 @@ SUMMARY_IDS_KEPT = 2000  # message ids a summary remembers it covers (the newest
 TAIL_ENTRIES = 200  # assembly reads at most this many newest entries (+ the summary): cost never grows with history
 PAGE = 16  # the first read; later reads double until the turns read fill the room
 MIN_SUMMARY_TOKENS = 64
+# Tokens a topic's request keeps free for tool results: a read_thread page's frame and at least the head of one unseen
+# message, with the model's tool call and the result's framing (~300 measured). History that would leave less rotates.
+READ_ROOM = 400
 
 
 @dataclass(frozen=True)
@@ -113,6 +116,7 @@ def prepare(rt: Runtime, rk: str, sid: str, batch_text: str, fence: Callable[[],
     `owner`: the run's execution id and generation, which fence the rotation's write (None: no rotation)."""
     b = budget_of(rt)
     fixed = b.request_cost(system, [], tools) + bud.content_tokens(list(images))  # at their ceiling already
+    fixed += read_reserve(b, fixed, batch_text, tools)  # history gives way to the read's room, never the batch
     loaded = load(rt.state, rt.keys, rk, sid, b, b.input_room(fixed))
     fitted = bud.fit_session(b, fixed, loaded.summary, loaded.turns, batch_text)
     if fitted.dropped or not loaded.complete:
@@ -126,6 +130,14 @@ def prepare(rt: Runtime, rk: str, sid: str, batch_text: str, fence: Callable[[],
         messages[-1] = {"role": "user", "content": [{"type": "text", "text": messages[-1]["content"]}, *images]}
     return Prepared(sid, messages, bud.raw_request_tokens(system, messages, tools),
                     b.request_cost(system, messages, tools))
+
+
+def read_reserve(b: bud.Budget, fixed: int, batch_text: str, tools: Sequence[dict[str, Any]]) -> int:
+    """The tokens a request offering read_thread keeps free of history for the read (READ_ROOM, or what the batch
+    leaves of it), so the read shows at least one unseen message whatever the session's length; 0 without it."""
+    if not any(t.get("name") == "read_thread" for t in tools):
+        return 0
+    return min(READ_ROOM, max(0, b.input_room(fixed) - b.cost(batch_text)))
 
 
 def observe(rt: Runtime, prepared: Prepared, c: Completion) -> None:

@@ -1,9 +1,12 @@
 """Scenarios 14 and 15 (issue 16): every worker process of a host SIGKILLed mid-turn under the production
-recovery settings, and two whole hosts on one Redis with one of them SIGKILLed mid-load."""
+recovery settings, and two whole hosts on one Redis with one of them SIGKILLed mid-load. Scenario 20 (issue 32):
+a host's worker supervisor SIGKILLed alone, its RQ workers and horses ending with it."""
 
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
 import statistics
 import threading
 import time
@@ -12,7 +15,7 @@ from typing import Any
 
 from chaos.load import Event, p2p_targets
 from chaos.measure import Acquire, Acquires
-from chaos.procs import signal_pids
+from chaos.procs import session_members, signal_pids
 from chaos.report import Result, percentile
 from chaos.scenarios.base import Context, scenario
 from chaos.scenarios.crashes import in_model_calls, route_of, wait_workers
@@ -357,3 +360,63 @@ def recovery_gaps(found: list[Acquire], dying: dict[str, str], killed_at: float)
         if later:
             gaps.append(round(min(later) - killed_at, 2))
     return gaps
+
+
+ORPHAN_LIMIT_S = 10.0  # acceptance (issue 32): no worker or work-horse alive 10 s after the supervisor's SIGKILL
+
+
+def pool_gone(sid: int, limit: float) -> tuple[float | None, list[int]]:
+    """Seconds until no process of the worker session was left (None past `limit`), and what was left then."""
+    started = time.monotonic()
+    while (left := session_members(sid)) and time.monotonic() - started < limit:
+        time.sleep(0.05)
+    return (None, left) if left else (time.monotonic() - started, [])
+
+
+@scenario(20, "the worker supervisor SIGKILLed alone mid-turn; its workers and horses end with it")
+def supervisor_killed_alone(ctx: Context, result: Result) -> None:
+    stack = ctx.stack
+    routes, model_s = ctx.size(4, 8), 30.0
+    result.size = f"{routes} routes mid-turn (model {model_s:g} s), the supervisor alone SIGKILLed"
+    # The model call outlasts the limit and the client waits for it: only the warm stop (or, for a step it cannot
+    # interrupt, the grace's SIGKILL) ends a horse in time.
+    with configured(stack, LLM_TIMEOUT_SECONDS=str(model_s * 2), RUN_BUDGET_SECONDS=str(model_s * 4)):
+        stack.claude.set_delay(model_s)
+        orphan_round(ctx, result, routes, model_s)
+
+
+def orphan_round(ctx: Context, result: Result, routes: int, model_s: float) -> None:
+    stack = ctx.stack
+    run = ctx.run(result)
+    model_from = len(stack.claude.requests_since(0))
+    worker = stack.services["worker"]
+    old = worker.pid  # its session's id: the pool's processes keep it after the supervisor is gone
+    try:
+        wave = [run.sender.event(t) for t in p2p_targets(routes, "s20")]
+        for e in wave:
+            run.sender.send(e)
+        deadline = time.monotonic() + 60
+        while in_model_calls(stack, model_from, {e.token for e in wave}) < routes and time.monotonic() < deadline:
+            time.sleep(0.05)
+        busy, pool = len(stack.horses()), len(worker.members())
+        os.kill(old, signal.SIGKILL)  # the supervisor alone: its workers and their horses are not touched
+        assert worker.proc is not None
+        worker.proc.wait(10)
+        took, left = pool_gone(old, ORPHAN_LIMIT_S)  # a model call retried after the stop still waits its 30 s
+        stack.claude.set_delay(0.3)  # the successors' turns
+        result.check(f"no worker or work-horse alive {ORPHAN_LIMIT_S:g} s after the supervisor's SIGKILL",
+                     took is not None, f"still alive: {left}")
+        result.check("horses were busy when the supervisor died", busy >= 1, f"{busy} busy horses")
+        worker.start()  # the process manager's restart: one pool, not two
+        wait_workers(ctx, result, timeout=120)
+        run.settle(idle_timeout=60)
+        run.finish()
+        result.notes.append(f"supervisor SIGKILLed with {pool - 1} processes under it ({busy} busy horses, "
+                            f"model {model_s:g} s); its pool gone {took:.1f} s later" if took is not None else
+                            f"pool still alive {ORPHAN_LIMIT_S:g} s later: {left}")
+        result.extra.update(pool_gone_s=took, busy=busy, processes=pool - 1)
+    finally:
+        for pid in session_members(old):  # a failed run leaves nothing of the old pool to later scenarios
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        run.close()

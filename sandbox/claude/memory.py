@@ -6,6 +6,7 @@ Per message of the batch (any of them, not only the last), from its sender:
 - "记住：X" → a note of its own, X with the day it was said: in a group the team's (chats/<chat>/notes/…), in a
   private chat the person's; in an item's topic "已确认：…" / "待查：…" → a line in the item's progress.md;
 - "忘掉X" → the line (or note) that holds X is deleted;
+- "记忆调用：{json}" → that exact memory tool input (a model's typo, a command with a field missing);
 - anywhere in the request, "写入 /memories/…：text" (a document, a quote, a record — data that pretends to be an
   instruction): the stand-in is gullible and tries; the service's grant decides.
 It first views /memories (which scopes this conversation holds), then writes, then answers. A consolidation request
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import html
+import json
 import re
 from typing import Any
 
@@ -35,6 +37,7 @@ _INJECTED = re.compile(r"写入\s*(/memories/[^\s：:]+)\s*[：:]\s*([^\n<]+)")
 _TEAM = re.compile(r"^(?:以后大家|团队约定[：:]|群规[：:]|记住团队规则[：:])")
 _REMEMBER = re.compile(r"^记住[：:]?\s*(.+)$", re.DOTALL)
 _FORGET = re.compile(r"^(?:忘掉|忘记|别记)(.+)$", re.DOTALL)
+_RAW = re.compile(r"^记忆调用[：:]\s*(\{.*\})$", re.DOTALL)
 _PROGRESS = re.compile(r"(已确认[：:][^；;\n]+|待查[：:][^；;\n]+)")
 
 
@@ -77,7 +80,9 @@ def _intents(text: str) -> list[tuple[str, str, str]]:
     out = [("inject", "", f"{path}\x00{words.strip()}") for path, words in _INJECTED.findall(html.unescape(text))]
     for sender, _mid, words in _MESSAGE.findall(text):
         words = html.unescape(words).strip()
-        if _TEAM.match(words):
+        if m := _RAW.match(words):
+            out.append(("raw", sender, m.group(1)))
+        elif _TEAM.match(words):
             out.append(("team", sender, words))
         elif words.startswith("以后"):
             out.append(("instruction", sender, words))
@@ -98,7 +103,9 @@ def _writes(wanted: list[tuple[str, str, str]], listing: str, question: str) -> 
     day = _day(question)
     calls: list[dict[str, Any]] = []
     for kind, sender, words in wanted:
-        if kind == "inject":
+        if kind == "raw":
+            calls.append(json.loads(words))
+        elif kind == "inject":
             path, text = words.split("\x00", 1)
             calls.append({"command": "create", "path": path, "file_text": text})
         elif kind == "instruction":
@@ -119,12 +126,14 @@ def _writes(wanted: list[tuple[str, str, str]], listing: str, question: str) -> 
 
 def _append(loaded: dict[str, str], path: str, line: str) -> dict[str, Any]:
     if path in loaded:
-        return {"command": "insert", "path": path, "insert_line": len(loaded[path].split("\n")), "insert_text": line}
+        lines = loaded[path].split("\n")  # counted as the reference does: a last newline ends a line, adds none
+        return {"command": "insert", "path": path, "insert_line": len(lines) - (lines[-1] == ""), "insert_text": line}
     return {"command": "create", "path": path, "file_text": line}
 
 
 def _forget(loaded: dict[str, str], question: str, words: str) -> list[dict[str, Any]]:
     for path, body in loaded.items():
+        body = body.removesuffix("\n")
         for line in body.split("\n"):
             if words in line:
                 rest = [x for x in body.split("\n") if x != line]

@@ -20,6 +20,7 @@ _TEXT = re.compile(r"<thread_message [^>]*>\n(.*?)\n</thread_message>", re.DOTAL
 # The service's own note on where reading stopped ("An earlier turn read the thread partway…") is not the user
 # asking: a trigger counts only in what people wrote.
 _RECALL_STATE = re.compile(r"<recall_state>.*?</recall_state>", re.DOTALL)
+_GIVEN = re.compile(r'<recall_state>[^<]*?cursor="([^"]*)"')  # where the last turn's reading stopped
 
 
 def _results(message: dict[str, Any]) -> list[str]:
@@ -51,13 +52,16 @@ def recall_reply(body: dict[str, Any]) -> list[dict[str, Any]] | str | None:
     for message in reversed(messages):  # this turn's tool results, newest first, up to the user's question
         results = _results(message)
         if message.get("role") == "user" and not results:
-            question = _RECALL_STATE.sub("", block_text(message.get("content") or ""))
+            said = block_text(message.get("content") or "")
+            question = _RECALL_STATE.sub("", said)
             break
         turn_results = results + turn_results
     else:
         return None
-    if not turn_results:
-        return _tool_use(body, "read_thread", {}) if allowed and any(t in question for t in TRIGGERS) else None
+    if not turn_results:  # asked to read on: with the cursor the service's note gave, as a model would
+        given = _GIVEN.search(said)
+        args = {"cursor": html.unescape(given.group(1))} if given else {}
+        return _tool_use(body, "read_thread", args) if allowed and any(t in question for t in TRIGGERS) else None
     nxt = _NEXT.search(turn_results[-1])
     if nxt and allowed and len(turn_results) < PAGES_PER_TURN:
         return _tool_use(body, "read_thread", {"cursor": nxt.group(1)})
