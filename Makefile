@@ -60,7 +60,7 @@ mutants: $(VENV)/.dev
 	$(BIN)/python -m tests.mutants
 
 stop: $(VENV)/.deps
-	$(BIN)/python -m memory.embedded stop
+	$(BIN)/python -m state.embedded stop
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache

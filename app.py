@@ -17,11 +17,10 @@ from core.settings import Settings, load_feature_settings, load_settings
 from feishu import identity
 from items import feature as items
 from materials import feature as materials
-from memories import feature as memories
-from memory.store import resolve_url, state_client
-from notes import feature as notes
+from memory.scopes import feature as memory
 from polls import feature as polls
 from runs.runtime import Runtime
+from state.store import resolve_url, state_client
 from timers import feature as timers
 from triage import feature as triage
 from turn import session
@@ -30,7 +29,7 @@ from turn.registry import App, Feature
 if TYPE_CHECKING:
     from flask import Flask
 
-    from edge.ingress import Ingress
+    from bot.ingress import Ingress
 
 log = logging.getLogger(__name__)
 
@@ -39,8 +38,7 @@ FEATURES: tuple[Feature, ...] = (
     session.FEATURE,  # /reset, /status, card clicks to their feature's action
     items.FEATURE,  # items, their records, first answers and approvals
     materials.FEATURE,  # documents a turn shows and read_document
-    memories.FEATURE,  # the memory tool, loaded memory, /memory /forget, consolidation
-    notes.FEATURE,  # the old notes, read-only
+    memory.FEATURE,  # the memory tool, loaded memory (old notes read only), /memory /forget, consolidation
     timers.FEATURE,  # follow-ups, digests, /followups /cancel
     triage.FEATURE,  # quiet triage of unaddressed topic messages
     polls.FEATURE,  # /poll in a group: one vote per person, closed at a time said
@@ -62,9 +60,9 @@ def create_app(settings: Settings | None = None) -> Flask:
     from flask import Flask
 
     import console
-    from edge import admin
-    from edge.ingress import Ingress
-    from edge.web import bp
+    from bot import admin
+    from bot.ingress import Ingress
+    from bot.web import bp
 
     settings = settings or load_settings()
     logs.setup(settings.log_level, settings.log_format)

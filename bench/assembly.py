@@ -2,7 +2,7 @@
 
 (a) Assembly time and request tokens for 20 routes × 20 messages of session history versus 2,000 routes ×
     2,000 messages (a log that long cannot arise, rotation bounds it, but an upgrade or a bug could leave
-    one): a turn reads one bounded tail (turn/rotation.py `load`) and fits it (memory/budget.py), so both
+    one): a turn reads one bounded tail (turn/rotation.py `load`) and fits it (claude/budget.py), so both
     ratios (large ÷ small, measured in the same run) must stay ≤ 1.2. The small set already exceeds the
     budget, so the request tokens compare like with like.
 (b) Prompt-cache friendliness: a 30-turn conversation through the whole stack (small budget, so it
@@ -27,11 +27,11 @@ from typing import Any
 
 import redis
 
+from claude import budget as bud
+from claude.prompt import session_messages, system_blocks
 from core.keys import Keys
-from memory import budget as bud
-from memory.embedded import ensure_server, stop_server
-from memory.prompt import session_messages, system_blocks
 from memory.sessions import entry
+from state.embedded import ensure_server, stop_server
 from turn.rotation import load
 
 OUT = Path(__file__).resolve().parent / "results" / "context.json"

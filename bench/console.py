@@ -31,16 +31,16 @@ from flask.testing import FlaskClient
 
 from app import create_app
 from bitable.index import Items
+from console import audit
 from core.keys import Keys
 from core.settings import Settings
-from memories.paths import Scope
-from memories.store import Caps, Memories
-from memory import audit
-from memory.embedded import ensure_server, stop_server
-from memory.timer import FOLLOWUP, Timer
-from memory.timers import Caps as TimerCaps
-from memory.timers import Timers
+from memory.scopes.paths import Scope
+from memory.scopes.store import Caps, Memories
 from runs.inbox import Inbox
+from state.embedded import ensure_server, stop_server
+from timers.model import FOLLOWUP, Timer
+from timers.store import Caps as TimerCaps
+from timers.store import Timers
 
 TARGET_MS = 300.0
 TOKEN = "bench-console-token"

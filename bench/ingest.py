@@ -44,7 +44,7 @@ from bench.wrk import MISSING, WrkRunner, find_wrk
 from bench.wrk import print_table as wrk_print_table
 from bench.wrk import summarize as wrk_summarize
 from core.keys import Keys
-from memory.embedded import ensure_server
+from state.embedded import ensure_server
 
 ROOT = Path(__file__).resolve().parent.parent
 CONF = ROOT / "gunicorn.conf.py"

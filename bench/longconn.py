@@ -29,9 +29,9 @@ from typing import Any
 import redis
 
 from core.keys import Keys
-from memory.embedded import ensure_server, stop_server
 from sandbox.feishu.emulator import FeishuEmulator
 from sandbox.feishu.events import message_event, signed_request
+from state.embedded import ensure_server, stop_server
 
 ROOT = Path(__file__).resolve().parent.parent
 GUNICORN = Path(sys.executable).parent / "gunicorn"
@@ -106,7 +106,7 @@ def _post_all(port: int, share: list[tuple[bytes, dict[str, str]]], failures: li
 def ws_rate(env: dict[str, str], scratch: Path, emu: FeishuEmulator, payloads: list[dict[str, Any]],
             processes: int) -> float:
     ws_env = {**env, "FEISHU_CONNECTION_MODE": "websocket"}
-    procs = [subprocess.Popen([sys.executable, "-m", "edge.longconn"], env=ws_env, cwd=scratch,
+    procs = [subprocess.Popen([sys.executable, "-m", "bot.longconn"], env=ws_env, cwd=scratch,
                               stdout=open(scratch / f"ws{i}.log", "wb"),  # noqa: SIM115
                               stderr=subprocess.STDOUT, start_new_session=True) for i in range(processes)]
     try:

@@ -7,7 +7,7 @@ web or workers.
 1. Tokens per request. One group chat whose 10, 100 or 1,000 people each keep instructions (10 lines,
    people/<id>/instructions.md), the chat's own instructions.md and notes, and a topic's item with its
    progress.md. 200 requests, each a topic batch from 1–3 of those people (70 % / 20 % / 10 %, seeded): the memory
-   block `memories/part.py` builds for it (`MemoriesPart.block`: the batch's grant, the load order, the budget) and
+   block `memory/scopes/part.py` builds for it (`MemoriesPart.block`: the batch's grant, the load order, the budget) and
    its tokens as the turn counts them (`Budget.cost`), against the room MEMORY_BUDGET_SHARE × CONTEXT_BUDGET_TOKENS.
    Baseline: 10 people. Then one batch from 1, 3, … 30 of them at once: what the room bounds, and what it does not.
 2. Redis bytes per person with 10 instruction lines written as 10 changes (one line each, as the memory tool's
@@ -46,19 +46,19 @@ from typing import Any
 import redis
 from pydantic import SecretStr
 
+from claude.budget import Budget
 from claude.client import Claude, Step
+from claude.prompt import estimate_tokens
 from core.inbound import Inbound
 from core.settings import Settings
-from memories import dream
-from memories.part import MemoriesPart, store_of
-from memories.paths import Scope
-from memories.store import File, Memories
-from memory.budget import Budget
-from memory.embedded import ensure_server, stop_server
-from memory.prompt import estimate_tokens
+from memory.scopes import dream
+from memory.scopes.part import MemoriesPart, store_of
+from memory.scopes.paths import Scope
+from memory.scopes.store import File, Memories
 from memory.sessions import entry
 from runs.runtime import Runtime
 from sandbox.claude.standin import ClaudeStandin
+from state.embedded import ensure_server, stop_server
 from turn import rotation
 from turn.registry import Call, Turn
 
@@ -144,7 +144,7 @@ def senders_of(rng: random.Random, people: int) -> list[str]:
 
 
 def loaded(rt: Runtime, item_id: str, senders: list[str], n: int) -> tuple[int, float]:
-    """(tokens, ms) of the memory block memories/part.py builds for one batch."""
+    """(tokens, ms) of the memory block memory/scopes/part.py builds for one batch."""
     started = time.perf_counter()
     turn = turn_of(rt, senders, n)
     block = MemoriesPart(turn, item_id).block()
@@ -164,7 +164,7 @@ def per_request(rt: Runtime, item_id: str, people: int, requests: int) -> dict[s
 
 
 def room_of(rt: Runtime) -> int:
-    """MEMORY_BUDGET_SHARE of CONTEXT_BUDGET_TOKENS, as memories/part.py computes it."""
+    """MEMORY_BUDGET_SHARE of CONTEXT_BUDGET_TOKENS, as memory/scopes/part.py computes it."""
     return int(rotation.budget_of(rt).total * rt.settings.memory.budget_share)
 
 
@@ -272,7 +272,7 @@ def recent(rt: Runtime, scope: Scope) -> None:
 
 def consolidate(rt: Runtime, standin: ClaudeStandin, label: str, scope: Scope, files: Mapping[str, str],
                 talk: bool) -> dict[str, Any]:
-    """One consolidation of `scope` holding `files`, through memories/dream.py `run` and the stand-in."""
+    """One consolidation of `scope` holding `files`, through memory/scopes/dream.py `run` and the stand-in."""
     store = store_of(rt)
     for path, text in files.items():
         store.change(scope, "ou_bench", "seed", put(path, text))
@@ -318,7 +318,7 @@ def run(requests: int) -> dict[str, Any]:
         rt = runtime(url, f"bmem{os.urandom(2).hex()}", standin.url)
         store = store_of(rt)
         item, _ = rt.items.claim(thread_id=THREAD, chat_id=CHAT, root_id="om_root", reporter=OWNER, origin="bench")
-        r.set(rt.keys.chat_owner(CHAT), OWNER)  # the owner lookup, as memories/part.py caches it
+        r.set(rt.keys.chat_owner(CHAT), OWNER)  # the owner lookup, as memory/scopes/part.py caches it
         add_team(store, item.item_id)
         loads, have, delta = [], 0, 0
         for people in POPULATIONS:

@@ -23,10 +23,10 @@ import redis
 from core.keys import Keys
 from core.settings import Settings
 from feishu.client import FeishuApi
-from memory.embedded import ensure_server
 from runs.inbox import Inbox
 from runs.outbox import Outbox
 from sandbox.feishu.emulator import FeishuEmulator
+from state.embedded import ensure_server
 
 OUT = Path(__file__).resolve().parent / "results" / "minute.json"
 

@@ -27,10 +27,10 @@ from core.keys import Keys
 from core.settings import Settings
 from feishu.client import FeishuApi
 from feishu.render import choose_style
-from memory.embedded import ensure_server, stop_server
 from runs.inbox import Inbox
 from runs.outbox import Outbox
 from sandbox.feishu.emulator import FeishuEmulator
+from state.embedded import ensure_server, stop_server
 
 OUT = Path(__file__).resolve().parent / "results" / "render.json"
 PROSE = "这一段解释为什么这样处理，以及下一步该做什么。"

@@ -20,9 +20,9 @@ from pathlib import Path
 import redis
 
 from core.keys import Keys
-from memory.embedded import ensure_server
 from memory.sessions import Sessions, entry
 from runs.inbox import Commit, Inbox
+from state.embedded import ensure_server
 
 OUT = Path(__file__).resolve().parent / "results" / "retention.json"
 

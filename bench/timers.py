@@ -53,10 +53,10 @@ from chaos.procs import Service
 from chaos.stack import APP_ID, BIN, Stack
 from core.clock import Clock
 from core.keys import Keys
-from memory.timer import FOLLOWUP, TRIAGE, Timer, followup_id
-from memory.timers import Caps, Timers
 from sandbox.claude.wire import input_tokens
 from sandbox.feishu.events import message_event, signed_request
+from timers.model import FOLLOWUP, TRIAGE, Timer, followup_id
+from timers.store import Caps, Timers
 from triage.buffer import topic_route
 from triage.filter import worth_triage
 from triage.protocol import SYSTEM_MARKER, request_text

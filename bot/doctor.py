@@ -1,4 +1,4 @@
-"""`python -m bot.doctor`, the contract's name for the preflight check: it runs jobs/doctor.py."""
+"""`python -m bot.doctor`, the contract's name for the preflight check (jobs/doctor.py)."""
 
 from __future__ import annotations
 

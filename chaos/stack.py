@@ -19,9 +19,9 @@ import requests
 
 from chaos.procs import Service, alive, children, memory_kb, proc_table, signal_pids
 from core.keys import Keys
-from memory.embedded import ensure_server
 from sandbox.claude.standin import ClaudeStandin
 from sandbox.feishu.emulator import OPS, FeishuEmulator
+from state.embedded import ensure_server
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent

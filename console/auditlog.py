@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from flask import request
 
+from console import audit
 from console.web import bp, page, rt
-from memory import audit
 
 
 @bp.get("/audit")

@@ -3,7 +3,7 @@
 Before a sign-in exists, a random pre-sign-in cookie, signed like the sign-in cookie, carries the login form's CSRF
 token (double submit) and binds a Feishu sign-in's `state` to the browser that began it: a cookie planted by a
 neighbouring site is not signed, so it is never adopted. Wrong tokens share the admin API's limit per client
-(edge/lockout.py). Feishu's redirect URI is built from CONSOLE_URL, never from the request's Host header; outside
+(console/lockout.py). Feishu's redirect URI is built from CONSOLE_URL, never from the request's Host header; outside
 sandbox mode Feishu sign-in is off until CONSOLE_URL is set.
 """
 
@@ -15,11 +15,10 @@ from urllib.parse import urlsplit
 from flask import make_response, redirect, render_template, request, url_for
 from werkzeug.wrappers import Response
 
+from console import audit, lockout
 from console.signin import COOKIE, PRE_COOKIE, TOKEN_OPERATOR, csrf_ok, may_sign_in, token_matches
 from console.web import bp, local, operator, record, rt, signins
-from edge import lockout
 from feishu import oauth
-from memory import audit
 
 NO_URL = "飞书登录未开启：请设置 CONSOLE_URL（控制台的公网地址，飞书登录回调用它）"
 

@@ -7,8 +7,8 @@ from flask import abort, request
 from werkzeug.wrappers import Response
 
 from console.web import bp, done, operator, page, record, rt, window
-from memories.part import store_of
-from memories.paths import PathError, Scope
+from memory.scopes.part import store_of
+from memory.scopes.paths import PathError, Scope
 
 
 def _scope(kind: str, ident: str) -> Scope:

@@ -11,7 +11,7 @@ from flask import redirect, url_for
 from werkzeug.wrappers import Response
 
 from console.web import bp, page, rt
-from edge import readiness
+from jobs import readiness
 from runs.queues import rq_queue_name
 
 

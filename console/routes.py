@@ -11,6 +11,7 @@ from flask import abort, request
 
 from console.web import bp, event_view, page, rt, window
 from routing.keys import kind_of
+from timers import timers_of
 
 RECENT_TURNS = 10
 SHOWN_MESSAGES = 20
@@ -78,7 +79,7 @@ def route(route_key: str) -> str:
                 pending=[event_view(raw) for raw in inbox], pending_n=pending_n,
                 in_turn=[event_view(raw) for raw in proc],
                 lease=lease_state(lease), fails=fails, turns=[_turn(raw) for raw in log][::-1],
-                timers=[t.public() for t in x.timers.pending_of(route_key, kind=None)],
+                timers=[t.public() for t in timers_of(x).pending_of(route_key, kind=None)],
                 item=item.item_id if item else None, scopes=_scopes(route_key, item.item_id if item else None),
                 rules=_rules(route_key), queue=x.queue_of(route_key))
 

@@ -20,9 +20,9 @@ from rq import Worker
 from rq.serializers import JSONSerializer
 from werkzeug.wrappers import Response
 
+from console import audit
 from console.signin import COOKIE
 from console.web import local, refused, rt, signins
-from memory import audit
 
 PREFIX = "/console/rq"
 CSP = ("default-src 'self'; script-src 'self' 'unsafe-inline' 'unsafe-eval'; style-src 'self' 'unsafe-inline'; "

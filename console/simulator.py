@@ -1,7 +1,7 @@
 """The routing simulator: a chat, chat type, sender and topic → whether the message is admitted, its route key and
 queue, and the ROUTING_* setting behind each, under the running configuration.
 
-It runs the service's own functions (`edge.admission.admit`, `routing.keys.route_for`) on a message built from
+It runs the service's own functions (`routing.admission.admit`, `routing.keys.route_for`) on a message built from
 the form, so what it shows is what the webhook would do; `routing.explain` only names the rules.
 """
 
@@ -13,9 +13,9 @@ from flask import request
 
 from console.web import bp, page, rt
 from core.inbound import Inbound, Mention
-from edge.admission import admit
 from feishu import identity
 from routing import explain
+from routing.admission import admit
 from routing.keys import route_for
 
 CHAT_TYPES = ("group", "p2p")

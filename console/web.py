@@ -18,8 +18,8 @@ from urllib.parse import urlsplit
 from flask import Blueprint, current_app, g, redirect, render_template, request, url_for
 from werkzeug.wrappers import Response
 
+from console import audit
 from console.signin import COOKIE, Operator, SignIns, csrf_ok
-from memory import audit
 from runs.runtime import Runtime
 
 bp = Blueprint("console", __name__, url_prefix="/console", template_folder="templates", static_folder="static",

@@ -156,7 +156,7 @@ class Keys:
 
     @property
     def audit(self) -> str:
-        """STREAM of operator actions (memory/audit.py), capped."""
+        """STREAM of operator actions (console/audit.py), capped."""
         return f"{self.prefix}:audit"
 
     def console_session(self, sid: str) -> str:
@@ -193,7 +193,7 @@ class Keys:
 
     @property
     def preflight(self) -> str:
-        """STRING (JSON): the sweeper's summary of `python -m jobs.doctor`'s checks, shown by /readyz."""
+        """STRING (JSON): the sweeper's summary of `python -m bot.doctor`'s checks, shown by /readyz."""
         return f"{self.prefix}:preflight"
 
     def capability_off(self, name: str) -> str:
@@ -324,7 +324,7 @@ class Keys:
         return f"{self.prefix}:clock:offset"
 
     def timer(self, timer_id: str) -> str:
-        """HASH of one timer: kind, route, item, what, due, creator, state (memory/timers.py)."""
+        """HASH of one timer: kind, route, item, what, due, creator, state (timers/store.py)."""
         return f"{self.prefix}:timer:{timer_id}"
 
     @property
@@ -347,7 +347,7 @@ class Keys:
     # -- memories (memories/): what outlives sessions, per scope (people/<id>, chats/<id>, items/<id>) ---------
 
     def memory_files(self, scope: str) -> str:
-        """HASH path → JSON {text, author, at, version, chars}: one scope's files (memories/store.py)."""
+        """HASH path → JSON {text, author, at, version, chars}: one scope's files (memory/scopes/store.py)."""
         return f"{self.prefix}:mem:{{{scope}}}:files"
 
     def memory_meta(self, scope: str) -> str:
@@ -378,7 +378,7 @@ class Keys:
 
     def memory_routes(self, scope: str) -> str:
         """ZSET route key → last turn: the routes a scope's memory was loaded in (consolidation reads their day); only
-        for scopes that hold memory, the newest 50, expiring 2 days after the last (memories/part.py)."""
+        for scopes that hold memory, the newest 50, expiring 2 days after the last (memory/scopes/part.py)."""
         return f"{self.prefix}:mem:{{{scope}}}:routes"
 
     def chat_owner(self, chat_id: str) -> str:

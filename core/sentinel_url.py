@@ -1,5 +1,5 @@
 """The `redis+sentinel://` URL every process passes around (the de-facto form; redis-py itself has none), read and
-written. Pure: settings check it at start-up, memory/ha.py connects through it.
+written. Pure: settings check it at start-up, state/ha.py connects through it.
 
 `redis+sentinel://[[user]:password@]host:port[,host:port...]/<master name>[/<db>]`, sentinel port 26379 when left out.
 """

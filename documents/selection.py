@@ -23,13 +23,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from claude import budget as bud
 from core.errors import CapabilityOff, Paused, Permanent, Retryable
 from core.texts import say
 from documents.access import Acl, may_view
 from documents.links import DocRef, find_refs, link_of
 from documents.reader import Doc, Reader
 from feishu.docs import DocUnavailable
-from memory import budget as bud
 
 log = logging.getLogger(__name__)
 MAX_DOCS = 5  # documents read per turn; more are named to the model, not read

@@ -169,7 +169,7 @@ def content_object(message_type: str, raw: str) -> dict[str, Any]:
     return data
 
 
-FORWARDED_PLACEHOLDER = "<forwarded_messages/>"  # the worker fetches the bundle (feishu/materials.py)
+FORWARDED_PLACEHOLDER = "<forwarded_messages/>"  # the worker fetches the bundle (feishu/resources.py)
 
 
 def render_content(message_type: str, data: dict[str, Any], book: MentionBook) -> str:

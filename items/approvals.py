@@ -1,7 +1,7 @@
 """Deferred record writes: the model proposes, a card asks, the owner, the reporter or an admin decides.
 
 A proposal is stored when its card is posted (ids derived from the turn's batch, so a rerun posts the same
-card once). A click reaches the route's inbox like any event (edge/side_events.py); the decision moves the
+card once). A click reaches the route's inbox like any event (bot/side_events.py); the decision moves the
 proposal's state in one Redis script (pending → approving → approved, or → rejected / expired), so a
 redelivered or double click finds it decided and writes nothing. Only an approval writes, once.
 """

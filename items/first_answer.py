@@ -19,11 +19,11 @@ from typing import Any
 from bitable.client import client_token_for
 from bitable.index import FAILED, FULL, PLACEHOLDER, SUMMARY, Item, Version
 from bitable.refs import answer_link, record_link, topic_link
+from claude.prompt import system_blocks
 from core import metrics
 from core.errors import Permanent
 from feishu.cards import STATUS_ZH, answer_card
 from feishu.identity import cached_open_id
-from memory.prompt import system_blocks
 from runs.outbox import LeaseLost
 from runs.runtime import Runtime
 from turn.thread import Page, get_message, list_page, sender_of, text_of

@@ -1,4 +1,4 @@
-"""`python -m jobs.doctor`: the configured app checked against every enabled feature, printed as a table.
+"""`python -m bot.doctor`: the configured app checked against every enabled feature, printed as a table.
 
 Each row is a feature and what it needs (a scope, an event, a callback, the items table's fields), with a
 verdict — present, missing or unknown — and how to fix it. Scopes are read from Feishu
@@ -165,7 +165,7 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 def report(settings: Settings) -> tuple[str, int]:
     """The doctor's table and summary for `settings`, and its exit code (1 when a required row is missing)."""
-    from memory.store import resolve_url, state_client
+    from state.store import resolve_url, state_client
 
     r = state_client(resolve_url(settings))
     keys = Keys(settings.bot_profile)

@@ -23,11 +23,11 @@ from core.settings import load_settings
 from feishu import identity
 from items import table_check
 from jobs import doctor, watchdog
-from memory.store import server_checks
 from runs import alerts, runtime
 from runs.alerts import alert
 from runs.queues import rq_queue_name
 from runs.runtime import Runtime
+from state.store import server_checks
 from timers import scheduler
 from turn.registry import app_of
 
@@ -185,7 +185,7 @@ class SideTasks(threading.Thread):
 
 
 def _preflight(rt: Runtime) -> None:
-    """`python -m jobs.doctor`'s checks at start-up and hourly, summarised for /readyz (`preflight`)."""
+    """`python -m bot.doctor`'s checks at start-up and hourly, summarised for /readyz (`preflight`)."""
     try:
         rows = doctor.check(rt.settings, rt.feishu)
         found = doctor.summary(rows)

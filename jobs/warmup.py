@@ -23,8 +23,8 @@ from lark_oapi.api.im.v1 import (
     ReplyMessageResponse,
 )
 
+from claude.prompt import assemble, format_batch, system_blocks
 from core.inbound import Inbound
-from memory.prompt import assemble, format_batch, system_blocks
 from runs import runtime
 from runs.runtime import Runtime
 

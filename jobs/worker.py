@@ -48,11 +48,11 @@ from core import logs
 from core.keys import Keys
 from core.settings import Settings, load_settings
 from jobs import drain, pool, warmup  # noqa: F401  (preload: every horse inherits the imported modules)
-from memory.store import resolve_url, rq_client
 from routing.policy import policy_from
 from runs import runtime, shutdown
 from runs.inbox import Kick
 from runs.queues import rq_queue_name
+from state.store import resolve_url, rq_client
 
 log = logging.getLogger("jobs.worker")
 RESPAWN_MIN_S, RESPAWN_MAX_S = 1.0, 30.0

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
+from claude.prompt import system_blocks
 from core.errors import AdapterError, Paused
 from core.inbound import Inbound
 from documents.access import read_acl
@@ -21,7 +22,6 @@ from documents.reader import Reader
 from documents.selection import Env, Materials
 from feishu.docs import DocsApi
 from items import is_member
-from memory.prompt import system_blocks
 from runs.runtime import Runtime
 from turn import recall, rotation
 from turn.thread import get_message, text_of

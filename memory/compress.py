@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from memory.prompt import Entry
+from claude.prompt import Entry
 
 MARKER = "<<session-compression v1>>"  # the sandbox stand-in recognises compression requests by it
 RESTORED_HEADER = "原文保留的要点（摘要可能遗漏，逐字保留）/ Verbatim facts kept from the compressed turns:"

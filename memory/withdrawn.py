@@ -1,5 +1,5 @@
 """Recalled and edited messages in what later turns see: a recalled message is withdrawn, an edited one shows
-its newest edit. The web notes them (edge/side_events.py); every read of history, batch and related
+its newest edit. The web notes them (bot/side_events.py); every read of history, batch and related
 discussion applies them here.
 """
 

@@ -12,10 +12,10 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from core.settings import load_feature_settings
-from memory.timer import Timer
 from polls.card import poll_card, result_text
 from polls.spec import SpecError, read_spec
 from polls.store import BAD, CLOSED, FULL, NAME, SAME, Poll, Polls
+from timers import Timer, timers_of
 from turn.registry import Action, Call, Command, Feature, Said, TimerKind, click_of, command_argument
 
 COMMAND = re.compile(r"^/(?:poll|投票)\s+(.+)$", re.IGNORECASE | re.DOTALL)
@@ -61,7 +61,7 @@ def start(c: Call) -> Said | None:
     card_id = c.rt.outbox.card(c.rk, f"poll-{pid}", m.message_id, poll_card(poll, polls.tally(poll), c.rt.settings.tz),
                                chat_id=m.chat_id, in_thread=c.kind == "topic", fence=c.fence)
     polls.set_card(pid, card_id)
-    c.rt.timers.add(Timer(id=f"poll_{pid}", kind=TIMER_KIND, route_key=c.rk, due=poll.closes_at, chat_id=m.chat_id,
+    timers_of(c.rt).add(Timer(id=f"poll_{pid}", kind=TIMER_KIND, route_key=c.rk, due=poll.closes_at, chat_id=m.chat_id,
                           thread_id=m.thread_id or "", what=pid, created_by=m.sender_id, created_at=now.timestamp(),
                           source_message_id=m.message_id), now=now.timestamp())
     return None

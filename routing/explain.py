@@ -25,7 +25,7 @@ def scope_rule(inbound: Inbound, policy: Policy) -> str:
 
 
 def admission_rule(reason: str, inbound: Inbound, policy: Policy) -> str:
-    """The setting behind an admission verdict (edge/admission.py's reasons)."""
+    """The setting behind an admission verdict (routing/admission.py's reasons)."""
     if reason == "chat not allowed":
         return "ROUTING_DENY_CHATS" if inbound.chat_id in policy.deny_chats else "ROUTING_ALLOW_CHATS"
     if reason == "user not allowed":

@@ -14,7 +14,8 @@ Kind = Literal["p2p", "group", "topic"]
 ITEM = "item"
 # `feishu:<profile>:digest:<chat_id>` runs a chat's digest (timers/digest_run.py): a wake-up, never a message.
 DIGEST = "digest"
-# `feishu:<profile>:memory:<kind>:<id>` consolidates one memory scope (memories/dream.py): a wake-up, never a message.
+# `feishu:<profile>:memory:<kind>:<id>` consolidates one memory scope (memory/scopes/dream.py): a wake-up, never a
+# message.
 MEMORY = "memory"
 
 

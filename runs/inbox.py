@@ -15,10 +15,10 @@ from rq.queue import Queue
 from rq.utils import utcformat
 
 from core.keys import Keys
-from memory.groupcommit import GroupCommit
 from memory.sessions import LOG_CAP
 from runs import inbox_lua as scripts
 from runs.queues import rq_job_key_prefix
+from state.groupcommit import GroupCommit
 
 DEDUPE_TTL_S = 86400
 STARTED_GRACE_S = 15  # an RQ job started this long ago that has not taken its route's kick lease died before

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, TypeVar
 
 import redis
 
@@ -18,14 +19,14 @@ from core.settings import Settings, load_settings
 from feishu.client import FeishuApi
 from memory.notes import read_text
 from memory.sessions import Sessions
-from memory.store import resolve_url, rq_client, state_client
-from memory.timers import Timers
 from routing.keys import kind_of
 from routing.policy import Policy, policy_from
 from runs.inbox import Inbox
 from runs.outbox import Outbox
 from runs.queues import enqueue_drain
+from state.store import resolve_url, rq_client, state_client
 
+T = TypeVar("T")
 _configured: Settings | None = None
 _current: Runtime | None = None
 
@@ -34,6 +35,14 @@ _current: Runtime | None = None
 class Runtime:
     settings: Settings
     redis_url: str
+    _owned: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
+
+    def own(self, name: str, build: Callable[[Runtime], T]) -> T:
+        """A feature's own per-process object (its store), built by `build` on first use and kept: the runtime knows
+        no feature, a feature reaches its own through its package (`timers.timers_of(rt)`)."""
+        if name not in self._owned:
+            self._owned[name] = build(self)
+        return self._owned[name]  # type: ignore[no-any-return]
 
     @cached_property
     def app(self) -> Any:
@@ -102,10 +111,6 @@ class Runtime:
     @cached_property
     def clock(self) -> Clock:
         return Clock(self.state, self.keys, adjustable=self.settings.adjustable_clock)
-
-    @cached_property
-    def timers(self) -> Timers:
-        return Timers(self.state, self.keys)
 
     @cached_property
     def policy(self) -> Policy:

@@ -229,7 +229,7 @@ class SentinelRig:
         return env
 
     def url(self) -> str:
-        from memory.ha import Target, parse_address
+        from state.ha import Target, parse_address
 
         return Target(tuple(parse_address(a) for a in self.sentinels.split(",")), self.master_name,
                       self.password).url()

@@ -78,7 +78,7 @@ def workdir() -> Iterator[Path]:
 
 @pytest.fixture(scope="session")
 def redis_url(workdir: Path) -> Iterator[str]:
-    from memory.embedded import ensure_server, stop_server
+    from state.embedded import ensure_server, stop_server
 
     url = ensure_server(str(workdir / "var"))
     yield url

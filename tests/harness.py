@@ -298,7 +298,7 @@ def model_requests_with(claude: Any, needle: str) -> list[dict[str, Any]]:
     of the scopes they tidy (so any needle) and run at their own cron slot, beside other tests' turns."""
     import json
 
-    from memories.dream import SYSTEM_MARKER
+    from memory.scopes.dream import SYSTEM_MARKER
 
     return [r for r in claude.requests if needle in json.dumps(r["body"]["messages"], ensure_ascii=False)
             and SYSTEM_MARKER not in json.dumps(r["body"].get("system", ""), ensure_ascii=False)]

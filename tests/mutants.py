@@ -68,7 +68,7 @@ MUTANTS: tuple[Mutant, ...] = (
            "turn/pages.py", (
                ("        elif shown < len(items):  # the next read", "        elif False:  # the next read"),),
         ("tests/test_recall.py::test_a_tool_result_fits_its_room_and_only_sent_messages_count_as_used",)),
-    Mutant("A13", "the output reserve is taken out of the input budget", "memory/budget.py", (
+    Mutant("A13", "the output reserve is taken out of the input budget", "claude/budget.py", (
         ("        return max(0, self.total - fixed)", "        return max(0, self.total - self.reserve - fixed)"),),
         ("tests/test_compress.py::test_the_budget_is_input_tokens_and_the_output_reserve_is_apart",
          "tests/test_rotation.py::test_a_topics_first_turn_keeps_its_bootstrap_with_a_large_output_reserve")),
@@ -78,7 +78,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("A6", "an idle route's state and current log never expire", "runs/inbox_lua.py", (
         ("local keep = tonumber(ARGV[12])\nif keep > 0 then", "local keep = tonumber(ARGV[12])\nif false then"),),
         ("tests/test_inbox.py::test_an_idle_route_leaves_nothing_behind_after_its_retention",)),
-    Mutant("A6b", "recall and edit notes grow without bound per chat", "edge/side_events.py", (
+    Mutant("A6b", "recall and edit notes grow without bound per chat", "bot/side_events.py", (
         ("if over > 0 then\n", "if false then\n"),),
         ("tests/test_withdrawn.py::test_notes_are_kept_only_where_the_bot_could_see_and_bounded_per_chat",)),
     Mutant("A7", "a click on a decided proposal never patches a card left pending", "items/approvals.py", (
@@ -99,7 +99,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("B2", "a missing optional scope pauses all work", "feishu/client.py", (
         ("        if code == SCOPE_MISSING and capability:", "        if False:"),),
         ("tests/test_scopes.py::test_a_tenant_without_optional_scopes_gets_every_message_answered",)),
-    Mutant("B5", "a refused record subscription leaves /readyz ready", "edge/readiness.py", (
+    Mutant("B5", "a refused record subscription leaves /readyz ready", "jobs/readiness.py", (
         ('(table.get("schema") != "ok" or table.get("subscription", "ok") != "ok")', '(table.get("schema") != "ok")'),),
         ("tests/test_items_attack.py::test_a_refused_record_subscription_is_named_in_readyz_and_items_still_work",)),
     Mutant("B3", "the outbox paces per second only (no per-minute window per API)", "runs/outbox.py", (
@@ -115,7 +115,7 @@ MUTANTS: tuple[Mutant, ...] = (
          '    return f"{applink_origin(origin)}/client/chat/open?openChatId={chat_id}#thread_id={thread_id}"'),),
         ("tests/test_segments.py::test_topic_links_open_the_topic_and_still_name_it",
          "tests/test_items_attack.py::test_a_record_create_whose_answer_was_lost_makes_one_record")),
-    Mutant("B4", "images of forwarded children are requested", "feishu/materials.py", (
+    Mutant("B4", "images of forwarded children are requested", "feishu/resources.py", (
         ("            if forwarded:\n", "            if False:\n"),),
         ("tests/test_materials.py::test_nested_bundles_recalled_messages_and_forwarded_images",)),
     Mutant("C1", "the content dedupe key forgets the message's create_time", "core/inbound.py", (
@@ -133,7 +133,7 @@ MUTANTS: tuple[Mutant, ...] = (
         ("redis.call('ZADD', KEYS[1], now, ARGV[1])\nredis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]))\n", ""),
         ("redis.call('ZADD', KEYS[1], now + tonumber(ARGV[4]), ARGV[3])", "redis.call('ZADD', KEYS[1], now, ARGV[3])")),
         ("tests/test_pacing.py::test_a_slow_and_jittery_feishu_still_sees_at_most_five_a_second_in_a_chat",)),
-    Mutant("C5", "a kept rejected event keeps its top-level token", "edge/ingress.py", (
+    Mutant("C5", "a kept rejected event keeps its top-level token", "bot/ingress.py", (
         ('        kept = {k: v for k, v in payload.items() if k != "token"}', "        kept = dict(payload)"),),
         ("tests/test_ingress_http.py::test_signed_but_malformed_event_is_400_and_kept_without_its_token",)),
     Mutant("C6", "ACQUIRE grants the lease to anyone", "runs/inbox_lua.py", (
@@ -211,7 +211,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("E9", "the elastic pool never grows", "jobs/pool.py", (
         ("    room = max(0, maximum - sum(alive.values()))", "    room = 0"),),
         ("tests/test_elastic.py::test_a_burst_of_routes_runs_at_once_and_the_pool_shrinks_back",)),
-    Mutant("E10", "pushes are acknowledged before a replica has them", "memory/groupcommit.py", (
+    Mutant("E10", "pushes are acknowledged before a replica has them", "state/groupcommit.py", (
         ("        waited = self.replicas.add(pipe)", "        waited = False"),),
         ("tests/test_sentinel.py::test_failover_mid_load_loses_nothing_and_answers_once",)),
     Mutant("E11", "a chaining horse passes jobs waiting in its RQ queue", "jobs/drain.py", (
@@ -229,7 +229,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("F2", "/reset leaves the route's follow-ups pending", "timers/feature.py", (
         ("    return commands.on_reset(c.rt, c.rk, c.message, c.batch_id)", "    return Said('')"),),
         ("tests/test_followups.py::test_reset_cancels_the_routes_pending_followups_and_says_how_many",)),
-    Mutant("F3", "a recalled request keeps its follow-up", "edge/side_events.py", (
+    Mutant("F3", "a recalled request keeps its follow-up", "bot/side_events.py", (
         ("        cancelled = self._cancel_followups(message_id)", "        cancelled: list[str] = []"),),
         ("tests/test_followups.py::test_a_recalled_request_cancels_the_followup_it_set",)),
     Mutant("F4", "a follow-up posts even when the check found it no longer needed", "timers/followup.py", (
@@ -248,7 +248,7 @@ MUTANTS: tuple[Mutant, ...] = (
         ('    also: list[Match] = [(status, "isNot", [s]) for s in sorted(closed)[:MAX_CONDITIONS - 1]]',
          "    also: list[Match] = []")),
         ("tests/test_always_on.py::test_the_digest_lists_exactly_the_chats_open_items_once_per_day_across_restarts",)),
-    Mutant("F8", "a digest timer per process instead of per chat and slot", "memory/timer.py", (
+    Mutant("F8", "a digest timer per process instead of per chat and slot", "timers/model.py", (
         ('    return f"dg_{chat_id}_{slot}"', '    import os\n    return f"dg_{chat_id}_{slot}_{os.getpid()}"'),),
         ("tests/test_always_on.py::test_the_digest_lists_exactly_the_chats_open_items_once_per_day_across_restarts",)),
     Mutant("F9", "triage posts again within the post period", "triage/run.py", (
@@ -302,20 +302,20 @@ MUTANTS: tuple[Mutant, ...] = (
          "    if t.gen != state.generation:\n        return 'reset'\n"
          "    if t.source_message_id and withdrawn.any_recalled("),),
         ("tests/test_seams.py::test_a_followup_months_ahead_fires_after_the_routes_state_expired",)),
-    Mutant("G7", "one person may fill a shared conversation's follow-ups", "memory/timers.py", (
+    Mutant("G7", "one person may fill a shared conversation's follow-ups", "timers/store.py", (
         ("  if mine >= tonumber(ARGV[6]) then return -3 end", "  if false then return -3 end"),),
         ("tests/test_timers.py::test_caps_per_person_across_routes_per_person_on_a_route_and_in_all",
          "tests/test_seams.py::test_one_person_cannot_fill_a_shared_topic_or_hold_reminders_everywhere")),
-    Mutant("G8", "no cap on one person's follow-ups across routes", "memory/timers.py", (
+    Mutant("G8", "no cap on one person's follow-ups across routes", "timers/store.py", (
         ("redis.call('ZCARD', KEYS[5]) >= tonumber(ARGV[5]) then return -2 end",
          "redis.call('ZCARD', KEYS[5]) < 0 then return -2 end"),),
         ("tests/test_timers.py::test_caps_per_person_across_routes_per_person_on_a_route_and_in_all",
          "tests/test_seams.py::test_one_person_cannot_fill_a_shared_topic_or_hold_reminders_everywhere")),
-    Mutant("G9", "an ended follow-up keeps its place in its creator's cap", "memory/timers.py", (
+    Mutant("G9", "an ended follow-up keeps its place in its creator's cap", "timers/store.py", (
         ("local by = redis.call('HGET', KEYS[1], 'created_by')\n"
          "if by and by ~= '' then redis.call('ZREM', KEYS[4] .. by, ARGV[1]) end\n", ""),),
         ("tests/test_timers.py::test_caps_per_person_across_routes_per_person_on_a_route_and_in_all",)),
-    Mutant("G10", "no bound on the deployment's pending timers", "memory/timers.py", (
+    Mutant("G10", "no bound on the deployment's pending timers", "timers/store.py", (
         ("redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[7]) then return -4 end",
          "redis.call('ZCARD', KEYS[2]) < 0 then return -4 end"),),
         ("tests/test_timers.py::test_caps_per_person_across_routes_per_person_on_a_route_and_in_all",)),
@@ -329,8 +329,8 @@ MUTANTS: tuple[Mutant, ...] = (
         ("                         superseded=lambda t: tool.void_turn(t.rt, t.rk, t.batch_id),\n", ""),),
         ("tests/test_seams.py::test_a_reset_that_overtakes_a_turn_leaves_none_of_its_followups",)),
     Mutant("G14", "the tool sets a follow-up after a reset moved the route on", "timers/tool.py", (
-        ("    added = rt.timers.add(t, caps=caps(rt), now=now, fence_gen=True)",
-         "    added = rt.timers.add(t, caps=caps(rt), now=now, fence_gen=False)"),),
+        ("    added = timers_of(rt).add(t, caps=caps(rt), now=now, fence_gen=True)",
+         "    added = timers_of(rt).add(t, caps=caps(rt), now=now, fence_gen=False)"),),
         ("tests/test_seams.py::test_a_reset_that_overtakes_a_turn_leaves_none_of_its_followups",)),
     Mutant("G15", "a follow-up time without an offset is taken in the server's zone", "timers/instant.py", (
         ("    if at.tzinfo is None or at.utcoffset() is None:", "    if False:"),),
@@ -544,28 +544,28 @@ MUTANTS: tuple[Mutant, ...] = (
     # (end of L)
 
     # -- issue 25: memory that outlives sessions: M* -------------------------------------------------------------
-    Mutant("M1", "a write does not check the scope's version (last writer wins)", "memories/store.py", (
+    Mutant("M1", "a write does not check the scope's version (last writer wins)", "memory/scopes/store.py", (
         ("if version ~= tonumber(ARGV[1]) then return -1 end", "if false then return -1 end"),),
         ("tests/test_memories_store.py::test_racing_writers_lose_nothing",)),
-    Mutant("M2", "a chat's memory is writable by any member", "memories/paths.py", (
+    Mutant("M2", "a chat's memory is writable by any member", "memory/scopes/paths.py", (
         ("        if chat_writers:\n", "        if True:\n"),),
         ("tests/test_memories.py::test_a_team_rule_is_kept_only_from_the_owner_and_reaches_every_route_of_that_chat",
          "tests/test_memories_store.py::test_a_batch_grants_its_senders_its_chat_to_read_and_its_item")),
-    Mutant("M3", "the tool writes any scope the path names", "memories/tool.py", (
+    Mutant("M3", "the tool writes any scope the path names", "memory/scopes/tool.py", (
         ("        scope = self.grant.check(where, writing=True)\n",
          "        scope = where.scope if where.scope is not None else self.grant.check(where, writing=True)\n"),),
         ("tests/test_memories.py::test_nothing_a_document_quote_or_record_says_writes_another_persons_or_the_teams_memory",)),
-    Mutant("M4", "a consolidation applies its round although the scope changed meanwhile", "memories/dream.py", (
+    Mutant("M4", "a consolidation applies its round although the scope changed meanwhile", "memory/scopes/dream.py", (
         ("        if store.version(scope) != version or dict(current) != original:\n",
          "        if False:\n"),),
         ("tests/test_memories.py::test_a_write_during_a_consolidation_is_kept_and_the_consolidation_applies_on_top_of_it",)),
-    Mutant("M5", "loaded memory is not held to its budget share", "memories/part.py", (
+    Mutant("M5", "loaded memory is not held to its budget share", "memory/scopes/part.py", (
         ("        room = int(budget.total * self.turn.rt.settings.memory.budget_share)",
          "        room = int(budget.total * 10)"),),
         ("tests/test_memories.py::test_a_full_scope_stays_within_budget_loads_instructions_whole_and_indexes_the_rest",
          "tests/test_memories_budget.py::"
          "test_a_batch_from_thirty_people_loads_what_fits_and_stays_within_the_memory_budget")),
-    Mutant("M6", "/reset forgets the resetter's memory", "memories/commands.py", (
+    Mutant("M6", "/reset forgets the resetter's memory", "memory/scopes/commands.py", (
         ('    return Said(say("memory_kept_on_reset", c.message.text))',
          '    store_of(c.rt).change(Scope("people", c.message.sender_id), "reset", "reset", dict.fromkeys)\n'
          '    return Said(say("memory_kept_on_reset", c.message.text))'),),
@@ -577,42 +577,43 @@ MUTANTS: tuple[Mutant, ...] = (
         ("    related.keep_own(rt.state, rt.keys, t.chat_id, message_id,",
          "    (lambda *a: None)(rt.state, rt.keys,"),),
         ("tests/test_memories.py::test_a_digest_posted_this_morning_is_known_in_the_chats_routes",)),
-    Mutant("M9", "a retried turn's insert doubles the line", "memories/tool.py", (
+    Mutant("M9", "a retried turn's insert doubles the line", "memory/scopes/tool.py", (
         ("            if _holds(lines, new):\n", "            if False:\n"),),
         ("tests/test_memories_store.py::test_a_retried_turn_writing_again_remembers_each_line_once_and_names_no_change",)),
-    Mutant("M10", "/forget n deletes the chat's memory for a member", "memories/commands.py", (
+    Mutant("M10", "/forget n deletes the chat's memory for a member", "memory/scopes/commands.py", (
         ("    if e.scope not in g.write or (", "    if False and ("),),
         ("tests/test_memories.py::test_forget_is_refused_for_the_teams_memory_unless_owner",)),
     Mutant("M11", "a consolidation's own write keeps the scope marked as changed (consolidated every night)",
-           "memories/store.py", (
+           "memory/scopes/store.py", (
         ("  redis.call('ZREM', KEYS[4], ARGV[8])  -- what it read",
          "  redis.call('ZADD', KEYS[4], ARGV[2], ARGV[8])  -- "),),
         ("tests/test_memories.py::test_consolidation_keeps_the_newer_owner_says_since_when_and_was_and_a_failed_one_changes_nothing",)),
-    Mutant("M12", "an owner who could not be looked up is reported as 'not the owner'", "memories/part.py", (
+    Mutant("M12", "an owner who could not be looked up is reported as 'not the owner'", "memory/scopes/part.py", (
         ("chat_writers=writers, owner_known=owner is not None)", "chat_writers=writers, owner_known=True)"),),
         ("tests/test_memories.py::test_without_the_group_info_scope_only_a_memory_admin_changes_the_teams_memory_and_the_reply_says_why",)),
     Mutant("M13", "an unknown owner is cached (a scope granted later counts only after the cache expires)",
-           "memories/part.py", (
+           "memory/scopes/part.py", (
         ('                                                                                        "error": str(exc)})\n'
          "        return None",
          '                                                                                        "error": str(exc)})\n'
          '        rt.state.set(key, "", ex=OWNER_CACHE_S)\n        return None'),),
         ("tests/test_memories.py::test_without_the_group_info_scope_only_a_memory_admin_changes_the_teams_memory_and_the_reply_says_why",)),
-    Mutant("M14", "the migration deletes old notes before their scope holds them", "memories/migrate.py", (
+    Mutant("M14", "the migration deletes old notes before their scope holds them", "memory/scopes/migrate.py", (
         ("        if moves and not kept and not dry_run and all(ok for _line, ok in moved):",
          "        if not dry_run:"),),
         ("tests/test_memories_store.py::test_old_notes_move_into_their_scopes_once_and_the_deployment_wide_ones_stay",)),
     Mutant("M15", "the lines saying whose each scope is are not counted against memory's room",
-           "memories/part.py", (
+           "memory/scopes/part.py", (
         ("        need = self.cost(text) + (0 if scope in self.shown else",
          "        need = self.cost(text) + (0 if True else"),),
         ("tests/test_memories_budget.py::"
          "test_a_batch_from_thirty_people_loads_what_fits_and_stays_within_the_memory_budget",)),
-    Mutant("M16", "a consolidation shows every file whatever the budget", "memories/dream.py", (
+    Mutant("M16", "a consolidation shows every file whatever the budget", "memory/scopes/dream.py", (
         ("        if used + budget.cost(xml) <= budget.total * FILES_SHARE:", "        if True:"),),
         ("tests/test_memories_budget.py::"
          "test_a_consolidation_of_a_full_scope_asks_within_the_budget_and_names_what_it_could_not_show",)),
-    Mutant("M17", "a scope changed again between the slot and the sweeper's look waits a night", "memories/dream.py", (
+    Mutant("M17", "a scope changed again between the slot and the sweeper's look waits a night",
+           "memory/scopes/dream.py", (
         ('    scopes = [str(s) for s in rt.state.zrangebyscore(rt.keys.memory_changed, "-inf", at)]',
          '    scopes = [str(s) for s in rt.state.zrangebyscore(rt.keys.memory_changed, "-inf", slot)]'),),
         ("tests/test_memories_budget.py::test_a_scope_changed_again_after_the_slot_is_still_consolidated_that_night",)),
@@ -685,7 +686,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("P2", "a second feature's declaration silently replaces the first's", "turn/registry.py", (
         ("        if what in self._owner or (kind ==", "        if False and (kind =="),),
         ("tests/test_plugins.py::test_a_second_declaration_of_the_same_thing_is_refused_at_build",)),
-    Mutant("P3", "a button no feature claims is queued for items", "edge/side_events.py", (
+    Mutant("P3", "a button no feature claims is queued for items", "bot/side_events.py", (
         ("        name = self.app.action_for(value) if value is not None else None",
          '        name = self.app.action_for(value) or "items:approve" if value is not None else None'),),
         ("tests/test_plugins.py::test_a_button_no_feature_claims_gets_a_polite_toast_and_a_log_line",)),
@@ -703,10 +704,10 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("P7", "a timer's kind is looked up in a fixed table, not the App", "timers/fire.py", (
         ("    handler = app_of(c.rt).timer_kinds.get(t.kind)", "    handler = {}.get(t.kind)"),),
         ("tests/test_plugins.py::test_a_feature_outside_the_product_runs_next_to_items_buttons",)),
-    Mutant("R30", "every scope loaded in a turn gets a routes set, memory or not", "memories/part.py", (
+    Mutant("R30", "every scope loaded in a turn gets a routes set, memory or not", "memory/scopes/part.py", (
         ("  if redis.call('EXISTS', KEYS[i]) == 1 then\n", "  if true then\n"),),
         ("tests/test_expiry.py::test_one_turn_routes_by_new_people_leave_fewer_than_5_keys_without_an_expiry",)),
-    Mutant("R31", "a scope's routes set never expires", "memories/part.py", (
+    Mutant("R31", "a scope's routes set never expires", "memory/scopes/part.py", (
         ("    redis.call('EXPIRE', KEYS[i + 1], ARGV[3])\n", ""),),
         ("tests/test_expiry.py::test_a_scope_that_holds_memory_keeps_the_routes_it_was_loaded_in_for_two_days",)),
     Mutant("R32", "a console sign-in's HSET and EXPIRE are two commands (a crash between leaves it forever)",
@@ -719,18 +720,18 @@ MUTANTS: tuple[Mutant, ...] = (
         ("        pipe = self.r.pipeline(transaction=True)\n        pipe.hset(self.keys.console_oauth(state)",
          "        pipe = self.r.pipeline(transaction=False)\n        pipe.hset(self.keys.console_oauth(state)"),),
         ("tests/test_expiry.py::test_a_feishu_sign_in_under_way_is_written_with_its_expiry_in_one_transaction",)),
-    Mutant("R34", "the wrong-token counter gets no expiry (a client locked out for good)", "edge/lockout.py", (
+    Mutant("R34", "the wrong-token counter gets no expiry (a client locked out for good)", "console/lockout.py", (
         ("if redis.call('TTL', KEYS[1]) < 0 then redis.call('EXPIRE', KEYS[1], ARGV[1]) end return n", "return n"),),
         ("tests/test_console_pure.py::test_a_wrong_token_counter_is_never_without_its_expiry",)),
-    Mutant("R50", "the admin API takes unlimited wrong tokens", "edge/admin.py", (
+    Mutant("R50", "the admin API takes unlimited wrong tokens", "bot/admin.py", (
         ("        wait = lockout.refusal(_runtime(), right)\n", "        wait = 0\n"),),
         ("tests/test_console_edge.py::test_the_admin_apis_11th_wrong_token_from_a_client_is_refused",)),
-    Mutant("R51", "a lockout refuses the right token too", "edge/lockout.py", (
+    Mutant("R51", "a lockout refuses the right token too", "console/lockout.py", (
         ("    if right:\n        if int(rt.state.get(key) or 0) >= LIMIT:\n"
          "            time.sleep(SLOW_S)\n        return 0\n",
          "    if right and int(rt.state.get(key) or 0) < LIMIT:\n        return 0\n"),),
         ("tests/test_console_edge.py::test_a_lockout_never_refuses_the_right_token",)),
-    Mutant("R52", "wrong tokens are counted per socket address behind a trusted proxy", "edge/lockout.py", (
+    Mutant("R52", "wrong tokens are counted per socket address behind a trusted proxy", "console/lockout.py", (
         ("    return client_of(request.remote_addr or \"\", request.headers.get(\"X-Forwarded-For\", \"\"),",
          "    return client_of(request.remote_addr or \"\", \"\","),),
         ("tests/test_console_edge.py::test_behind_a_trusted_proxy_each_client_is_counted_apart",)),
@@ -778,20 +779,21 @@ MUTANTS: tuple[Mutant, ...] = (
         ("        elif len(shown) > self.floor:\n", "        else:\n"),),
         ("tests/test_streaming.py::test_a_rerun_after_a_kill_never_shows_less_than_the_card_did",)),
     # (end of R6x)
-    Mutant("R40", "an unknown memory command escapes the tool (the turn fails and is retried)", "memories/tool.py", (
+    Mutant("R40", "an unknown memory command escapes the tool (the turn fails and is retried)",
+           "memory/scopes/tool.py", (
         ("    if command not in FIELDS:\n", "    if command is None:\n"),),
         ("tests/test_memories_reference.py::test_every_call_answers_as_the_reference_does"
          "[an unknown command]",)),
-    Mutant("R41", "a memory create without file_text answers 'created' and stores nothing", "memories/tool.py", (
+    Mutant("R41", "a memory create without file_text answers 'created' and stores nothing", "memory/scopes/tool.py", (
         ('"create": {"path": str, "file_text": str}', '"create": {"path": str}'),),
         ("tests/test_memories_reference.py::test_the_deliberate_differences_answer_as_documented"
          "[create without file_text]",)),
-    Mutant("R42", "a memory create where a folder is makes a file of that name", "memories/tool.py", (
+    Mutant("R42", "a memory create where a folder is makes a file of that name", "memory/scopes/tool.py", (
         ("            if not where.file or where.file in files or _is_folder(files, where.file):\n",
          "            if where.file in files:\n"),),
         ("tests/test_memories_reference.py::test_every_call_answers_as_the_reference_does"
          "[create where a folder is]",)),
-    Mutant("R43", "a memory insert leaves the file without its final newline", "memories/tool.py", (
+    Mutant("R43", "a memory insert leaves the file without its final newline", "memory/scopes/tool.py", (
         ('"\\n".join(lines).removesuffix("\\n") + "\\n"}', '"\\n".join(lines)}'),),
         ("tests/test_memories_reference.py::test_every_call_answers_as_the_reference_does"
          "[insert at N ends the file with a newline]",)),

@@ -17,7 +17,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from edge.crypto import NONCE_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, encrypt, sign
+from bot.crypto import NONCE_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, encrypt, sign
 from feishu.message import CONTENT_SHAPES
 from sandbox.feishu.events import signed_request
 

@@ -28,11 +28,11 @@ import redis
 
 from bitable.index import Items
 from core.clock import Clock
-from memory.timers import Timers
 from tests.harness import deliver, reply_text, unique, wait_for
 from tests.harness import wait_route_idle as idle
 from tests.own_stack import OwnStack
 from tests.test_items import APP, TABLE, open_topic, topic_rk
+from timers.store import Timers
 
 TZ = ZoneInfo("Asia/Shanghai")
 DATA = Path(__file__).parent / "data"

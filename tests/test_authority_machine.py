@@ -23,9 +23,9 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from core.inbound import Inbound
 from items import authority as items_authority
-from memory.timer import FOLLOWUP, Timer
 from timers import authority
 from timers.commands import _cancelled
+from timers.model import FOLLOWUP, Timer
 from timers.tool import FollowupContext
 
 ASKER, MEMBER, STRANGER, OWNER, ADMIN = "ou_asker", "ou_member", "ou_stranger", "ou_owner", "ou_admin"

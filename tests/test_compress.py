@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memory.budget import (
+from claude.budget import (
     MAX_FACTOR,
     MIN_FACTOR,
     Budget,
@@ -15,8 +15,8 @@ from memory.budget import (
     next_factor,
     raw_request_tokens,
 )
+from claude.prompt import Entry, estimate_tokens, session_messages
 from memory.compress import compression_request, extract_facts, missing, restore, restore_within
-from memory.prompt import Entry, estimate_tokens, session_messages
 from sandbox.claude.wire import compression_reply
 
 PLANTED = Entry(role="user", text=(

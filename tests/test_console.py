@@ -17,8 +17,8 @@ import pytest
 import redis
 import requests
 
+from console import audit
 from core.keys import Keys
-from memory import audit
 from sandbox.feishu.events import mention
 from tests.harness import BOT_OPEN_ID, deliver, free_port, message_id, unique, wait_for
 from tests.harness import wait_route_idle as idle

@@ -26,8 +26,8 @@ from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.ui import WebDriverWait
 
 from core.keys import Keys
-from memories.paths import Scope
-from memories.store import Caps, Memories
+from memory.scopes.paths import Scope
+from memory.scopes.store import Caps, Memories
 from sandbox.feishu.events import mention
 from tests.harness import BOT_OPEN_ID, deliver, free_port, message_id, reply_text, unique, wait_for
 from tests.harness import wait_route_idle as idle

@@ -12,7 +12,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 import requests
 
-from edge.lockout import LIMIT
+from console.lockout import LIMIT
 from tests.harness import WebServer, settings_from, unique
 
 TOKEN = "edge-admin-token"

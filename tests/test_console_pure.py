@@ -141,14 +141,14 @@ def test_the_log_format_follows_the_setting_then_the_terminal(monkeypatch: pytes
 ])
 def test_wrong_tokens_are_counted_per_client_as_the_trusted_proxy_reports_it(forwarded: str, trusted: int,
                                                                             client: str) -> None:
-    from edge.lockout import client_of
+    from console.lockout import client_of
 
     assert client_of("10.0.0.9", forwarded, trusted) == client
 
 
 def test_a_wrong_token_counter_is_never_without_its_expiry(r) -> None:
     """The count and its expiry are one script (console/lockout.py): a crash can never keep a client locked out."""
-    from edge.lockout import COUNT, WINDOW_S
+    from console.lockout import COUNT, WINDOW_S
 
     key = "fb:test:console:tries:" + str(id(r))
     r.delete(key)

@@ -7,8 +7,8 @@ from html.parser import HTMLParser
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from claude.prompt import Entry, assemble, estimate_tokens, fit_history, format_batch, system_blocks
 from core.inbound import Inbound
-from memory.prompt import Entry, assemble, estimate_tokens, fit_history, format_batch, system_blocks
 from sandbox.claude.wire import default_reply
 from tests.strategies import EDGE_STRINGS, odd_text
 

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from lark_oapi.core.utils.decryptor import AESCipher
 
-from edge.crypto import (
+from bot.crypto import (
     SIGNATURE_HEADER,
     TIMESTAMP_HEADER,
     DecryptError,

@@ -1,4 +1,4 @@
-"""`python -m jobs.doctor` (issue 14 B2): the configured app against every enabled feature, as a table with a
+"""`python -m bot.doctor` (issue 14 B2): the configured app against every enabled feature, as a table with a
 verdict and a fix per row; exit 1 when a scope needed to reply is missing. Run against the emulator, whose
 `GET application/v6/scopes` follows its `deny_scopes` profile."""
 
@@ -13,9 +13,9 @@ from tests.harness import ROOT, settings_from, subprocess_env
 
 
 def _doctor(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    """`python -m jobs.doctor` as an operator runs it (a process start: ~7 s of CPU, so only where the CLI is
+    """`python -m bot.doctor` as an operator runs it (a process start: ~7 s of CPU, so only where the CLI is
     what the test is about)."""
-    return subprocess.run([sys.executable, "-m", "jobs.doctor"], env=subprocess_env(env), cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "bot.doctor"], env=subprocess_env(env), cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
 
 
@@ -26,7 +26,7 @@ class Report:
 
 
 def _report(env: dict[str, str]) -> Report:
-    """The doctor's report in this process (`jobs.doctor.report`, what `main` prints), against the emulator."""
+    """The doctor's report in this process (`bot.doctor.report`, what `main` prints), against the emulator."""
     text, code = report(settings_from(env))
     return Report(text + "\n", code)
 

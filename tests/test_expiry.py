@@ -19,8 +19,8 @@ import redis
 
 from console.signin import Operator, SignIns
 from core.keys import Keys
-from memories.paths import Scope
-from memories.store import Caps, Memories
+from memory.scopes.paths import Scope
+from memory.scopes.store import Caps, Memories
 from sandbox.feishu.events import mention
 from tests.harness import BOT_OPEN_ID, deliver, message_id, route_key, unique, wait_for, wait_routes_idle
 from tests.own_stack import OwnStack
@@ -107,7 +107,7 @@ def test_a_scope_that_holds_memory_keeps_the_routes_it_was_loaded_in_for_two_day
 @pytest.fixture(scope="module")
 def quiet_redis() -> Iterator[redis.Redis]:
     """An embedded Redis of its own: MONITOR then sees only what the test sends."""
-    from memory.embedded import ensure_server, stop_server
+    from state.embedded import ensure_server, stop_server
 
     var = Path(tempfile.mkdtemp(prefix="fb-mon-")) / "var"
     yield redis.Redis.from_url(ensure_server(str(var)), decode_responses=True)

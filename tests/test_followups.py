@@ -20,13 +20,13 @@ import pytest
 import redis
 import requests
 
-from memory.timer import Timer
-from memory.timers import Timers
 from sandbox.feishu.events import message_recalled_event
 from tests.harness import APP_ID, VERIFICATION_TOKEN, deliver, message_id, reply_text, unique, wait_for
 from tests.harness import wait_route_idle as idle
 from tests.own_stack import OwnStack
 from tests.test_items import APP, AT_BOT, TABLE, open_topic, topic_rk
+from timers.model import Timer
+from timers.store import Timers
 
 TZ = ZoneInfo("Asia/Shanghai")
 MONDAY = datetime(2026, 11, 30, 9, 0, tzinfo=TZ)

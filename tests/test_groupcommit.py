@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import redis
 
-from memory.groupcommit import GroupCommit
+from state.groupcommit import GroupCommit
 from tests.harness import unique
 
 INCR_BY = "return redis.call('INCRBY', KEYS[1], ARGV[1])"

@@ -19,8 +19,8 @@ import requests
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from bot.crypto import sign
 from core.keys import Keys
-from edge.crypto import sign
 from sandbox.feishu.events import message_event, signed_request
 from tests.harness import (
     APP_ID,

@@ -12,9 +12,9 @@ import pytest
 import redis
 import requests
 
+from bot.crypto import encrypt, sign
+from bot.envelope import Envelope, MessageEvent, to_inbound
 from core.keys import Keys
-from edge.crypto import encrypt, sign
-from edge.envelope import Envelope, MessageEvent, to_inbound
 from routing.keys import route_for
 from routing.policy import Policy
 from sandbox.feishu.events import mention, message_event, signed_request, url_verification

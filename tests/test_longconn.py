@@ -15,9 +15,9 @@ import pytest
 import redis
 
 from core.keys import Keys
-from memory.embedded import ensure_server, stop_server
 from sandbox.feishu.emulator import FeishuEmulator
 from sandbox.feishu.events import mention
+from state.embedded import ensure_server, stop_server
 from tests.harness import (
     APP_ID,
     APP_SECRET,
@@ -57,7 +57,7 @@ class OverWs:
 
 def ws_procs(env: dict[str, str], workdir: Path, name: str, n: int) -> list[Proc]:
     """`n` ws processes started as the Procfile's `ws` line starts them."""
-    return [Proc(["-m", "edge.longconn"], env, str(workdir), workdir / f"{name}-ws{i}.log") for i in range(n)]
+    return [Proc(["-m", "bot.longconn"], env, str(workdir), workdir / f"{name}-ws{i}.log") for i in range(n)]
 
 
 @pytest.fixture(scope="module")

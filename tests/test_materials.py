@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 import redis
 
+from bot.envelope import Envelope, MessageEvent, to_inbound
 from core.errors import Retryable
 from core.inbound import Inbound
 from core.keys import Keys
-from edge.envelope import Envelope, MessageEvent, to_inbound
 from feishu.client import FeishuApi
-from feishu.materials import fetch_file_text, gather, sniff_image
+from feishu.resources import fetch_file_text, gather, sniff_image
 from sandbox.feishu.emulator import FeishuEmulator
 from sandbox.feishu.events import (
     file_content,
@@ -90,7 +90,7 @@ def test_a_posts_images_stand_where_they_were_between_its_text(feishu, api, r, k
     feishu.add_resource(msg.message_id, "img_b", WEBP)
     blocks = gather(api, r, keys, msg)
     assert [b["type"] for b in blocks] == ["text", "image", "text", "image"]
-    assert blocks[0]["text"] == "# 报错\n\n登录页 &lt;500&gt; 截图：\n"  # escaped like memory/prompt.py
+    assert blocks[0]["text"] == "# 报错\n\n登录页 &lt;500&gt; 截图：\n"  # escaped like claude/prompt.py
     assert image_of(blocks[1]) == ("image/jpeg", JPEG)
     assert blocks[2]["text"] == "\n和这个\n"
     assert image_of(blocks[3]) == ("image/webp", WEBP)

@@ -18,10 +18,9 @@ import requests
 
 from core.cron import Cron
 from core.keys import Keys
-from memories.dream import LATE_S
-from memories.paths import Scope
-from memories.store import Caps, Memories
-from memory.timer import digest_id
+from memory.scopes.dream import LATE_S
+from memory.scopes.paths import Scope
+from memory.scopes.store import Caps, Memories
 from sandbox.feishu.events import mention
 from tests.harness import (
     BOT_OPEN_ID,
@@ -36,6 +35,7 @@ from tests.harness import (
 from tests.harness import wait_route_idle as idle
 from tests.own_stack import OwnStack
 from tests.test_items import APP, TABLE, open_topic, topic_rk
+from timers.model import digest_id
 
 TZ = ZoneInfo("Asia/Shanghai")
 MONDAY_9 = datetime(2026, 11, 30, 9, 0, tzinfo=TZ)
@@ -347,7 +347,7 @@ def test_a_full_scope_stays_within_budget_loads_instructions_whole_and_indexes_t
     sent = json.dumps(body, ensure_ascii=False)
     assert "FULL-INSTR-MARK" in sent  # instructions whole
     assert "FULL-NOTE-00" in sent and "x" * 200 not in sent  # the notes indexed by their first line, not loaded
-    from memory.budget import Budget
+    from claude.budget import Budget
 
     assert Budget(6000, 2048).request_cost(body["system"], body["messages"], body.get("tools") or []) <= 6000 * 1.2
     _, text = ask(stack, feishu, who, "记住：第二十一个文件", **where)

@@ -15,9 +15,9 @@ from pydantic import SecretStr
 
 from core.inbound import Inbound
 from core.settings import Settings
-from memories import dream
-from memories.part import MemoriesPart, store_of
-from memories.paths import Scope
+from memory.scopes import dream
+from memory.scopes.part import MemoriesPart, store_of
+from memory.scopes.paths import Scope
 from runs.runtime import Runtime
 from tests.harness import unique
 from turn import rotation

@@ -14,9 +14,9 @@ from anthropic.lib.tools._tool_dispatch import tool_error_content, tool_result_c
 from anthropic.tools.memory import BetaLocalFilesystemMemoryTool
 
 from core.keys import Keys
-from memories.paths import Scope, grant
-from memories.store import Caps, Memories
-from memories.tool import ScopedMemory
+from memory.scopes.paths import Scope, grant
+from memory.scopes.store import Caps, Memories
+from memory.scopes.tool import ScopedMemory
 from tests.harness import unique
 
 A = "/memories/people/ou_alice"
@@ -192,9 +192,9 @@ def test_the_deliberate_differences_answer_as_documented(r: redis.Redis, tmp_pat
 
 
 def test_the_tools_docstring_names_every_deliberate_difference() -> None:
-    import memories.tool
+    import memory.scopes.tool
 
-    doc = memories.tool.__doc__ or ""
+    doc = memory.scopes.tool.__doc__ or ""
     for words in ("other scopes are refused", "no `..`", "re-creating a file", "folder's size", "missing or mistyped",
                   "a file used as a folder", "scope's root is never renamed", "Unknown command"):
         assert words in doc, words

@@ -9,9 +9,9 @@ import pytest
 import redis
 
 from core.keys import Keys
-from memories.paths import Grant, PathError, Scope, grant, parse
-from memories.store import Caps, Memories, MemoryFull
-from memories.tool import ScopedMemory
+from memory.scopes.paths import Grant, PathError, Scope, grant, parse
+from memory.scopes.store import Caps, Memories, MemoryFull
+from memory.scopes.tool import ScopedMemory
 from tests.harness import unique
 
 ALICE, BOB = Scope("people", "ou_alice"), Scope("people", "ou_bob")
@@ -137,11 +137,11 @@ def test_the_tool_reads_and_writes_only_within_the_grant(store: Memories) -> Non
     assert store.file(BOB, "instructions.md").text == "Bob 的秘密偏好"  # type: ignore[union-attr]
 
 
-# -- moving the retired save_note notes in (memories/migrate.py) ---------------------------------------------------
+# -- moving the retired save_note notes in (memory/scopes/migrate.py) ------------------------------------------------
 
 def test_old_notes_move_into_their_scopes_once_and_the_deployment_wide_ones_stay(r: redis.Redis) -> None:
-    from memories.migrate import PREFIX, migrate
     from memory.notes import Notes
+    from memory.scopes.migrate import PREFIX, migrate
 
     keys = Keys(unique("mig"))
     store = Memories(r, keys, Caps(files=20, chars=100_000, file_chars=120))

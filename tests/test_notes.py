@@ -6,9 +6,9 @@ import threading
 
 import redis
 
+from claude.prompt import estimate_tokens
 from core.keys import Keys
 from memory.notes import Notes, notes_block, scope_id
-from memory.prompt import estimate_tokens
 from tests.harness import unique
 
 

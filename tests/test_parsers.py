@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bot.envelope import Envelope, MessageEvent, to_inbound
 from core.inbound import Inbound
-from edge.admission import admit
-from edge.envelope import Envelope, MessageEvent, to_inbound
 from feishu.message import FORWARDED_PLACEHOLDER, ContentError, content_object, has_lone_surrogate
+from routing.admission import admit
 from routing.policy import Policy
 from sandbox.feishu.events import (
     DOC_DIVIDER,

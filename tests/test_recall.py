@@ -132,7 +132,7 @@ def test_history_before_a_reset_is_read_only_when_asked_and_marked(service, feis
 
 
 def test_a_tool_result_fits_its_room_and_only_sent_messages_count_as_used(env, feishu, redis_url) -> None:
-    from memory.budget import Budget
+    from claude.budget import Budget
     from runs.runtime import Runtime
     from tests.harness import settings_from
     from turn.recall import Reader
@@ -196,7 +196,7 @@ def test_a_page_in_a_tiny_room_shows_the_head_of_its_first_message_and_moves_on(
     """Issue 23 A7: a page whose room holds no whole message still shows the head of the first unseen one, with
     the offset read_message reads on from, and its cursor moves past it. Only a room that cannot hold even that
     head is full: the cursor stays where it was and the model answers with what it has."""
-    from memory.budget import Budget
+    from claude.budget import Budget
 
     chat, thread, root = unique("oc_topic"), unique("omt"), unique("om_root")
     feishu.add_message(root, chat, text=LONG_ROOT, thread_id=thread, sender_open_id="ou_owner")

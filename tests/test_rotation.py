@@ -14,8 +14,8 @@ import pytest
 import redis
 import requests
 
+from claude.budget import Budget, calibration_key, factor
 from core.keys import Keys
-from memory.budget import Budget, calibration_key, factor
 from sandbox.claude import wire as claude_wire
 from tests.harness import (
     Proc,

@@ -6,7 +6,7 @@ import pytest
 
 from core.inbound import Inbound, Mention
 from core.settings import ChatOverride
-from edge.admission import IDENTITY_UNKNOWN, NO_SENDER_ID, admit
+from routing.admission import IDENTITY_UNKNOWN, NO_SENDER_ID, admit
 from routing.keys import route_for
 from routing.policy import Policy
 
@@ -149,7 +149,7 @@ def test_content_key_survives_new_message_id() -> None:
 
 
 def test_bot_mention_is_stripped_and_others_resolved() -> None:
-    from edge.envelope import Envelope, MessageEvent, to_inbound
+    from bot.envelope import Envelope, MessageEvent, to_inbound
     from sandbox.feishu.events import mention, message_event
 
     payload = message_event(chat_id="oc_g", chat_type="group", text="@_user_1 请问 @_user_2 的问题",

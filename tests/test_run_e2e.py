@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from memory.embedded import stop_server
+from state.embedded import stop_server
 from tests.harness import ROOT, free_port, subprocess_env, unique, wait_for
 from tests.test_elastic import ORPHAN_LIMIT_S, session_of
 

@@ -24,7 +24,7 @@ from lark_oapi.api.im.v1 import (
 from lark_oapi.core.cache import LocalCache
 from lark_oapi.core.token.manager import TokenManager
 
-from edge.crypto import SignatureVerifier, decrypt
+from bot.crypto import SignatureVerifier, decrypt
 from sandbox.claude.standin import ClaudeStandin
 from sandbox.feishu.emulator import FeishuEmulator
 from sandbox.feishu.events import (

@@ -28,8 +28,6 @@ import pytest
 import redis
 import requests
 
-from memory.timer import Timer
-from memory.timers import Timers
 from sandbox.feishu.events import mention, message_recalled_event
 from tests.harness import (
     APP_ID,
@@ -45,6 +43,8 @@ from tests.harness import (
 from tests.harness import wait_route_idle as idle
 from tests.own_stack import OwnStack
 from tests.test_items import APP, TABLE, open_topic, topic_rk
+from timers.model import Timer
+from timers.store import Timers
 
 TZ = ZoneInfo("Asia/Shanghai")
 MONDAY_9 = datetime(2026, 11, 30, 9, 0, tzinfo=TZ)

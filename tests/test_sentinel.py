@@ -3,7 +3,7 @@
 The scenario runs web, worker and sweeper against a primary, a replica and three sentinels
 (sandbox/redis_ha.py), keeps several routes talking, and kills the master twice: once plainly, once
 while the replication stream is stalled, so that only acknowledgements that waited for a replica
-(`WAIT 1`, memory/store.py ReplicaWait) survive. Every event the web answered non-2xx is delivered again,
+(`WAIT 1`, state/store.py ReplicaWait) survive. Every event the web answered non-2xx is delivered again,
 as Feishu does. Every message must be answered exactly once.
 """
 
@@ -21,13 +21,13 @@ import requests
 from pydantic import ValidationError
 
 from core.keys import Keys
-from memory import ha as sentinel
-from memory.ha import SentinelConfigError, Target, parse_address, parse_url
-from memory.store import ReplicaWait, resolve_url, rq_client, state_client
 from sandbox.claude.standin import ClaudeStandin
 from sandbox.feishu.emulator import FeishuEmulator
 from sandbox.feishu.events import message_event
 from sandbox.redis_ha import SentinelRig
+from state import ha as sentinel
+from state.ha import SentinelConfigError, Target, parse_address, parse_url
+from state.store import ReplicaWait, resolve_url, rq_client, state_client
 from tests.harness import (
     APP_ID,
     VERIFICATION_TOKEN,

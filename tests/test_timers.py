@@ -15,11 +15,11 @@ import pytest
 import redis
 
 from core.inbound import Inbound, dumps
-from memory.timer import FIRED, FOLLOWUP, PENDING, Timer, dedupe_key
-from memory.timers import Caps
 from runs.runtime import Runtime
 from tests.harness import settings_from, unique
-from timers import scheduler
+from timers import scheduler, timers_of
+from timers.model import FIRED, FOLLOWUP, PENDING, Timer, dedupe_key
+from timers.store import Caps
 from timers.tool import FollowupContext, footer, schedule
 
 
@@ -47,12 +47,12 @@ def test_two_schedulers_racing_push_each_due_timer_exactly_once(env, r) -> None:
     routes = [f"feishu:{profile}:p2p:oc_{i}" for i in range(40)]
     due = a.clock.now() - 1
     for n in range(600):
-        assert a.timers.add(followup(n, routes[n % 40], due + n / 1000), now=due) == 1
+        assert timers_of(a).add(followup(n, routes[n % 40], due + n / 1000), now=due) == 1
     start = threading.Barrier(2)
 
     def run(rt: Runtime) -> None:
         start.wait()
-        while scheduler.fire_due(rt) or rt.timers.due(rt.clock.now(), 1):
+        while scheduler.fire_due(rt) or timers_of(rt).due(rt.clock.now(), 1):
             pass
 
     threads = [threading.Thread(target=run, args=(x,)) for x in (a, b)]
@@ -62,8 +62,8 @@ def test_two_schedulers_racing_push_each_due_timer_exactly_once(env, r) -> None:
         t.join(30)
     counts = events_per_timer(r, a, routes)
     assert len(counts) == 600 and set(counts.values()) == {1}, {k: v for k, v in counts.items() if v != 1}
-    assert a.timers.pending_count() == 0
-    assert {t.state for t in a.timers.many([f"f_{n:010d}" for n in range(600)])} == {FIRED}
+    assert timers_of(a).pending_count() == 0
+    assert {t.state for t in timers_of(a).many([f"f_{n:010d}" for n in range(600)])} == {FIRED}
     assert int(r.hget(a.keys.metrics, "timers_fired|followup") or 0) == 600  # counted once, by the winner
 
 
@@ -72,12 +72,12 @@ def test_a_crash_between_the_push_and_the_end_pushes_no_second_event(env, r) -> 
     rt = runtime(env, profile)
     rk = f"feishu:{profile}:p2p:oc_crash"
     t = followup(1, rk, rt.clock.now() - 5)
-    rt.timers.add(t)
+    timers_of(rt).add(t)
     key = dedupe_key(t.id, t.due)  # the dead scheduler pushed, then died before ending the timer
     rt.inbox.push(rk, dumps(scheduler.timer_event(t, rt.clock.now())), message_id=key, content_key=key,
                   queue="runs")
     assert scheduler.fire_due(rt) == 1
-    assert r.llen(rt.keys.inbox(rk)) == 1 and rt.timers.get(t.id).state == FIRED  # type: ignore[union-attr]
+    assert r.llen(rt.keys.inbox(rk)) == 1 and timers_of(rt).get(t.id).state == FIRED  # type: ignore[union-attr]
 
 
 def test_adds_are_idempotent_capped_per_route_and_a_resets_cancel_counts_once(env, r) -> None:
@@ -86,20 +86,20 @@ def test_adds_are_idempotent_capped_per_route_and_a_resets_cancel_counts_once(en
     rk = f"feishu:{profile}:p2p:oc_cap"
     later = rt.clock.now() + 3600
     cap = Caps(route=2)
-    assert rt.timers.add(followup(1, rk, later), caps=cap) == 1
-    assert rt.timers.add(followup(1, rk, later), caps=cap) == 0  # a rerun of the turn that set it
-    assert rt.timers.add(followup(2, rk, later), caps=cap) == 1
-    assert rt.timers.add(followup(3, rk, later), caps=cap) == -1  # the route is full
-    assert [t.id for t in rt.timers.of_source("om_1")] == ["f_0000000001"]
+    assert timers_of(rt).add(followup(1, rk, later), caps=cap) == 1
+    assert timers_of(rt).add(followup(1, rk, later), caps=cap) == 0  # a rerun of the turn that set it
+    assert timers_of(rt).add(followup(2, rk, later), caps=cap) == 1
+    assert timers_of(rt).add(followup(3, rk, later), caps=cap) == -1  # the route is full
+    assert [t.id for t in timers_of(rt).of_source("om_1")] == ["f_0000000001"]
     ledger = rt.keys.sent(rk, "batch-reset")
     ids = ["f_0000000001", "f_0000000002", "f_0000000009"]  # one that does not exist
-    assert rt.timers.cancel_many(rk, ids, ledger, "followups_cancelled", "reset", time.time()) == ids[:2]
-    assert rt.timers.cancel_many(rk, ids, ledger, "followups_cancelled", "reset", time.time()) == ids[:2]  # rerun
-    assert rt.timers.pending_of(rk) == [] and rt.timers.pending_count() == 0
-    assert rt.timers.pending_of_person("ou_a") == 0  # the person index follows every end
-    assert {t.state for t in rt.timers.many(["f_0000000001", "f_0000000002"])} == {"cancelled"}
-    assert rt.timers.add(followup(3, rk, later), caps=cap) == 1  # room again
-    t = rt.timers.get("f_0000000003")
+    assert timers_of(rt).cancel_many(rk, ids, ledger, "followups_cancelled", "reset", time.time()) == ids[:2]
+    assert timers_of(rt).cancel_many(rk, ids, ledger, "followups_cancelled", "reset", time.time()) == ids[:2]  # rerun
+    assert timers_of(rt).pending_of(rk) == [] and timers_of(rt).pending_count() == 0
+    assert timers_of(rt).pending_of_person("ou_a") == 0  # the person index follows every end
+    assert {t.state for t in timers_of(rt).many(["f_0000000001", "f_0000000002"])} == {"cancelled"}
+    assert timers_of(rt).add(followup(3, rk, later), caps=cap) == 1  # room again
+    t = timers_of(rt).get("f_0000000003")
     assert t is not None and t.state == PENDING
     assert r.ttl(rt.keys.timer("f_0000000001")) > 0  # ended timers expire; pending ones do not
     assert r.ttl(rt.keys.timer("f_0000000003")) == -1
@@ -116,17 +116,17 @@ def test_caps_per_person_across_routes_per_person_on_a_route_and_in_all(env, r) 
     later = rt.clock.now() + 3600
     caps = Caps(route=6, person=5, route_person=3, total=0)
     topic = f"feishu:{profile}:topic:oc_t:omt_shared"
-    assert [rt.timers.add(mine(n, topic, later, "ou_spam"), caps=caps) for n in range(4)] == [1, 1, 1, -3]
-    assert [rt.timers.add(mine(n, topic, later, "ou_bob"), caps=caps) for n in range(3)] == [1, 1, 1]  # room left
+    assert [timers_of(rt).add(mine(n, topic, later, "ou_spam"), caps=caps) for n in range(4)] == [1, 1, 1, -3]
+    assert [timers_of(rt).add(mine(n, topic, later, "ou_bob"), caps=caps) for n in range(3)] == [1, 1, 1]  # room left
     others = [f"feishu:{profile}:topic:oc_t:omt_{i}" for i in range(5)]
-    assert [rt.timers.add(mine(10 + i, rk, later, "ou_spam"), caps=caps) for i, rk in enumerate(others)] == \
+    assert [timers_of(rt).add(mine(10 + i, rk, later, "ou_spam"), caps=caps) for i, rk in enumerate(others)] == \
         [1, 1, -2, -2, -2]  # five in all, wherever they are
-    assert rt.timers.pending_of_person("ou_spam") == 5
-    [one] = [t for t in rt.timers.pending_of(others[0])]
-    assert rt.timers.end(one, "cancelled", "test", time.time())
-    assert rt.timers.add(mine(20, others[4], later, "ou_spam"), caps=caps) == 1  # a cancel frees a place
-    total = Caps(total=rt.timers.pending_count())
-    assert rt.timers.add(mine(1, others[1], later, "ou_carol"), caps=total) == -4  # the deployment's bound
+    assert timers_of(rt).pending_of_person("ou_spam") == 5
+    [one] = [t for t in timers_of(rt).pending_of(others[0])]
+    assert timers_of(rt).end(one, "cancelled", "test", time.time())
+    assert timers_of(rt).add(mine(20, others[4], later, "ou_spam"), caps=caps) == 1  # a cancel frees a place
+    total = Caps(total=timers_of(rt).pending_count())
+    assert timers_of(rt).add(mine(1, others[1], later, "ou_carol"), caps=total) == -4  # the deployment's bound
 
 
 def test_a_timer_set_by_a_turn_a_reset_overtook_is_refused(env, r) -> None:
@@ -136,8 +136,8 @@ def test_a_timer_set_by_a_turn_a_reset_overtook_is_refused(env, r) -> None:
     rk = f"feishu:{profile}:p2p:oc_gen"
     r.hset(rt.keys.route_state(rk), "gen", 2)
     later = rt.clock.now() + 3600
-    assert rt.timers.add(replace(followup(1, rk, later), gen=1), fence_gen=True) == -5
-    assert rt.timers.add(replace(followup(1, rk, later), gen=2), fence_gen=True) == 1
+    assert timers_of(rt).add(replace(followup(1, rk, later), gen=1), fence_gen=True) == -5
+    assert timers_of(rt).add(replace(followup(1, rk, later), gen=2), fence_gen=True) == 1
 
 
 def inbound(mid: str, who: str, text: str, chat: str = "oc_rerun") -> Inbound:
@@ -158,10 +158,10 @@ def test_a_rerun_of_the_turn_sets_nothing_new_and_states_the_first_runs_time(env
     again = FollowupContext(rk, "batch-1", asker, gen=0)
     assert schedule(rt, again, {"message_id": "om_ask", "at": iso(rt, days=2), "what": "别的事"}) == said
     assert footer(again, "x") == footer(first, "x") and at[11:16] in footer(first, "提醒")
-    assert len(rt.timers.pending_of(rk)) == 1
+    assert len(timers_of(rt).pending_of(rk)) == 1
     other = FollowupContext(rk, "batch-2", asker, gen=0)  # another turn: its own timer
     schedule(rt, other, {"message_id": "om_ask", "at": iso(rt, days=2), "what": "别的事"})
-    assert len(rt.timers.pending_of(rk)) == 2
+    assert len(timers_of(rt).pending_of(rk)) == 2
     bad = FollowupContext(rk, "batch-3", asker, gen=0)
     assert schedule(rt, bad, {"message_id": "om_ask", "at": iso(rt, days=-1), "what": "x"}).startswith("not set:")
     assert not bad.set
@@ -180,7 +180,7 @@ def test_the_follow_up_is_the_asking_messages_sender_s_and_names_a_message_of_th
     batch = [inbound("om_alice", "ou_alice", "明天上午提醒我核对账单"), inbound("om_bob", "ou_bob", "我先看看日志")]
     ctx = FollowupContext(rk, "batch-ab", batch, gen=0)
     assert "ou_alice" in schedule(rt, ctx, {"message_id": "om_alice", "at": iso(rt, 1), "what": "核对账单"})
-    [t] = rt.timers.pending_of(rk)
+    [t] = timers_of(rt).pending_of(rk)
     assert (t.created_by, t.source_message_id) == ("ou_alice", "om_alice")
     assert "@ou_alice" in footer(ctx, "提醒")  # several people spoke: the footer says whose it is
     unnamed = FollowupContext(rk, "batch-ab2", batch, gen=0)  # two people: the message must be named

@@ -8,8 +8,8 @@ import threading
 from typing import Any
 
 from app import build_app
+from claude.prompt import format_batch
 from core.inbound import Inbound
-from memory.prompt import format_batch
 from memory.withdrawn import ANSWER_WITHDRAWN, EDITED_MARK, RECALLED_TEXT, rewrite
 from sandbox.feishu.events import message_recalled_event, message_updated_event
 from tests.harness import (
@@ -111,7 +111,7 @@ def test_rewrite_only_touches_whole_message_elements() -> None:
 def test_notes_are_kept_only_where_the_bot_could_see_and_bounded_per_chat(service, feishu, r, keys) -> None:
     """Issue 14 A6: an edit by another bot (never admitted) is not noted; an unaddressed group message's edit is
     (related discussion shows it); a chat keeps only its newest notes, each key with a TTL."""
-    from edge.side_events import WITHDRAWN_PER_CHAT, SideEvents
+    from bot.side_events import WITHDRAWN_PER_CHAT, SideEvents
     from routing.policy import policy_from
     from runs.inbox import Inbox
 

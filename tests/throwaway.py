@@ -14,7 +14,8 @@ from app import FEATURES
 from app import build_app as product_app
 from core.settings import Settings, load_feature_settings
 from feishu.cards import choice_card
-from memory.timer import Timer
+from timers import timers_of
+from timers.model import Timer
 from turn.registry import Action, App, Call, Command, Feature, Part, Said, TimerKind, Turn
 
 NAME = "stamp"
@@ -46,7 +47,7 @@ def _stamp(c: Call) -> Said | None:
     c.rt.outbox.card(c.rk, f"stamp-{m.message_id}", m.message_id, card, chat_id=m.chat_id,
                      in_thread=c.kind == "topic", fence=c.fence)
     now = c.rt.clock.now()
-    c.rt.timers.add(Timer(id=f"stamp_{m.message_id}", kind=NAME, route_key=c.rk, due=now + CLOSE_AFTER_S,
+    timers_of(c.rt).add(Timer(id=f"stamp_{m.message_id}", kind=NAME, route_key=c.rk, due=now + CLOSE_AFTER_S,
                           chat_id=m.chat_id, thread_id=m.thread_id or "", created_by=m.sender_id, created_at=now,
                           source_message_id=m.message_id), now=now)
     return None

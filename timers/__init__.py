@@ -6,5 +6,8 @@ timer run does when its event comes up — an ordinary run, leased, retried and 
 """
 
 from timers.followup import run_key
+from timers.model import TRIAGE, Timer, triage_id
+from timers.store import Timers, timers_of
 
-__all__ = ["run_key"]  # what other features may use of timers (tests/test_layout.py)
+# What other features may use of timers (tests/test_layout.py).
+__all__ = ["TRIAGE", "Timer", "Timers", "run_key", "timers_of", "triage_id"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
-from memory.timer import Timer
+from timers.model import Timer
 
 
 def may_cancel(creator: str, who: str, admins: Collection[str], item_people: Collection[str]) -> bool:

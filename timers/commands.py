@@ -14,9 +14,10 @@ from datetime import datetime
 from core import metrics
 from core.inbound import Inbound
 from core.texts import say
-from memory.timer import CANCELLED, FOLLOWUP, Timer
 from runs.runtime import Runtime
 from timers import authority
+from timers.model import CANCELLED, FOLLOWUP, Timer
+from timers.store import timers_of
 from turn.registry import Said
 
 log = logging.getLogger(__name__)
@@ -38,7 +39,7 @@ def when_text(rt: Runtime, t: Timer) -> str:
 
 
 def list_text(rt: Runtime, rk: str, message: Inbound) -> str:
-    pending = sorted(rt.timers.pending_of(rk), key=lambda t: t.due)
+    pending = sorted(timers_of(rt).pending_of(rk), key=lambda t: t.due)
     if not pending:
         return say("followups_none", message.text)
     lines = [say("followup_line", message.text, id=t.id, when=when_text(rt, t), what=t.what[:WHAT_CHARS],
@@ -59,7 +60,7 @@ def cancel_text(rt: Runtime, rk: str, message: Inbound) -> Said:
     timer_id = cancel_argument(message.text)
     if not timer_id:
         return Said(say("cancel_usage", message.text))
-    t = rt.timers.get(timer_id)
+    t = timers_of(rt).get(timer_id)
     if t is None or t.route_key != rk or t.kind != FOLLOWUP:  # another route's timer is not named here
         return Said(say("cancel_unknown", message.text, id=timer_id))
     done = {"id": t.id, "when": when_text(rt, t), "what": t.what[:WHAT_CHARS]}
@@ -71,7 +72,7 @@ def cancel_text(rt: Runtime, rk: str, message: Inbound) -> Said:
     if not may_cancel(rt, t, by):
         log.info("follow-up cancel refused", extra={"route_key": rk, "reason": t.id, "message_id": message.message_id})
         return Said(say("cancel_refused", message.text, id=timer_id))
-    if rt.timers.end(t, CANCELLED, f"cancel:{by}", rt.clock.now()):
+    if timers_of(rt).end(t, CANCELLED, f"cancel:{by}", rt.clock.now()):
         metrics.count(rt.state, rt.keys, "timers_cancelled", "command")
     return _cancelled(message, t, done)
 
@@ -106,14 +107,14 @@ def on_reset(rt: Runtime, rk: str, message: Inbound, batch_id: str) -> Said:
     """What `/reset` does to the route's follow-ups, once per reset batch (a rerun says the same): cancels those
     the resetter may cancel, keeps the others (they belong to their creators), tells creators of what it cancelled."""
     who = message.sender_id
-    plan = authority.on_reset(rt.timers.pending_of(rk), who, rt.settings.item_admins,
+    plan = authority.on_reset(timers_of(rt).pending_of(rk), who, rt.settings.item_admins,
                               lambda item_id: item_people(rt, item_id))
-    ids = rt.timers.cancel_many(rk, [t.id for t in plan.cancel], rt.keys.sent(rk, batch_id), "followups_cancelled",
+    ids = timers_of(rt).cancel_many(rk, [t.id for t in plan.cancel], rt.keys.sent(rk, batch_id), "followups_cancelled",
                                 f"reset:{who}", rt.clock.now())
     if ids:
         metrics.count(rt.state, rt.keys, "timers_cancelled", "reset", n=len(ids))
-    cancelled = rt.timers.many(ids)
-    kept = [t for t in rt.timers.pending_of(rk) if t.id not in ids]
+    cancelled = timers_of(rt).many(ids)
+    kept = [t for t in timers_of(rt).pending_of(rk) if t.id not in ids]
     lines, people = [], {}
     if cancelled:
         lines.append(say("reset_followups", message.text, n=len(cancelled)))

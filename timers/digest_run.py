@@ -15,9 +15,10 @@ from datetime import datetime
 
 from core import metrics
 from memory import related
-from memory.timer import Timer
 from runs.runtime import Runtime
 from timers.digest import DigestRow, digest_card, open_items
+from timers.model import Timer
+from timers.store import timers_of
 
 log = logging.getLogger(__name__)
 LATE_S = 12 * 3600  # a digest more than this late (the service was down) is skipped: the next one comes
@@ -54,7 +55,7 @@ def _with_talk(rt: Runtime, rows: list[DigestRow]) -> list[DigestRow]:
 
 
 def _done(rt: Runtime, rk: str, t: Timer, note: str, outcome: str) -> str:
-    rt.timers.note(t.id, note)
+    timers_of(rt).note(t.id, note)
     metrics.count(rt.state, rt.keys, "digests", outcome)
     log.info(f"digest {t.id}: {note}", extra={"route_key": rk, "reason": note})
     return note

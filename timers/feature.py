@@ -11,13 +11,13 @@ from typing import Any
 
 from core.inbound import TIMER_TYPE
 from memory.sessions import entry
-from memory.timer import DIGEST, FOLLOWUP, Timer
 from routing.keys import DIGEST as DIGEST_ROUTE
 from timers import commands, tool
 from timers.digest_run import run_digest
 from timers.fire import fire, timer_of
 from timers.followup import fire_followup
 from timers.instant import now_line
+from timers.model import DIGEST, FOLLOWUP, Timer
 from timers.scheduler import ensure_digests
 from turn.registry import Call, Command, Event, Feature, Part, Periodic, RouteWork, Said, TimerKind, Turn
 

@@ -8,8 +8,9 @@ from dataclasses import replace
 
 from core.inbound import Inbound
 from memory.sessions import RouteState
-from memory.timer import Timer
 from runs.runtime import Runtime
+from timers.model import Timer
+from timers.store import timers_of
 from turn.registry import Call, app_of
 
 log = logging.getLogger(__name__)
@@ -21,7 +22,7 @@ def timer_of(rt: Runtime, rk: str, event: Inbound) -> Timer | None:
         timer_id = str(json.loads(event.content).get("timer_id") or "")
     except (ValueError, AttributeError):
         timer_id = ""
-    t = rt.timers.get(timer_id)
+    t = timers_of(rt).get(timer_id)
     if t is None or t.route_key != rk:
         log.warning("timer event without its timer: nothing to do", extra={"route_key": rk,
                                                                            "message_id": event.message_id})

@@ -25,10 +25,11 @@ from core import metrics
 from core.errors import CapabilityOff, Permanent
 from memory import related, withdrawn
 from memory.sessions import RouteState
-from memory.timer import Timer
 from routing.keys import kind_of
 from runs.outbox import BATCH_CACHE_TTL_S
 from runs.runtime import Runtime
+from timers.model import Timer
+from timers.store import timers_of
 from turn.thread import list_page, text_of
 
 log = logging.getLogger(__name__)
@@ -72,7 +73,7 @@ def fire_followup(rt: Runtime, rk: str, t: Timer, batch_id: str, fence: Callable
         if gone is None:
             raise
         return _done(rt, rk, t, f"nothing posted: {gone}", "gone")
-    rt.timers.told(t.id, check.text)
+    timers_of(rt).told(t.id, check.text)
     return _done(rt, rk, t, f"posted {','.join(ids)}", "posted")
 
 
@@ -118,7 +119,7 @@ def run_key(t: Timer) -> str:
 
 
 def _done(rt: Runtime, rk: str, t: Timer, note: str, outcome: str) -> str:
-    rt.timers.note(t.id, note)
+    timers_of(rt).note(t.id, note)
     metrics.count(rt.state, rt.keys, "followups", outcome)
     log.info(f"follow-up {t.id}: {note}", extra={"route_key": rk, "reason": note, "message_id": t.source_message_id})
     return note

@@ -16,9 +16,10 @@ from datetime import datetime
 from core import metrics
 from core.cron import Cron
 from core.inbound import TIMER_TYPE, Inbound, dumps
-from memory.timer import DIGEST, FIRED, PENDING, Timer, dedupe_key, digest_id
 from routing.keys import digest_route, kind_of
 from runs.runtime import Runtime
+from timers.model import DIGEST, FIRED, PENDING, Timer, dedupe_key, digest_id
+from timers.store import timers_of
 
 log = logging.getLogger(__name__)
 BATCH = 500  # timers per pass; a full pass is followed by another at once (up to PASS_SECONDS)
@@ -41,7 +42,7 @@ def fire_due(rt: Runtime, now: float | None = None) -> int:
     fired, deadline = 0, time.monotonic() + PASS_SECONDS
     while True:
         at = rt.clock.now() if now is None else now
-        due = rt.timers.due(at, BATCH)
+        due = timers_of(rt).due(at, BATCH)
         if not due:
             return fired
         fired += _push(rt, due, at)
@@ -50,17 +51,17 @@ def fire_due(rt: Runtime, now: float | None = None) -> int:
 
 
 def _push(rt: Runtime, due: list[tuple[str, float]], now: float) -> int:
-    loaded = {t.id: t for t in rt.timers.many([i for i, _ in due])}
+    loaded = {t.id: t for t in timers_of(rt).many([i for i, _ in due])}
     fired = 0
     for timer_id, _ in due:
         t = loaded.get(timer_id)
         if t is None or t.state != PENDING:
-            rt.timers.drop_dangling(timer_id, t.route_key if t else "")
+            timers_of(rt).drop_dangling(timer_id, t.route_key if t else "")
             continue
         event = timer_event(t, now)
         key = dedupe_key(t.id, t.due)
         rt.inbox.push(t.route_key, dumps(event), message_id=key, content_key=key, queue=rt.queue_of(t.route_key))
-        if rt.timers.end(t, FIRED, "due", now, due=t.due):
+        if timers_of(rt).end(t, FIRED, "due", now, due=t.due):
             fired += 1
             metrics.count(rt.state, rt.keys, "timers_fired", t.kind)
             log.info("timer due: pushed to its route", extra={"route_key": t.route_key, "reason": t.kind,
@@ -90,7 +91,7 @@ def ensure_digests(rt: Runtime, now: float | None = None) -> int:
                   due=slot.timestamp(),
                   chat_id=chat_id, what="digest", understood=slot.strftime("%Y-%m-%d %H:%M"), created_by="",
                   created_at=at)
-        if rt.timers.add(t, now=at) == 1:
+        if timers_of(rt).add(t, now=at) == 1:
             added += 1
             log.info("digest scheduled", extra={"route_key": rk, "reason": t.understood})
     return added

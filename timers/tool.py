@@ -19,10 +19,10 @@ from typing import Any
 from core import metrics
 from core.inbound import Inbound
 from core.texts import say
-from memory.timer import FOLLOWUP, Timer, followup_id
-from memory.timers import REFUSED, Caps
 from runs.runtime import Runtime
 from timers.instant import InstantError, read_instant
+from timers.model import FOLLOWUP, Timer, followup_id
+from timers.store import REFUSED, Caps, timers_of
 
 log = logging.getLogger(__name__)
 WHAT_CHARS = 200
@@ -85,7 +85,7 @@ def schedule(rt: Runtime, ctx: FollowupContext, args: dict[str, Any]) -> str:
               understood=when.understood, created_by=m.sender_id, created_at=now,
               source_message_id=m.message_id, root_id=m.root_id or "", source_time_ms=_ms(m.create_time, now),
               gen=ctx.gen)
-    added = rt.timers.add(t, caps=caps(rt), now=now, fence_gen=True)
+    added = timers_of(rt).add(t, caps=caps(rt), now=now, fence_gen=True)
     if added < 0:
         metrics.count(rt.state, rt.keys, "followups", f"refused_{REFUSED[added]}")
         return refusal(rt, added)
@@ -93,7 +93,7 @@ def schedule(rt: Runtime, ctx: FollowupContext, args: dict[str, Any]) -> str:
         metrics.count(rt.state, rt.keys, "timers_set", FOLLOWUP)
         log.info("follow-up set", extra={"route_key": ctx.rk, "reason": t.id, "message_id": m.message_id})
     else:  # a rerun of the turn: the timer the first run set stands, whatever this run's model resolved
-        t = rt.timers.get(t.id) or t
+        t = timers_of(rt).get(t.id) or t
     ctx.set.append({"id": t.id, "when": t.understood, "by": t.created_by})
     return f"set: follow-up {t.id} for {t.created_by} at {t.understood} ({rt.settings.timers.timezone}) — {t.what}"
 
@@ -102,7 +102,7 @@ def void_turn(rt: Runtime, rk: str, batch_id: str) -> list[str]:
     """A turn a user reset overtook never answers: the follow-ups it set (their ids are its own) are cancelled,
     since nobody was told of them. Once per batch, like /reset's own cancel."""
     ids = [followup_id(rk, batch_id, n) for n in range(MAX_PER_TURN)]
-    done = rt.timers.cancel_many(rk, ids, rt.keys.sent(rk, batch_id), "followups_voided", "superseded",
+    done = timers_of(rt).cancel_many(rk, ids, rt.keys.sent(rk, batch_id), "followups_voided", "superseded",
                                  rt.clock.now())
     if done:
         metrics.count(rt.state, rt.keys, "timers_cancelled", "superseded", n=len(done))

@@ -18,8 +18,7 @@ from bitable.index import Items
 from core.inbound import Inbound
 from core.keys import Keys
 from core.settings import Settings
-from memory.timer import TRIAGE, Timer, triage_id
-from memory.timers import Timers
+from timers import TRIAGE, Timer, Timers, triage_id
 from triage.filter import worth_triage
 
 log = logging.getLogger(__name__)

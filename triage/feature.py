@@ -3,7 +3,7 @@ messages to triage/buffer.py directly (the edge sits above every feature)."""
 
 from __future__ import annotations
 
-from memory.timer import TRIAGE
+from timers import TRIAGE
 from triage.run import run_triage
 from turn.registry import Call, Feature, TimerKind
 

@@ -19,15 +19,14 @@ from typing import Any
 
 from bitable.client import Record
 from bitable.index import Item
+from claude.prompt import estimate_tokens
 from core import metrics
 from core.inbound import Inbound
 from items import propose_changes
 from memory import withdrawn
-from memory.prompt import estimate_tokens
-from memory.timer import Timer
 from runs.outbox import BATCH_CACHE_TTL_S
 from runs.runtime import Runtime
-from timers import run_key
+from timers import Timer, run_key, timers_of
 from triage.filter import dedupe, normalise
 from triage.protocol import QUIET, Decision, parse_decision, request_text, system_prompt
 
@@ -60,7 +59,7 @@ def run_triage(rt: Runtime, rk: str, t: Timer, batch_id: str, fence: Callable[[]
 
 
 def _noted(rt: Runtime, t: Timer, outcome: str) -> str:
-    rt.timers.note(t.id, outcome)
+    timers_of(rt).note(t.id, outcome)
     return outcome
 
 
@@ -153,11 +152,11 @@ def _act(rt: Runtime, rk: str, t: Timer, item: Item, d: Decision, fresh: Sequenc
     if d.kind == "propose" and item.record_id and rt.bitable is not None:
         propose_changes(rt, rk, item, [{"field": d.field, "value": d.value, "reason": d.note or "quiet triage"}],
                        firing, _as_inbound(t, target), fence)  # the proposal's id and card keyed by the firing
-        rt.timers.told(t.id, f"审批卡：建议把 {d.field} 改为 {d.value}（{d.note or '新证据'}）")
+        timers_of(rt).told(t.id, f"审批卡：建议把 {d.field} 改为 {d.value}（{d.note or '新证据'}）")
         return _done(rt, rk, "propose", f"proposed {d.field} → {d.value}")
     note = d.note or "新证据已记录。"
     rt.outbox.reply(rk, firing, str(target["message_id"]), note, chat_id=t.chat_id, in_thread=True, fence=fence)
-    rt.timers.told(t.id, note)
+    timers_of(rt).told(t.id, note)
     return _done(rt, rk, "note", note)
 
 

@@ -7,10 +7,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from claude.client import Completion
+from claude.prompt import format_batch
 from core.inbound import Inbound
 from core.texts import say
 from memory import withdrawn
-from memory.prompt import format_batch
 from runs.outbox import Superseded
 from runs.runtime import Runtime
 from turn import ask, progress, request

@@ -9,8 +9,8 @@ from dataclasses import asdict, replace
 from typing import Any
 
 from claude.client import Completion
+from claude.prompt import estimate_tokens, system_blocks
 from core import metrics
-from memory.prompt import estimate_tokens, system_blocks
 from memory.sessions import entry
 from runs import shutdown
 from runs.outbox import BATCH_CACHE_TTL_S, LeaseLost

@@ -1,6 +1,6 @@
 """What the user showed, not just what they typed: forwarded bundles, images and files of a batch.
 
-The worker fetches them through feishu/materials.py (cached per message, size-capped); the batch's text gets
+The worker fetches them through feishu/resources.py (cached per message, size-capped); the batch's text gets
 the forwarded messages and file facts inline and an `<image ref="n"/>` marker where each image stood,
 and the request gets the images themselves as labelled image blocks after the batch text. The session
 log keeps the text with the markers, never the image data.
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.inbound import Inbound
-from feishu.materials import gather
+from feishu.resources import gather
 from runs.runtime import Runtime
 
 RICH_TYPES = frozenset({"merge_forward", "image", "file", "post"})  # posts may hold images

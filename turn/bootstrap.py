@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import logging
 
+from claude.prompt import estimate_tokens
 from core.errors import Paused, Permanent
-from memory.prompt import estimate_tokens
 from memory.sessions import entry
 from runs.runtime import Runtime
 from turn.thread import MAX_PAGE, RouteScope, get_message, list_page, render, sender_of

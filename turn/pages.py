@@ -11,7 +11,7 @@ import html
 from collections.abc import Sequence
 from typing import Any
 
-from memory import budget as bud
+from claude import budget as bud
 from runs.runtime import Runtime
 from turn.thread import (
     PAGE_END,

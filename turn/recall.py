@@ -14,9 +14,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from claude import budget as bud
 from claude.client import Completion, Step
 from core.errors import Paused, Permanent
-from memory import budget as bud
 from memory.sessions import END_USER_RESET
 from runs.runtime import Runtime
 from turn import rotation

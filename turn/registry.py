@@ -29,11 +29,10 @@ from core.inbound import Inbound
 if TYPE_CHECKING:
     from pydantic_settings import BaseSettings
 
+    from claude.budget import Budget
     from claude.client import Completion
     from core.settings import Settings
-    from memory.budget import Budget
     from memory.sessions import RouteState
-    from memory.timer import Timer
     from runs.runtime import Runtime
 
 Fence = Callable[[], bool]
@@ -135,7 +134,7 @@ class Call:
     state: RouteState | None = None
     dropped: int = 0  # messages consumed unanswered because a user reset came after them (for /reset's reply)
     told: list[str] = field(default_factory=list)  # session log entries of what it posted unasked (committed with it)
-    timer: Timer | None = None  # a due timer's run: the timer (TimerKind)
+    timer: Any = None  # a due timer's run (TimerKind): the timer, of the timers feature's type
 
     @property
     def kind(self) -> str:

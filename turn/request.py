@@ -6,10 +6,10 @@ from __future__ import annotations
 import html
 from collections.abc import Sequence
 
+from claude import budget as bud
+from claude.prompt import estimate_tokens, format_batch, system_blocks
 from core.inbound import Inbound
-from memory import budget as bud
 from memory import related, withdrawn
-from memory.prompt import estimate_tokens, format_batch, system_blocks
 from runs.runtime import Runtime
 from turn import recall, rotation
 

@@ -18,10 +18,11 @@ from typing import Any
 
 import redis
 
+from claude import budget as bud
 from claude.client import Completion
+from claude.prompt import Entry, estimate_tokens, session_messages
 from core import metrics
 from core.keys import Keys
-from memory import budget as bud
 from memory import withdrawn
 from memory.compress import (
     COMPRESSION_SYSTEM,
@@ -31,7 +32,6 @@ from memory.compress import (
     restore_within,
     summary_entry_text,
 )
-from memory.prompt import Entry, estimate_tokens, session_messages
 from memory.sessions import END_COMPRESSION, SessionFenced, entry
 from runs import shutdown
 from runs.outbox import BATCH_CACHE_TTL_S, LeaseLost, Superseded

@@ -51,8 +51,8 @@ from chaos.scenarios.items import Kills
 from chaos.stack import Stack
 from core.clock import Clock
 from core.settings import Settings
-from memories.paths import Scope
-from memories.store import UNDO_KEPT, Caps, Memories
+from memory.scopes.paths import Scope
+from memory.scopes.store import UNDO_KEPT, Caps, Memories
 from routing.keys import memory_route
 
 APP, TABLE = "bascnChaosMemory19", "tblChaosMemory19"

@@ -15,8 +15,8 @@ from chaos.report import Result
 from chaos.scenarios.base import Context, scenario
 from chaos.scenarios.outages import sending, wait_accepted
 from chaos.stack import Host, Stack
-from memory.store import rq_client, state_client
 from sandbox.redis_ha import SentinelRig
+from state.store import rq_client, state_client
 
 
 class SentinelHost(Host):

@@ -53,8 +53,8 @@ from chaos.stack import BIN, Stack
 from core.clock import Clock
 from core.inbound import Inbound
 from core.settings import Settings
-from memory.timer import FOLLOWUP, TRIAGE, Timer, dedupe_key, digest_id
-from memory.timers import Timers
+from timers.model import FOLLOWUP, TRIAGE, Timer, dedupe_key, digest_id
+from timers.store import Timers
 from triage.buffer import keep, topic_route
 
 APP, TABLE = "bascnChaosWake18", "tblChaosWake18"

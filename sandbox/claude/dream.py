@@ -1,4 +1,4 @@
-"""The stand-in's memory consolidation (a MEMORY CONSOLIDATION request, memories/dream.py). Offline, deterministic.
+"""The stand-in's memory consolidation (a MEMORY CONSOLIDATION request, memory/scopes/dream.py). Offline, deterministic.
 
 It reads the scope's files from the request and, with the memory tool:
 - owner facts about one subject ("X负责人是A（12-01 记…）", later "X改由B负责（12-02 记…）") become one file saying

@@ -18,8 +18,8 @@ import requests
 from core.clock import Clock, parse_span
 from core.keys import Keys
 from core.settings import load_settings
-from memory.store import resolve_url, state_client
 from sandbox.cli.wire import HTTP_TIMEOUT, message_text
+from state.store import resolve_url, state_client
 
 
 def clock(args: argparse.Namespace) -> int:

@@ -7,9 +7,9 @@ import argparse
 
 from core.keys import Keys
 from core.settings import load_settings
-from memories.paths import PathError, Scope
-from memories.store import Caps, Memories
-from memory.store import resolve_url, state_client
+from memory.scopes.paths import PathError, Scope
+from memory.scopes.store import Caps, Memories
+from state.store import resolve_url, state_client
 
 
 def memory(args: argparse.Namespace) -> int:

@@ -8,8 +8,8 @@ import time
 import uuid
 from typing import Any
 
+from bot.crypto import encrypted_body, sign
 from core.settings import SANDBOX_APP_ID, SANDBOX_SECRETS
-from edge.crypto import encrypted_body, sign
 
 TENANT_KEY = "tenant_sandbox"
 DEFAULT_TOKEN = SANDBOX_SECRETS["feishu_verification_token"]

@@ -1,7 +1,7 @@
 """Redis connections: a text client for our state and a bytes client for RQ (RQ breaks on decoded replies).
 
 Every process passes one URL string around: `redis://…`/`unix://…` for a single server, or
-`redis+sentinel://h1:p1,h2:p2/<master>` (memory/ha.py) for a Sentinel-managed primary; both
+`redis+sentinel://h1:p1,h2:p2/<master>` (state/ha.py) for a Sentinel-managed primary; both
 `state_client` and `rq_client` understand either.
 """
 
@@ -16,8 +16,8 @@ import redis
 from redis.client import Pipeline
 
 from core.settings import Settings
-from memory import ha as sentinel
-from memory.embedded import ensure_server
+from state import ha as sentinel
+from state.embedded import ensure_server
 
 log = logging.getLogger(__name__)
 

@@ -20,10 +20,10 @@ from core import metrics
 from core.cron import Cron
 from core.errors import Retryable
 from core.inbound import Inbound, dumps
-from memories.part import store_of
-from memories.paths import Grant, Scope
-from memories.store import Conflict, File, Memories, MemoryFull
-from memories.tool import MEMORY_TOOL, ScopedMemory
+from memory.scopes.part import store_of
+from memory.scopes.paths import Grant, Scope
+from memory.scopes.store import Conflict, File, Memories, MemoryFull
+from memory.scopes.tool import MEMORY_TOOL, ScopedMemory
 from routing.keys import memory_route
 from runs.runtime import Runtime
 from turn import rotation

@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from memories import commands, dream, part
-from memories.tool import MEMORY_TOOL
+from memory.scopes import commands, dream, part
+from memory.scopes.tool import MEMORY_TOOL
 from routing.keys import MEMORY
 from turn.registry import Command, Feature, Periodic, RouteWork
 

@@ -1,6 +1,6 @@
 """Anthropic's memory tool (`memory_20250818`) backed by the scopes in Redis, as the SDK's abstract backend asks.
 
-Every command passes through the turn's Grant (memories/paths.py) before the store sees it; refusals and failures
+Every command passes through the turn's Grant (memory/scopes/paths.py) before the store sees it; refusals and failures
 are `ToolError`s the model reads as tool errors. What the turn changed is kept (`changed`) for the reply's footer.
 
 Results and error texts are the SDK's own `BetaLocalFilesystemMemoryTool`'s (anthropic.tools.memory) for the same
@@ -35,8 +35,8 @@ from anthropic.types.beta import (
     BetaMemoryTool20250818ViewCommand,
 )
 
-from memories.paths import LOADED, LOADED_CHARS, ROOT, Grant, PathError, Scope, Where, parse
-from memories.store import Conflict, File, MemoryFull
+from memory.scopes.paths import LOADED, LOADED_CHARS, ROOT, Grant, PathError, Scope, Where, parse
+from memory.scopes.store import Conflict, File, MemoryFull
 
 WIDTH = 6  # line numbers, as the SDK's file-system backend prints them
 MEMORY_TOOL = {"type": "memory_20250818", "name": "memory"}
@@ -49,7 +49,8 @@ FIELDS: dict[str, dict[str, type]] = {  # each command's required fields and the
 
 
 class ScopeStore(Protocol):
-    """What the tool writes through: the scopes in Redis (memories/store.py), or a staged copy (memories/dream.py)."""
+    """What the tool writes through: the scopes in Redis (memory/scopes/store.py), or a staged copy
+    (memory/scopes/dream.py)."""
 
     def files(self, scope: Scope) -> dict[str, File]: ...
 

@@ -18,16 +18,16 @@ from typing import Any
 import redis
 from pydantic import BaseModel
 
+from bot.envelope import Envelope
 from core.inbound import CARD_ACTION_TYPE, RECORD_CHANGED_TYPE, Inbound, dumps
 from core.keys import Keys
 from core.settings import Settings
-from edge.admission import admit, listed
-from edge.envelope import Envelope
-from memory.timer import CANCELLED, PENDING
-from memory.timers import Timers
+from routing.admission import admit, listed
 from routing.keys import item_route
 from routing.policy import Policy
 from runs.inbox import Inbox
+from timers.model import CANCELLED, PENDING
+from timers.store import Timers
 from turn.registry import App
 
 log = logging.getLogger(__name__)
@@ -216,7 +216,7 @@ class SideEvents:
         self._note(keys, [message_id, note, version, WITHDRAWN_TTL_S, time.time(), WITHDRAWN_PER_CHAT])
 
     def updated(self, envelope: Envelope, event: dict[str, Any]) -> dict[str, Any] | None:
-        from edge.envelope import MessageEvent, to_inbound  # the parsers of receive_v1
+        from bot.envelope import MessageEvent, to_inbound  # the parsers of receive_v1
         from feishu.message import ContentError
 
         ctx = event.pop("_ctx")

@@ -26,12 +26,12 @@ from lark_oapi.event.custom import CustomizedEvent
 from lark_oapi.event.dispatcher_handler import EventDispatcherHandler
 from lark_oapi.ws import client as ws_client
 
+from bot.envelope import MESSAGE_RECEIVE
+from bot.ingress import Ingress
+from bot.side_events import CARD_ACTION, SIDE_EVENTS
 from core import logs
 from core.settings import Settings, load_settings
-from edge.envelope import MESSAGE_RECEIVE
-from edge.ingress import Ingress
-from edge.side_events import CARD_ACTION, SIDE_EVENTS
-from memory.store import resolve_url, state_client
+from state.store import resolve_url, state_client
 
 log = logging.getLogger(__name__)
 

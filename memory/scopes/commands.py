@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 from core.texts import say
 from items import own_item
-from memories.part import grant_of, store_of
-from memories.paths import Grant, Scope
-from memories.store import File
+from memory.scopes.part import grant_of, store_of
+from memory.scopes.paths import Grant, Scope
+from memory.scopes.store import File
 from routing.keys import kind_of
 from turn.registry import Call, Said
 

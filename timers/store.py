@@ -9,12 +9,15 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 
 from core.keys import Keys
-from memory.timer import ENDED_TTL_S, FOLLOWUP, Timer
+from timers.model import ENDED_TTL_S, FOLLOWUP, Timer
+
+if TYPE_CHECKING:
+    from runs.runtime import Runtime
 
 # KEYS: timer, due zset, route zset, source set, person zset ('' = none), route state ('' = no fence)
 # ARGV: id, due, route cap, source ttl (s), person cap, route-person cap, total cap, expected gen, created_by,
@@ -179,3 +182,8 @@ class Timers:
         if rk:
             pipe.zrem(self.k.timers_of(rk), timer_id)
         pipe.execute()
+
+
+def timers_of(rt: Runtime) -> Timers:
+    """This process's timer store (one per runtime)."""
+    return rt.own("timers", lambda r: Timers(r.state, r.keys))

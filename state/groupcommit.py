@@ -5,7 +5,7 @@ pipeline saves most of the per-call socket and wake-up cost on both sides. Leade
 thread: the first caller sends everything queued so far, then hands the lead to the next waiter. Each
 call still gets its own result or error; nothing is acknowledged before Redis has answered it, and, when
 replicas are connected, before one of them has the group's writes: a `WAIT 1` closes the same pipeline
-(memory/store.py ReplicaWait), so a whole group pays one round trip for it. A group the replica did not
+(state/store.py ReplicaWait), so a whole group pays one round trip for it. A group the replica did not
 confirm in time fails with NotReplicated (the webhook answers 503; Feishu's redelivery is deduped).
 """
 
@@ -20,7 +20,7 @@ from typing import Any
 import redis
 from redis.exceptions import NoScriptError
 
-from memory.store import NotReplicated, ReplicaWait
+from state.store import NotReplicated, ReplicaWait
 
 MAX_BATCH = 64
 

@@ -15,8 +15,8 @@ import redis
 from core.keys import Keys
 from core.settings import Settings
 from feishu import capabilities
-from memory import ha as sentinel
-from memory.store import sentinel_url
+from state import ha as sentinel
+from state.store import sentinel_url
 
 log = logging.getLogger(__name__)
 

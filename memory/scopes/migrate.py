@@ -1,5 +1,5 @@
-"""`python -m memories.migrate [--dry-run]`: move the notes the retired `save_note` tool kept (memory/notes.py) into
-memory scopes, once, with nothing lost.
+"""`python -m memory.scopes.migrate [--dry-run]`: move the notes the retired `save_note` tool kept
+(memory/notes.py) into memory scopes, once, with nothing lost.
 
 A chat's notes (`MEMORY_SCOPE=chat`) become files of that chat's scope, a person's (`MEMORY_SCOPE=user`) files of
 theirs, under `notes/save_note-<n>.md`, oldest first, each line "- <text> (<date>, <who>)". The files are written
@@ -21,9 +21,9 @@ import redis
 
 from core.keys import Keys
 from core.settings import load_settings
-from memories.paths import PathError, Scope
-from memories.store import Caps, Memories, MemoryFull
-from memory.store import resolve_url, state_client
+from memory.scopes.paths import PathError, Scope
+from memory.scopes.store import Caps, Memories, MemoryFull
+from state.store import resolve_url, state_client
 
 PREFIX = "notes/save_note-"
 
@@ -89,7 +89,7 @@ def _move(store: Memories, scope: Scope, old: str, notes: list[dict[str, Any]], 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m memories.migrate", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m memory.scopes.migrate", description=__doc__.split("\n\n")[0])
     parser.add_argument("--dry-run", action="store_true", help="say what would move; write nothing")
     args = parser.parse_args(argv)
     settings = load_settings()

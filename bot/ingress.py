@@ -13,19 +13,19 @@ from typing import Any, TypeVar
 import redis
 from pydantic import BaseModel, ValidationError
 
+from bot.crypto import SIGNATURE_HEADER, DecryptError, SignatureError, SignatureVerifier, decrypt
+from bot.envelope import MESSAGE_RECEIVE, Envelope, MessageEvent, to_inbound
+from bot.side_events import SIDE_EVENTS, Bad, SideEvents
 from core import metrics
 from core.clock import Clock
 from core.inbound import Inbound, dumps
 from core.keys import Keys
 from core.settings import Settings
-from edge.admission import IDENTITY_UNKNOWN, admit
-from edge.crypto import SIGNATURE_HEADER, DecryptError, SignatureError, SignatureVerifier, decrypt
-from edge.envelope import MESSAGE_RECEIVE, Envelope, MessageEvent, to_inbound
-from edge.side_events import SIDE_EVENTS, Bad, SideEvents
 from feishu import identity
 from feishu.message import ContentError, first_error, has_lone_surrogate
 from memory import related
 from memory.sessions import new_session_id
+from routing.admission import IDENTITY_UNKNOWN, admit
 from routing.keys import route_for
 from routing.policy import policy_from
 from runs.inbox import Inbox
@@ -33,7 +33,7 @@ from triage import buffer as triage
 from turn import registry
 from turn.registry import App
 
-# Admission reasons of group messages that simply did not address the bot (edge/admission.py).
+# Admission reasons of group messages that simply did not address the bot (routing/admission.py).
 UNADDRESSED = ("not mentioned", "mention-all only")
 
 log = logging.getLogger(__name__)
@@ -193,7 +193,7 @@ class Ingress:
 
     def _message_event(self, payload: dict[str, Any],
                        ctx: dict[str, Any]) -> tuple[Envelope, MessageEvent] | Response | None:
-        """The `im.message.receive_v1` event; a side event's response (edge/side_events.py); None for events
+        """The `im.message.receive_v1` event; a side event's response (bot/side_events.py); None for events
         we ignore; 400 (and kept) when malformed."""
         header = payload.get("header")
         if isinstance(header, dict) and isinstance(header.get("event_id"), str):

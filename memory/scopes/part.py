@@ -13,12 +13,14 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from claude.prompt import estimate_tokens
 from core.errors import AdapterError
 from core.texts import say
-from memories import paths
-from memories.paths import LOADED, LOADED_CHARS, Grant, Scope
-from memories.store import Caps, File, Memories
-from memories.tool import MEMORY_TOOL, ScopedMemory
+from memory import notes
+from memory.scopes import paths
+from memory.scopes.paths import LOADED, LOADED_CHARS, Grant, Scope
+from memory.scopes.store import Caps, File, Memories
+from memory.scopes.tool import MEMORY_TOOL, ScopedMemory
 from runs.runtime import Runtime
 from turn.registry import Part, ToolRefused, Turn
 
@@ -71,6 +73,13 @@ class MemoriesPart(Part):
         self.store = store_of(turn.rt)
         self.tool = ScopedMemory(self.store, self.grant, ",".join(senders))
         self.group = last.chat_type != "p2p"
+
+    def system(self) -> str:
+        """The notes the retired `save_note` tool kept for this batch's old MEMORY_SCOPE, read only, after the cached
+        system prefix, until `python -m memory.scopes.migrate` moves them into scopes (nothing writes new ones)."""
+        last, rt = self.turn.last, self.turn.rt
+        scope = notes.scope_id(rt.settings.memory.scope, chat_id=last.chat_id, sender_id=last.sender_id)
+        return notes.notes_block(notes.Notes(rt.state, rt.keys).newest(scope), estimate_tokens)
 
     def block(self) -> str:
         """Everything in it counts against the room: the note, the line naming whose each shown scope is, the files

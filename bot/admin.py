@@ -3,7 +3,7 @@ only, as all web code.
 
 Without ADMIN_TOKEN every admin path answers 404, as if it did not exist. The token is compared in
 constant time; a missing or wrong one gets 401, and the 11th wrong one from a client within ten minutes 429 (one
-limit with the console's token form: edge/lockout.py). The right token is never locked out.
+limit with the console's token form: console/lockout.py). The right token is never locked out.
 """
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ from typing import Any
 
 from flask import Blueprint, Response, current_app, jsonify, request
 
-from edge import lockout
+from console import audit, lockout
 from jobs import deadletter
-from memories.part import store_of
-from memories.paths import PathError, Scope
-from memory import audit
+from memory.scopes.part import store_of
+from memory.scopes.paths import PathError, Scope
 from memory.sessions import Sessions
 from runs.runtime import Runtime
+from timers import timers_of
 
 bp = Blueprint("admin", __name__, url_prefix="/admin/api")
 RESULT_STATUS = {"replayed": 200, "already-replayed": 409, "unknown": 404}
@@ -121,15 +121,15 @@ def list_timers() -> tuple[Response, int]:
         limit = min(500, max(1, int(request.args.get("limit", 100))))
     except ValueError:
         return jsonify(error="offset and limit must be whole numbers"), 400
-    timers = rt.timers.pending_of(route, kind=None) if route else rt.timers.page(offset, limit)
-    return jsonify(count=len(timers), pending_total=rt.timers.pending_count(), now=rt.clock.now(),
+    timers = timers_of(rt).pending_of(route, kind=None) if route else timers_of(rt).page(offset, limit)
+    return jsonify(count=len(timers), pending_total=timers_of(rt).pending_count(), now=rt.clock.now(),
                    timers=[t.public() for t in timers], cancel="DELETE /admin/api/timers/<id>"), 200
 
 
 @bp.get("/timers/<timer_id>")
 @guarded
 def show_timer(timer_id: str) -> tuple[Response, int]:
-    t = _runtime().timers.get(timer_id)
+    t = timers_of(_runtime()).get(timer_id)
     return (jsonify(t.public()), 200) if t else (jsonify(error=f"no timer {timer_id}"), 404)
 
 
@@ -139,13 +139,13 @@ def show_timer(timer_id: str) -> tuple[Response, int]:
 def cancel_timer(timer_id: str) -> tuple[Response, int]:
     """200 cancelled, 404 unknown, 409 no longer pending (fired or cancelled already: nothing changed)."""
     rt = _runtime()
-    t = rt.timers.get(timer_id)
+    t = timers_of(rt).get(timer_id)
     if t is None:
         _audit("cancel", timer_id, "unknown")
         return jsonify(error=f"no timer {timer_id}"), 404
-    if t.state != "pending" or not rt.timers.end(t, "cancelled", "admin", rt.clock.now()):
+    if t.state != "pending" or not timers_of(rt).end(t, "cancelled", "admin", rt.clock.now()):
         _audit("cancel", timer_id, "not-pending")
-        return jsonify(id=timer_id, result="not-pending", state=(rt.timers.get(timer_id) or t).state), 409
+        return jsonify(id=timer_id, result="not-pending", state=(timers_of(rt).get(timer_id) or t).state), 409
     rt.state.hincrby(rt.keys.metrics, "timers_cancelled|admin", 1)
     _audit("cancel", timer_id, "ok")
     return jsonify(id=timer_id, result="cancelled"), 200

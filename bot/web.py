@@ -10,9 +10,9 @@ from flask import Blueprint, Response, current_app, jsonify, request
 from prometheus_client import CONTENT_TYPE_LATEST
 from werkzeug.exceptions import HTTPException
 
+from bot import ingress as ing
 from core import metrics
-from edge import ingress as ing
-from edge import readiness
+from jobs import readiness
 
 bp = Blueprint("feishu", __name__)
 

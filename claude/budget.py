@@ -15,8 +15,8 @@ from typing import Any
 
 import redis
 
+from claude.prompt import Entry, estimate_tokens
 from core.keys import Keys
-from memory.prompt import Entry, estimate_tokens
 
 MIN_FACTOR, MAX_FACTOR = 0.5, 2.0  # a broken sample (cache accounting, a proxy) cannot run away with it
 EWMA_WEIGHT = 0.2

@@ -20,7 +20,7 @@ import redis
 
 from core import metrics
 from core.keys import Keys
-from memories.paths import Scope
+from memory.scopes.paths import Scope
 
 UNDO_KEPT = 5
 LOG_KEPT = 20
