@@ -93,7 +93,7 @@ def populate(url: str, profile: str, routes: int, timers: int, dead: int, extras
     for n in range(extras):
         memories.change(Scope("people", f"ou_bench_{n}"), "bench", "seed", _seed(f"回答我用英文 {n}"))
     for n in range(extras * 5):
-        audit.write(r, keys, f"ou_bench_{n}", "feishu", "cancel", f"f_{n:010d}", "ok")
+        audit.write(r, keys, audit.Done(f"ou_bench_{n}", "feishu", "cancel", f"f_{n:010d}", "ok"))
     return {"route": f"feishu:{profile}:group:oc_bench_0:ou_bench_0", "chat": "oc_bench_0", "item": first_item}
 
 

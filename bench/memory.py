@@ -60,7 +60,7 @@ from runs.runtime import Runtime
 from sandbox.claude.standin import ClaudeStandin
 from state.embedded import ensure_server, stop_server
 from turn import rotation
-from turn.registry import Call, Turn
+from turn.registry import Context
 
 OUT = Path(__file__).resolve().parent / "results" / "memory.json"
 POPULATIONS = (10, 100, 1000)
@@ -129,13 +129,13 @@ def add_team(store: Memories, item_id: str) -> None:
     store.change(item, OWNER, "seed", put("progress.md", progress))
 
 
-def turn_of(rt: Runtime, senders: list[str], n: int) -> Turn:
+def turn_of(rt: Runtime, senders: list[str], n: int) -> Context:
     """A topic turn whose batch holds one message from each sender."""
     batch = tuple(Inbound(event_id=f"ev_{n}_{i}", message_id=f"om_{n}_{i}", chat_id=CHAT, chat_type="group",
                           sender_open_id=s, sender_type="user", message_type="text", text="这个问题现在什么状态",
                           content="{}", thread_id=THREAD, root_id="om_root") for i, s in enumerate(senders))
     rk = f"feishu:{rt.settings.bot_profile}:topic:{CHAT}:{THREAD}"
-    return Turn(rt, rk, "topic", batch, f"b{n}", lambda: True, "s_bench", None, rotation.budget_of(rt))
+    return Context(rt, rk, batch, f"b{n}", lambda: True, session_id="s_bench")
 
 
 def senders_of(rng: random.Random, people: int) -> list[str]:
@@ -285,8 +285,8 @@ def consolidate(rt: Runtime, standin: ClaudeStandin, label: str, scope: Scope, f
                       sender_type="timer", message_type=dream.DREAM_TYPE, text="",
                       content=json.dumps({"scope": scope.name, "slot": 0}))
     before = store.files(scope)
-    note = dream.run(Call(rt, f"feishu:{rt.settings.bot_profile}:memory:{scope.kind}:{scope.id}", message,
-                          "b_dream", lambda: True))
+    note = dream.run(Context(rt, f"feishu:{rt.settings.bot_profile}:memory:{scope.kind}:{scope.id}", (message,),
+                             "b_dream", lambda: True))
     rt.__dict__["llm"] = llm.llm
     bodies = [c["body"] for c in standin.requests_since(cursor)]
     b = Budget(rt.settings.context_budget_tokens, rt.settings.max_output_tokens)

@@ -24,7 +24,7 @@ from core.keys import Keys
 from core.settings import Settings
 from feishu.client import FeishuApi
 from runs.inbox import Inbox
-from runs.outbox import Outbox
+from runs.outbox import Destination, Limits, Outbox
 from sandbox.feishu.emulator import FeishuEmulator
 from state.embedded import ensure_server
 
@@ -53,8 +53,8 @@ def main(argv: list[str] | None = None) -> int:
                         anthropic_api_key="sk-bench", redis_url=url, bot_profile="benchminute")
     r = redis.Redis.from_url(url, decode_responses=True)
     keys = Keys(f"benchminute{int(time.time())}")
-    outbox = Outbox(Inbox(r, keys, 30_000), keys, FeishuApi(settings, r, keys), 3500, chat_qps=5, app_qps=50,
-                    api_qpm=1000)
+    outbox = Outbox(Inbox(r, keys, 30_000), keys, FeishuApi(settings, r, keys),
+                    Limits(3500, chat_qps=5, app_qps=50, api_qpm=1000))
     targets = []
     for n in range(args.replies):
         chat, target = f"oc_min_{n % args.chats}", f"om_{uuid.uuid4().hex[:16]}"
@@ -63,8 +63,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def send(pair: tuple[str, str]) -> None:
         chat, target = pair
-        outbox.reply(f"feishu:bench:p2p:{chat}", uuid.uuid4().hex, target, "收到", chat_id=chat, in_thread=False,
-                     fence=lambda: True)
+        outbox.reply(Destination(f"feishu:bench:p2p:{chat}", chat, target), uuid.uuid4().hex, "收到")
 
     started = time.monotonic()
     with ThreadPoolExecutor(16) as pool:

@@ -28,7 +28,7 @@ from core.settings import Settings
 from feishu.client import FeishuApi
 from feishu.render import choose_style
 from runs.inbox import Inbox
-from runs.outbox import Outbox
+from runs.outbox import Destination, Limits, Outbox
 from sandbox.feishu.emulator import FeishuEmulator
 from state.embedded import ensure_server, stop_server
 
@@ -50,15 +50,14 @@ def _outbox(feishu_url: str, redis_url: str) -> tuple[Outbox, redis.Redis]:
     r = redis.Redis.from_url(redis_url, decode_responses=True)
     keys = Keys("benchrender")
     inbox = Inbox(r, keys, 30_000)
-    return Outbox(inbox, keys, FeishuApi(settings, r, keys), 3500, chat_qps=5, app_qps=100_000), r
+    return Outbox(inbox, keys, FeishuApi(settings, r, keys), Limits(3500, chat_qps=5, app_qps=100_000)), r
 
 
 def _one(outbox: Outbox, emu: FeishuEmulator, kind: str) -> float:
     chat, target = f"oc_bench_{uuid.uuid4().hex[:12]}", f"om_{uuid.uuid4().hex[:16]}"
     emu.add_message(target, chat, text="问题", chat_mode="p2p")
     started = time.time()
-    outbox.reply("bench:render", uuid.uuid4().hex, target, ANSWERS[kind], chat_id=chat, in_thread=False,
-                  fence=lambda: True)
+    outbox.reply(Destination("bench:render", chat, target), uuid.uuid4().hex, ANSWERS[kind])
     arrived = max(q["time"] for q in emu.requests_since(0) if q["op"] == "reply"
                   and q["params"].get("message_id") == target)
     return (arrived - started) * 1000

@@ -37,7 +37,7 @@ def touch(inbox: Inbox, sessions: Sessions, r: redis.Redis, keys: Keys, n: int) 
     kick = inbox.next_kicks(0.01)[0]
     assert inbox.acquire(rk, kick.token, f"exec{n}")
     inbox.take(rk, f"exec{n}", budget_s=60)
-    sid = sessions.start(rk, f"exec{n}", 0, expected=None)
+    sid = sessions.start(rk, (f"exec{n}", 0), expected=None)
     entries = [entry("user", f"<message>问题 {n}</message>", batch_id=f"b{n}", message_ids=[f"om_{n}"]),
                entry("assistant", f"回答 {n}" * 20, batch_id=f"b{n}")]
     inbox.commit(rk, f"exec{n}", Commit(n=1, batch_id=f"b{n}", entries=entries, gen=0))

@@ -217,7 +217,7 @@ def undo_memory(kind: str, ident: str) -> tuple[Response, int]:
 def _audit(what: str, target: str, outcome: str) -> None:
     """Admin API actions go to the operators' audit log beside the console's (who: the token's holder)."""
     rt = _runtime()
-    audit.write(rt.state, rt.keys, "admin-token", "api", what, target, outcome)
+    audit.write(rt.state, rt.keys, audit.Done("admin-token", "api", what, target, outcome))
 
 
 def _scope(kind: str, ident: str) -> tuple[Scope | None, tuple[Response, int]]:

@@ -28,10 +28,20 @@ class Entry:
     outcome: str  # ok, refused, already-replayed, not-pending, unknown, …
 
 
-def write(r: redis.Redis, keys: Keys, who: str, how: str, what: str, target: str, outcome: str,
-          at: float | None = None) -> str:
-    fields = {"at": f"{time.time() if at is None else at:.3f}", "who": who, "how": how, "what": what,
-              "target": target, "outcome": outcome}
+@dataclass(frozen=True)
+class Done:
+    """One operator action as the log keeps it (an Entry without its id and time)."""
+
+    who: str
+    how: str
+    what: str
+    target: str
+    outcome: str
+
+
+def write(r: redis.Redis, keys: Keys, done: Done, at: float | None = None) -> str:
+    fields = {"at": f"{time.time() if at is None else at:.3f}", "who": done.who, "how": done.how, "what": done.what,
+              "target": done.target, "outcome": done.outcome}
     return str(r.xadd(keys.audit, fields, maxlen=KEEP, approximate=True))  # type: ignore[arg-type]
 
 

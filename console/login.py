@@ -71,14 +71,14 @@ def login_token() -> Response | tuple[str, int]:
         resp.headers["Retry-After"] = str(wait)
         return resp
     if not right:
-        audit.write(rt().state, rt().keys, "unknown", "token", "sign-in", "", "refused: wrong token")
+        audit.write(rt().state, rt().keys, audit.Done("unknown", "token", "sign-in", "", "refused: wrong token"))
         return _login_page(403, "令牌不对，或未设置 ADMIN_TOKEN")
     return _signed_in(TOKEN_OPERATOR, "ADMIN_TOKEN", "token", request.form.get("next"))
 
 
 def _signed_in(who: str, name: str, how: str, next_url: str | None) -> Response:
     op, cookie = signins().open(who, name, how)
-    audit.write(rt().state, rt().keys, op.who, how, "sign-in", "", "ok")
+    audit.write(rt().state, rt().keys, audit.Done(op.who, how, "sign-in", "", "ok"))
     resp = redirect(local(next_url))
     _set(resp, COOKIE, cookie, int(rt().settings.console_session_hours * 3600))
     resp.delete_cookie(PRE_COOKIE, path="/console/")
@@ -116,10 +116,10 @@ def feishu_callback() -> Response | tuple[str, int]:
     try:
         user = oauth.signed_in_user(oauth.client_for(s), s, request.args["code"], _redirect_uri())
     except oauth.SignInError as exc:
-        audit.write(r, keys, "unknown", "feishu", "sign-in", "", f"failed: {exc}")
+        audit.write(r, keys, audit.Done("unknown", "feishu", "sign-in", "", f"failed: {exc}"))
         return _login_page(502, f"飞书没有确认你的身份：{exc}")
     if not may_sign_in(s, user.open_id):
-        audit.write(r, keys, user.open_id, "feishu", "sign-in", "", "refused: not in CONSOLE_ADMINS")
+        audit.write(r, keys, audit.Done(user.open_id, "feishu", "sign-in", "", "refused: not in CONSOLE_ADMINS"))
         return _login_page(403, f"{user.name or user.open_id}（{user.open_id}）不是控制台管理员："
                                 "请管理员把这个 open_id 加进 CONSOLE_ADMINS")
     return _signed_in(user.open_id, user.name, "feishu", next_url)

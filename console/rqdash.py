@@ -69,7 +69,8 @@ def _gate() -> Response | tuple[str, int] | None:
     if request.method not in ("GET", "HEAD"):
         if not _same_origin():
             return refused("这个操作只能从控制台页面发起（Origin / Referer）")
-        audit.write(rt().state, rt().keys, op.who, op.how, f"rq:{request.endpoint or '?'}", request.path, "sent")
+        audit.write(rt().state, rt().keys, audit.Done(op.who, op.how, f"rq:{request.endpoint or '?'}", request.path,
+                                                      "sent"))
     return None
 
 

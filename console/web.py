@@ -136,7 +136,7 @@ def window(default: int = 50, total: int | None = None) -> Window:
 
 def record(what: str, target: str, outcome: str) -> None:
     op = operator()
-    audit.write(rt().state, rt().keys, op.who, op.how, what, target, outcome)
+    audit.write(rt().state, rt().keys, audit.Done(op.who, op.how, what, target, outcome))
 
 
 def done(where: str, message: str, ok: bool = True, **params: Any) -> Response:

@@ -8,6 +8,7 @@ Every card declares `update_multi`, which Feishu needs to patch it for everyone.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from lark_oapi.channel.card import new_card
@@ -78,9 +79,26 @@ def buttons_of(card: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
             for e in elements_of(card) if e.get("tag") == "button"]
 
 
-def approval_card(*, proposal_id: str, route_key: str, item_id: str, field: str, value: str, reason: str,
-                  proposer: str, state: str = "pending", decided_by: str = "") -> dict[str, Any]:
+@dataclass(frozen=True)
+class Proposal:
+    """What an approval card shows of a proposed record change (items/approvals.py keeps the proposal)."""
+
+    proposal_id: str
+    route_key: str
+    item_id: str
+    field: str
+    value: str
+    reason: str
+    proposer: str
+    state: str = "pending"
+    decided_by: str = ""
+
+
+def approval_card(p: Proposal) -> dict[str, Any]:
     """A proposed record change; buttons while pending, the outcome after. What the model wrote is defused."""
+    proposal_id, route_key, item_id, field, value, reason = (p.proposal_id, p.route_key, p.item_id, p.field,
+                                                              p.value, p.reason)
+    state, decided_by = p.state, p.decided_by
     lines = [f"**字段**：{defuse(field)}", f"**新值**：{defuse(value)}", f"**理由**：{defuse(reason) or '—'}",
              f"**事项**：{item_id}"]
     template = {"pending": "orange", "approved": "green"}.get(state, "grey")

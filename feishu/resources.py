@@ -8,6 +8,7 @@ import html
 import json
 import mimetypes
 import re
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -223,17 +224,23 @@ def _iso(value: Any) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ") if ms is not None else ""
 
 
-def gather(
-    api: FeishuApi, r: redis.Redis, keys: Keys, msg: Inbound, *, max_image_bytes: int = MAX_IMAGE_BYTES,
-    max_images: int = MAX_IMAGES, cache_ttl: int = CACHE_TTL_SECONDS,
-) -> list[Block]:
+@dataclass(frozen=True)
+class Caps:
+    """What one message's content may take: images (how many, how large) and how long a fetch's result is kept."""
+
+    max_image_bytes: int = MAX_IMAGE_BYTES
+    max_images: int = MAX_IMAGES
+    cache_ttl: int = CACHE_TTL_SECONDS
+
+
+def gather(api: FeishuApi, r: redis.Redis, keys: Keys, msg: Inbound, caps: Caps | None = None) -> list[Block]:
     """Anthropic content blocks for one message, in reading order: `{"type": "text"}` and `{"type": "image"}`.
 
     - Text is `msg.text` (layout kept, mentions resolved at ingress) escaped with
       `html.escape(quote=False)`, so it can go between the caller's `<message …>` tags as is: do not
       escape it again. Markup gather adds itself (`<forwarded_messages>`, `<file …/>`) is not escaped.
     - Images (an image message, a post's img tags) become base64 image blocks where they stood; the media
-      type is sniffed from the bytes. At most `max_images`, each at most `max_image_bytes`.
+      type is sniffed from the bytes. At most `caps.max_images`, each at most `caps.max_image_bytes`.
     - merge_forward: the bundle is fetched (GET message) and shown as `<forwarded_messages count=N>`
       holding one `<forwarded_message sender=… sender_id=… time=ISO-UTC type=…>` per child (nested
       bundles inside, to depth 3, at most 50 per level); children's images are fetched with the child's
@@ -242,11 +249,12 @@ def gather(
     - Never empty; adjacent text is merged into one block; no text block is empty.
     - A fetch Feishu refuses (core.errors.Permanent: gone, too large, not allowed) becomes a short note
       such as `[image img_x unavailable: <reason>]` and is cached like a success (per message and
-      resource, `cache_ttl` seconds, in Redis under `{keys.prefix}:material:`), so a retried run does
+      resource, `caps.cache_ttl` seconds, in Redis under `{keys.prefix}:material:`), so a retried run does
       not fetch again. Transient failures raise core.errors.Retryable (and credential failures
       core.errors.Paused) and are not cached: let the run retry.
     """
-    g = _Gatherer(api, r, keys, max_image_bytes=max_image_bytes, max_images=max_images, cache_ttl=cache_ttl)
+    c = caps or Caps()
+    g = _Gatherer(api, r, keys, max_image_bytes=c.max_image_bytes, max_images=c.max_images, cache_ttl=c.cache_ttl)
     if msg.message_type == "merge_forward":
         g.forwarded(msg.message_id)
     elif msg.message_type == "file":

@@ -8,6 +8,7 @@ changes to a decision; `context` reads item facts for a turn; `runs` dispatches 
 """
 
 from items.approvals import post as propose_changes
-from items.facts import is_member, own_item
+from items.facts import is_member, item_of_turn, own_item
 
-__all__ = ["is_member", "own_item", "propose_changes"]  # what other features may use of items (tests/test_layout.py)
+# What other features may use of items (tests/test_layout.py).
+__all__ = ["is_member", "item_of_turn", "own_item", "propose_changes"]

@@ -13,17 +13,16 @@ import logging
 import re
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from bitable.index import Item
-from core.inbound import Inbound
 from core.texts import say
-from feishu.cards import approval_card
+from feishu.cards import Proposal, approval_card
 from items import authority
-from routing.keys import kind_of
 from runs.outbox import LeaseLost
 from runs.runtime import Runtime
-from turn.registry import click_of
+from turn.registry import Context, click_of
 
 log = logging.getLogger(__name__)
 DECISIONS = ("approve", "reject")  # its card actions: `items:approve`, `items:reject`
@@ -67,9 +66,9 @@ def proposal_id(rk: str, batch_id: str, n: int) -> str:
     return "prop_" + hashlib.sha256(f"{rk}|{batch_id}|{n}".encode()).hexdigest()[:16]
 
 
-def post(rt: Runtime, rk: str, item: Item, proposals: Sequence[dict[str, Any]], batch_id: str, last: Inbound,
-         fence: Callable[[], bool]) -> list[str]:
+def post(turn: Context, item: Item, proposals: Sequence[dict[str, Any]]) -> list[str]:
     """Store each proposal of the turn and post its approval card (once, also when the turn reruns)."""
+    rt, rk, batch_id, last = turn.rt, turn.rk, turn.batch_id, turn.last
     posted = []
     now = time.time()
     for n, args in enumerate(proposals[:MAX_PROPOSALS]):
@@ -89,8 +88,7 @@ def post(rt: Runtime, rk: str, item: Item, proposals: Sequence[dict[str, Any]], 
             pipe.execute()
         stored = _load(rt, pid)
         card = _card(stored)
-        message_id = rt.outbox.card(rk, f"approval-{pid}", last.message_id, card, chat_id=last.chat_id,
-                                    in_thread=kind_of(rk) == "topic", fence=fence)
+        message_id = rt.outbox.card(turn.destination, f"approval-{pid}", card)
         rt.state.hset(key, "card_message_id", message_id)
         posted.append(pid)
     return posted
@@ -101,10 +99,10 @@ def _load(rt: Runtime, pid: str) -> dict[str, str]:
 
 
 def _card(p: dict[str, str]) -> dict[str, Any]:
-    return approval_card(proposal_id=p["pid"], route_key=p["route_key"], item_id=p["item_id"],
-                         field=FIELD_ZH.get(p["field"], p["field"]), value=p["value"], reason=p.get("reason", ""),
-                         proposer=p.get("proposer", ""), state=p.get("state", "pending"),
-                         decided_by=p.get("decided_by", ""))
+    return approval_card(Proposal(proposal_id=p["pid"], route_key=p["route_key"], item_id=p["item_id"],
+                                  field=FIELD_ZH.get(p["field"], p["field"]), value=p["value"],
+                                  reason=p.get("reason", ""), proposer=p.get("proposer", ""),
+                                  state=p.get("state", "pending"), decided_by=p.get("decided_by", "")))
 
 
 def _move(rt: Runtime, pid: str, frm: str, to: str, decider: str) -> bool:
@@ -112,8 +110,9 @@ def _move(rt: Runtime, pid: str, frm: str, to: str, decider: str) -> bool:
     return bool(script([rt.keys.proposal(pid)], [frm, to, decider, str(time.time())]))
 
 
-def decide(rt: Runtime, rk: str, click: Inbound, batch_id: str, fence: Callable[[], bool]) -> str:
-    """Apply one click; returns what happened (for the log)."""
+def decide(c: Context) -> str:
+    """Apply one click (`c.message`); returns what happened (for the log)."""
+    rt, rk, click, fence = c.rt, c.rk, c.message, c.fence
     name, value = click_of(click)  # `items:approve` / `items:reject`; an entry queued before namespacing: {"a": …}
     pid, who = str(value.get("p") or ""), click.sender_id
     decision = name.partition(":")[2] or str(value.get("a") or "")
@@ -121,24 +120,24 @@ def decide(rt: Runtime, rk: str, click: Inbound, batch_id: str, fence: Callable[
     if p is None:
         log.warning("card click names no proposal of ours", extra={"route_key": rk, "message_id": click.message_id})
     if not p or p.get("route_key") != rk:
-        _tell(rt, rk, click, batch_id, say("approval_gone", ""), fence)
+        _tell(c, say("approval_gone", ""))
         return "unknown"
     state = p.get("state")
     if state in FINAL:  # a redelivery, a second click, or a rerun after a crash before the card was patched
         if p.get("card_state") != state:
-            _patch(rt, pid, p.get("chat_id", ""), fence)
+            _patch(c, pid, p.get("chat_id", ""))
         return f"already-{state}"
     if state == "pending" and time.time() > float(p["expires_at"]):
         if _move(rt, pid, "pending", "expired", ""):
-            _patch(rt, pid, p.get("chat_id", ""), fence)
+            _patch(c, pid, p.get("chat_id", ""))
         return "expired"
     if not _may_decide(rt, p, who):
         log.info("approval refused", extra={"route_key": rk, "reason": pid, "message_id": click.message_id})
-        _tell(rt, rk, click, batch_id, say("approval_refused", ""), fence)
+        _tell(c, say("approval_refused", ""))
         return "refused"
     if decision == "reject":
         if _move(rt, pid, "pending", "rejected", who):
-            _patch(rt, pid, p.get("chat_id", ""), fence)
+            _patch(c, pid, p.get("chat_id", ""))
         return "rejected"
     if state == "pending" and not _move(rt, pid, "pending", "approving", who):
         return "raced"
@@ -146,7 +145,7 @@ def decide(rt: Runtime, rk: str, click: Inbound, batch_id: str, fence: Callable[
         return "raced"  # another approver's decision is being written
     _write(rt, p, fence, rk)
     _move(rt, pid, "approving", "approved", who)
-    _patch(rt, pid, p.get("chat_id", ""), fence)
+    _patch(c, pid, p.get("chat_id", ""))
     return "approved"
 
 
@@ -176,16 +175,16 @@ def _write(rt: Runtime, p: dict[str, str], fence: Callable[[], bool], rk: str) -
     log.info("approved change written", extra={"route_key": rk, "reason": f"{p['pid']}:{p['field']}"})
 
 
-def _patch(rt: Runtime, pid: str, chat_id: str, fence: Callable[[], bool]) -> None:
+def _patch(c: Context, pid: str, chat_id: str) -> None:
     """Show the proposal's state on its card; `card_state` remembers what the card shows (patching is
     idempotent, so a crash between the patch and this note only patches once more)."""
+    rt = c.rt
     p = _load(rt, pid)
     if p.get("card_message_id"):
-        rt.outbox.patch(p["card_message_id"], _card(p), chat_id=chat_id, fence=fence)
+        rt.outbox.patch(replace(c.destination, chat_id=chat_id), p["card_message_id"], _card(p))
         rt.state.hset(rt.keys.proposal(pid), "card_state", p.get("state", ""))
 
 
-def _tell(rt: Runtime, rk: str, click: Inbound, batch_id: str, text: str, fence: Callable[[], bool]) -> None:
+def _tell(c: Context, text: str) -> None:
     """A short reply to the card, mentioning whoever clicked."""
-    rt.outbox.reply(rk, batch_id, click.message_id, f'<at user_id="{click.sender_id}"></at> {text}',
-                    chat_id=click.chat_id, in_thread=kind_of(rk) == "topic", fence=fence)
+    c.rt.outbox.reply(c.destination, c.batch_id, f'<at user_id="{c.message.sender_id}"></at> {text}')

@@ -13,6 +13,7 @@ import logging
 import re
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from bitable.client import Record
 from bitable.index import Item
@@ -118,9 +119,8 @@ def _link(rt: Runtime, rk: str, message: Inbound, fence: Callable[[], bool]) -> 
     if owner and owner.thread_id and owner.thread_id != message.thread_id:
         return say("item_link_conflict", sample, why=f"记录 {record_id} 已属于另一个话题的事项 {owner.item_id}")
     try:
-        item = link_topic(rt, record, thread_id=message.thread_id, chat_id=message.chat_id,
-                          root_id=message.root_id or message.message_id, reporter=message.sender_id, origin="link",
-                          fence=fence, rk=rk)
+        item = link_topic(rt, record, Topic(message.thread_id, message.chat_id, message.root_id or message.message_id,
+                                            message.sender_id, "link"), fence, rk)
     except LinkConflict:
         return say("item_link_conflict", sample, why=f"本话题的事项已有另一条记录，记录 {record_id} 未关联")
     return say("item_linked", sample, record_id=record_id, item_id=item.item_id)
@@ -136,12 +136,23 @@ def may_link(rt: Runtime, record: Record, who: str) -> bool:
                               record.chats(schema.name("chat")), lambda chat_id, person: is_member(rt, chat_id, person))
 
 
-def link_topic(rt: Runtime, record: Record, *, thread_id: str, chat_id: str, root_id: str, reporter: str,
-               origin: str, fence: Callable[[], bool], rk: str) -> Item:
+@dataclass(frozen=True)
+class Topic:
+    """A topic being tied to a record: where it is, its root, who reported it, and how it came (link, record)."""
+
+    thread_id: str
+    chat_id: str
+    root_id: str
+    reporter: str
+    origin: str
+
+
+def link_topic(rt: Runtime, record: Record, topic: Topic, fence: Callable[[], bool], rk: str) -> Item:
     """Tie `record` and the topic to one item, write the item's ids into the record, queue the analysis."""
     assert rt.bitable is not None
-    item, _ = rt.items.claim(thread_id=thread_id, record_id=record.record_id, chat_id=chat_id, root_id=root_id,
-                             reporter=reporter, origin=origin)
+    thread_id, chat_id = topic.thread_id, topic.chat_id
+    item, _ = rt.items.claim(thread_id=thread_id, record_id=record.record_id, chat_id=chat_id, root_id=topic.root_id,
+                             reporter=topic.reporter, origin=topic.origin)
     with rt.items.guard(item.item_id, guard_ttl(rt)):  # the item's analysis may be choosing its record now
         if rt.items.link_record(item.item_id, record.record_id) != 1:
             raise LinkConflict(f"record {record.record_id} and topic {thread_id} belong to different items",
@@ -195,8 +206,8 @@ def record_changed(rt: Runtime, rk: str, record_id: str, fence: Callable[[], boo
         return "unreadable"
     reporters = record.users(schema.name("reporter"))
     try:
-        link_topic(rt, record, thread_id=thread_id, chat_id=root[1], root_id=root[0],
-                   reporter=reporters[0] if reporters else "", origin="record", fence=fence, rk=rk)
+        link_topic(rt, record, Topic(thread_id, root[1], root[0], reporters[0] if reporters else "", "record"),
+                   fence, rk)
     except LinkConflict:  # the topic's item got its record meanwhile (its analysis created it): that one stays
         log.warning("record names a topic that has another record", extra={"route_key": rk, "reason": thread_id})
         return "conflict"

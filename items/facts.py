@@ -25,6 +25,7 @@ from core.texts import say
 from documents.links import DocRef, find_refs
 from feishu.cards import STATUS_ZH, clip
 from runs.runtime import Runtime
+from turn.registry import Context
 
 log = logging.getLogger(__name__)
 FACT_CHARS, ANSWER_CHARS = 2000, 6000
@@ -54,6 +55,14 @@ def own_item(rt: Runtime, kind: str, batch: Sequence[Inbound]) -> Item | None:
     """The item of the topic this route follows (topics only: found by the stored thread id)."""
     thread = batch[-1].thread_id if batch and kind == "topic" else None
     return rt.items.by_thread(thread) if thread else None
+
+
+def item_of_turn(turn: Context) -> str:
+    """The id of the item the turn's route follows ("" when none, or when items are off: no Bitable)."""
+    if turn.rt.bitable is None:
+        return ""
+    item = own_item(turn.rt, turn.kind, turn.batch)
+    return item.item_id if item else ""
 
 
 def referenced(rt: Runtime, batch: Sequence[Inbound], own: Item | None) -> list[tuple[Item, set[str]]]:

@@ -15,29 +15,23 @@ from items import approvals, claim
 from items import facts as item_context
 from items.runs import item_entry, item_gave_up
 from routing.keys import ITEM
-from turn.registry import Action, Call, Command, Feature, Opener, Part, RouteWork, Said, Turn
+from turn.registry import Action, Command, Context, Feature, Opener, Part, RouteWork, Said
 
 
 class ItemsPart(Part):
     """The route's own item and the items the batch names: facts before the batch, the version relied on in the
     footer, a refusal in front for items the sender may not see, and the propose tool when the item has a record."""
 
-    def __init__(self, turn: Turn) -> None:
+    def __init__(self, turn: Context) -> None:
         self.turn = turn
         self.ctx = item_context.build(turn.rt, turn.kind, turn.batch)  # read fresh: never in the session log
         self.proposals: list[dict[str, Any]] = []
 
-    @property
-    def evidence(self) -> str:
-        return self.ctx.evidence
+    def links(self) -> list[Any]:
+        return list(self.ctx.materials)  # the documents the records of the turn's items list
 
-    @property
-    def materials(self) -> list[Any]:
-        return list(self.ctx.materials)
-
-    @property
-    def own_footer(self) -> str:
-        return self.ctx.footer
+    def evidence(self) -> list[str]:
+        return [self.ctx.evidence] if self.ctx.evidence else []
 
     def block(self) -> str:
         return self.ctx.block
@@ -46,7 +40,7 @@ class ItemsPart(Part):
         return self.ctx.prefix
 
     def footer(self, text: str) -> str:
-        return self.ctx.footer
+        return "" if self.ctx.evidence else self.ctx.footer  # the analysis is pending or failed: said so
 
     def tools(self) -> list[dict[str, Any]]:
         item = self.ctx.item
@@ -72,19 +66,19 @@ class ItemsPart(Part):
             self.turn.rt.items.touch(item.item_id, self.turn.rk, session_id)
 
 
-def start(turn: Turn, _parts: Mapping[str, Part]) -> ItemsPart:
+def start(turn: Context, _parts: Mapping[str, Part]) -> ItemsPart:
     return ItemsPart(turn)
 
 
-def replied(turn: Turn, completion: Completion) -> None:
+def replied(turn: Context, completion: Completion) -> None:
     """The turn's proposals, from its kept answer (so a rerun posts the same cards): an approval card each."""
     proposals = (completion.recall or {}).get("proposals") or []
     item = item_context.own_item(turn.rt, turn.kind, turn.batch) if proposals else None
     if item and item.record_id:
-        approvals.post(turn.rt, turn.rk, item, proposals, turn.batch_id, turn.last, turn.fence)
+        approvals.post(turn, item, proposals)
 
 
-def status(c: Call, none: str) -> str:
+def status(c: Context, none: str) -> str:
     """The route's item for /status: the record link and the first answer's latest version (from the index: /status
     reads no Bitable)."""
     item = c.rt.items.of_route(c.rk)
@@ -100,7 +94,7 @@ def status(c: Call, none: str) -> str:
 
 
 def _command(name: str) -> Any:
-    def run(c: Call) -> Said:
+    def run(c: Context) -> Said:
         return Said(claim.item_command(c.rt, c.rk, c.message, name, c.fence))
     return run
 
@@ -111,13 +105,13 @@ def _opens(message: Any, kind: str, settings: Any) -> bool:
         and claim.opens_topic(message)
 
 
-def _open(c: Call) -> None:
+def _open(c: Context) -> None:
     if c.rt.bitable is not None:
         claim.open_from_topic(c.rt, c.message, "topic_root")  # its first-answer card is the reply
 
 
-def _decide(c: Call) -> str:
-    return approvals.decide(c.rt, c.rk, c.message, c.batch_id, c.fence)
+def _decide(c: Context) -> str:
+    return approvals.decide(c)
 
 
 def _legacy(verb: str) -> Any:

@@ -24,7 +24,7 @@ from core import metrics
 from core.errors import Permanent
 from feishu.cards import STATUS_ZH, answer_card
 from feishu.identity import cached_open_id
-from runs.outbox import LeaseLost
+from runs.outbox import Destination, LeaseLost
 from runs.runtime import Runtime
 from turn.thread import Page, get_message, list_page, sender_of, text_of
 
@@ -144,11 +144,14 @@ class FirstAnswer:
 
     # -- steps -------------------------------------------------------------------------------------------
 
+    def _to(self, root_id: str) -> Destination:
+        """The item's topic: replies under its root, in its thread, fenced by this run."""
+        return Destination(self.rk, self.item.chat_id, root_id, in_thread=True, fence=self.fence)
+
     def _placeholder(self, title: str) -> Version:
         item = self.item
         card = answer_card(item_id=item.item_id, title=title, status=PLACEHOLDER, version=1, body=PLACEHOLDER_BODY)
-        sent = self.rt.outbox.card_sent(self.rk, "first-answer", item.root_id, card, chat_id=item.chat_id,
-                                        in_thread=True, fence=self.fence)
+        sent = self.rt.outbox.card_sent(self._to(item.root_id), "first-answer", card)
         self.rt.items.set(item.item_id, answer_message_id=sent.message_id, answer_link=sent.app_link)
         self.item = self.rt.items.get(item.item_id) or item
         return self.rt.items.add_version(item.item_id, 1, PLACEHOLDER, PLACEHOLDER_BODY, [])
@@ -210,7 +213,7 @@ class FirstAnswer:
             if record_id else ""
         card = answer_card(item_id=item.item_id, title=title, status=v.status, version=v.version, body=v.body,
                            record_url=url)
-        self.rt.outbox.patch(item.answer_message_id, card, chat_id=item.chat_id, fence=self.fence)
+        self.rt.outbox.patch(self._to(item.root_id), item.answer_message_id, card)
 
     def _mirror(self, v: Version, record_id: str) -> None:
         """首答链接 / 首答状态 / 首答版本 follow the latest version."""

@@ -38,7 +38,7 @@ from runs.outbox import LeaseLost, Superseded
 from runs.queues import rq_queue_name
 from runs.runtime import Runtime, current
 from turn.answer import TurnResult, run_turn
-from turn.registry import Call, app_of
+from turn.registry import Context, app_of
 from turn.request import batch_size
 from turn.session import answer_command, ensure_session
 
@@ -195,10 +195,11 @@ class Drain:
                      extra={**self.log, "message_id": ids(raw[n:seg.n])})
         return self._turn(raw[:n], state)
 
-    def _call(self, message: Inbound, batch_id: str, state: RouteState | None = None, dropped: int = 0) -> Call:
-        return Call(self.rt, self.rk, message, batch_id, self.fence, state, dropped)
+    def _call(self, message: Inbound, batch_id: str, state: RouteState | None = None, dropped: int = 0) -> Context:
+        return Context(self.rt, self.rk, (message,), batch_id, self.fence, state=state, dropped=dropped)
 
-    def _guarded(self, raw: list[str], work: Callable[[Call], object], state: RouteState | None = None) -> str | None:
+    def _guarded(self, raw: list[str], work: Callable[[Context], object],
+                 state: RouteState | None = None) -> str | None:
         """One entry answered by the service (a command, a click, a wake-up, an internal route's work) with the same
         failure handling as a turn: retried with backoff, paused on credentials, dead-lettered at last. What it posted
         unasked (`Call.told`) enters the route's session log with its commit, under the route's generation."""
@@ -269,8 +270,8 @@ class Drain:
 
         def work() -> TurnResult:
             sid = ensure_session(self.rt, self.rk, self.exec_id, state)
-            return run_turn(self.rt, self.rk, self.kind, parsed.readable, batch_id, self.fence, sid,
-                            owner=(self.exec_id, state.generation))
+            return run_turn(Context(self.rt, self.rk, tuple(parsed.readable), batch_id, self.fence, state=state,
+                                    session_id=sid, owner=(self.exec_id, state.generation)))
 
         result = self.failures.attempt(raw, batch_id, extra, work)
         if isinstance(result, Outcome):

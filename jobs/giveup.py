@@ -23,7 +23,7 @@ from jobs.batches import Parsed, ids, last_per_sender, parse
 from runs import shutdown
 from runs.alerts import alert
 from runs.inbox import Commit
-from runs.outbox import LeaseLost, Superseded
+from runs.outbox import Destination, LeaseLost, Superseded
 from runs.runtime import Runtime
 from turn import progress
 from turn.registry import app_of
@@ -159,14 +159,17 @@ class GiveUp:
         if not readable:
             return
         last = readable[-1]
-        card = Stream(self.rt, self.rk, batch_id, last.message_id, chat_id=last.chat_id,
-                      in_thread=self.kind == "topic", fence=self.fence, people={})
+        card = Stream(self.rt, self._to(last), batch_id, people={})
         card.abandon(say("stream_abandoned", last.text))
+
+    def _to(self, message: Inbound) -> Destination:
+        """A reply under `message`, in its thread on a topic route, fenced by the run."""
+        return Destination(self.rk, message.chat_id, message.message_id, in_thread=self.kind == "topic",
+                           fence=self.fence)
 
     def _notify(self, message: Inbound, batch_id: str) -> None:
         try:
-            self.rt.outbox.reply(self.rk, batch_id, message.message_id, say("dead_letter", message.text),
-                                 chat_id=message.chat_id, in_thread=self.kind == "topic", fence=self.fence,
+            self.rt.outbox.reply(self._to(message), batch_id, say("dead_letter", message.text),
                                  uuid_key=f"dead-{batch_id}-{message.message_id}")
         except LeaseLost:
             raise

@@ -24,6 +24,7 @@ from feishu.docs import DocsApi
 from items import is_member
 from runs.runtime import Runtime
 from turn import recall, rotation
+from turn.registry import Context
 from turn.thread import get_message, text_of
 
 DOC_SHARE = 0.35  # of the input room, what all inline documents of a turn may take together
@@ -31,10 +32,10 @@ MAX_QUOTES = 3  # quoted messages per batch whose links are looked at (one messa
 SEEN_KEPT = 500  # documents a route remembers the revision of; past that the memory starts over
 
 
-def materials_for(rt: Runtime, rk: str, sid: str, batch: Sequence[Inbound], request_text: str,
-                  listed: Sequence[DocRef], previous: Sequence[dict[str, Any]]) -> Materials:
-    """`listed`: the documents the records of the turn's items list; `previous`: the ledger of the session's last turn
-    (its recall record's "documents")."""
+def materials_for(turn: Context, listed: Sequence[DocRef], previous: Sequence[dict[str, Any]]) -> Materials:
+    """The documents `turn` shows (its batch and request text link them). `listed`: the documents the records of the
+    turn's items list; `previous`: the ledger of the session's last turn (its recall record's "documents")."""
+    rt, rk, sid, batch, request_text = turn.rt, turn.rk, turn.session_id, turn.batch, turn.text
     s = rt.settings
     docs = DocsApi(rt.feishu)
     b = rotation.budget_of(rt)

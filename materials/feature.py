@@ -7,21 +7,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from core.texts import say
 from documents.selection import READ_DOCUMENT
 from materials import evidence
-from turn.registry import Feature, Part, Turn
+from turn.registry import Context, Feature, Part
 
 
 class MaterialsPart(Part):
-    def __init__(self, turn: Turn, items: Part | None) -> None:
-        self.turn, self.items = turn, items
+    def __init__(self, turn: Context, listed: list[Any]) -> None:
+        self.turn = turn
         previous = turn.previous.get("documents") or []  # where the session's last turn's reading stopped
-        listed = list(getattr(items, "materials", []) or [])
-        self.materials = evidence.materials_for(turn.rt, turn.rk, turn.session_id, turn.batch, turn.text, listed,
-                                                previous)
-        if items is not None and self.materials.evidence():
-            items.footer_merged = True  # one evidence line names the documents and the first-answer version
+        self.materials = evidence.materials_for(turn, listed, previous)
 
     def block(self) -> str:
         return self.materials.block
@@ -41,23 +36,16 @@ class MaterialsPart(Part):
     def record(self) -> dict[str, Any]:
         return {"documents": self.materials.ledger()} if self.materials.uses else {}
 
-    def footer(self, text: str) -> str:
-        docs = self.materials.evidence()
-        if not docs:
-            return ""
-        item_evidence = str(getattr(self.items, "evidence", "") or "")
-        line = say("evidence", text, parts="；".join([*docs, *([item_evidence] if item_evidence else [])]))
-        pending = str(getattr(self.items, "own_footer", "") or "")
-        if pending and not item_evidence:  # the analysis is pending or failed: said as well
-            line += "\n" + pending
-        return line
+    def evidence(self) -> list[str]:
+        return list(self.materials.evidence())
 
     def kept(self) -> None:
         evidence.remember(self.turn.rt, self.turn.rk, self.materials)  # a rerun before it still says "updated"
 
 
-def start(turn: Turn, parts: Mapping[str, Part]) -> MaterialsPart:
-    return MaterialsPart(turn, parts.get("items"))
+def start(turn: Context, parts: Mapping[str, Part]) -> MaterialsPart:
+    """Its part: the documents the batch links, and those the parts started before it name (an item's record)."""
+    return MaterialsPart(turn, [link for p in parts.values() for link in p.links()])
 
 
 FEATURE = Feature("materials", order=20, start=start, tools=lambda _kind: [READ_DOCUMENT])

@@ -18,6 +18,7 @@ from typing import Any
 
 import redis
 
+from claude.prompt import estimate_tokens
 from core.keys import Keys
 
 END_COMPRESSION, END_USER_RESET, END_IDLE = "compression", "user_reset", "idle"
@@ -138,9 +139,11 @@ class Sessions:
 
     # -- writing (under the run's lease and the route's generation) ------------------------------------
 
-    def start(self, rk: str, exec_id: str, gen: int, *, expected: str | None, end_reason: str = "",
+    def start(self, rk: str, owner: tuple[str, int], *, expected: str | None, end_reason: str = "",
               boundary: str = "start", entries: Sequence[str] = ()) -> str:
-        """End `expected` (the current session, or None) and start a new one; returns its id."""
+        """End `expected` (the current session, or None) and start a new one, fenced by `owner` (the run's execution
+        id and the generation it runs under); returns its id."""
+        exec_id, gen = owner
         sid = new_session_id()
         res = self._start([self.k.lease(rk), self.k.route_state(rk), self.k.sessions(rk)],
                           [exec_id, gen, expected or "", sid, rk, time.time(), end_reason,
@@ -169,8 +172,10 @@ class Sessions:
 
 
 def entry(role: str, text: str, *, batch_id: str, message_ids: Sequence[str] = (), senders: Sequence[str] = (),
-          tokens: int = 0, kind: str = "turn") -> str:
-    """One session log entry. `kind`: turn (a user batch or an answer), summary (compression), bootstrap."""
+          kind: str = "turn") -> str:
+    """One session log entry (with its text's estimated tokens). `kind`: turn (a user batch or an answer), summary
+    (compression), bootstrap, told (what the assistant posted unasked)."""
     return json.dumps({"role": role, "text": text, "batch_id": batch_id, "message_ids": list(message_ids),
-                       "senders": list(senders), "tokens": tokens, "kind": kind, "at": round(time.time(), 3)},
+                       "senders": list(senders), "tokens": estimate_tokens(text), "kind": kind,
+                       "at": round(time.time(), 3)},
                       ensure_ascii=False)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from dataclasses import replace
 from datetime import datetime, timedelta
 from functools import cache
 
@@ -16,7 +17,7 @@ from polls.card import poll_card, result_text
 from polls.spec import SpecError, read_spec
 from polls.store import BAD, CLOSED, FULL, NAME, SAME, Poll, Polls
 from timers import Timer, timers_of
-from turn.registry import Action, Call, Command, Feature, Said, TimerKind, click_of, command_argument
+from turn.registry import Action, Command, Context, Destination, Feature, Said, TimerKind, click_of, command_argument
 
 COMMAND = re.compile(r"^/(?:poll|投票)\s+(.+)$", re.IGNORECASE | re.DOTALL)
 TIMER_KIND = "poll"  # its closing timer
@@ -36,11 +37,11 @@ def settings() -> PollSettings:
     return load_feature_settings(PollSettings)
 
 
-def _polls(c: Call) -> Polls:
+def _polls(c: Context) -> Polls:
     return Polls(c.rt.state, c.rt.keys)
 
 
-def start(c: Call) -> Said | None:
+def start(c: Context) -> Said | None:
     """`/poll 问题 | A | B [| 截止 …]`: the poll once per message (a rerun finds it), its card, its closing timer."""
     m = c.message
     if c.kind not in ("group", "topic"):
@@ -58,16 +59,15 @@ def start(c: Call) -> Said | None:
     poll = polls.get(pid)
     if poll is None:
         raise RuntimeError(f"poll {pid} vanished right after it was created")
-    card_id = c.rt.outbox.card(c.rk, f"poll-{pid}", m.message_id, poll_card(poll, polls.tally(poll), c.rt.settings.tz),
-                               chat_id=m.chat_id, in_thread=c.kind == "topic", fence=c.fence)
+    card_id = c.rt.outbox.card(c.destination, f"poll-{pid}", poll_card(poll, polls.tally(poll), c.rt.settings.tz))
     polls.set_card(pid, card_id)
-    timers_of(c.rt).add(Timer(id=f"poll_{pid}", kind=TIMER_KIND, route_key=c.rk, due=poll.closes_at, chat_id=m.chat_id,
-                          thread_id=m.thread_id or "", what=pid, created_by=m.sender_id, created_at=now.timestamp(),
-                          source_message_id=m.message_id), now=now.timestamp())
+    timers_of(c.rt).add(Timer(id=f"poll_{pid}", kind=TIMER_KIND, route_key=c.rk, due=poll.closes_at,
+                              chat_id=m.chat_id, thread_id=m.thread_id or "", what=pid, created_by=m.sender_id,
+                              created_at=now.timestamp(), source_message_id=m.message_id), now=now.timestamp())
     return None
 
 
-def vote(c: Call) -> str:
+def vote(c: Context) -> str:
     """One click: the voter's vote (a new one replaces theirs), the card redrawn; closed, full or gone: told so."""
     _name, value = click_of(c.message)
     polls, pid = _polls(c), str(value.get("p") or "")
@@ -78,14 +78,13 @@ def vote(c: Call) -> str:
         return outcome
     if outcome in (CLOSED, BAD, FULL) or poll is None:
         told = TOLD.get(outcome) or f"投票人数已满（最多 {settings().poll_max_voters} 人），这一票没有计入。"
-        c.rt.outbox.reply(c.rk, c.batch_id, c.message.message_id, told, chat_id=c.message.chat_id,
-                          in_thread=c.kind == "topic", fence=c.fence)
+        c.rt.outbox.reply(c.destination, c.batch_id, told)
         return outcome
     _redraw(c, poll, polls)
     return outcome
 
 
-def close(c: Call) -> str:
+def close(c: Context) -> str:
     """Its timer: the poll closes once; the card shows the result and the result is posted under the command (a
     rerun after a crash in between redraws and posts the same, once: the outbox keys both)."""
     t = c.timer
@@ -96,17 +95,20 @@ def close(c: Call) -> str:
     polls.close(poll.id, c.rt.clock.now())
     poll = polls.get(poll.id) or poll
     counts = _redraw(c, poll, polls)
-    c.rt.outbox.reply(c.rk, c.batch_id, poll.source_message_id, result_text(poll, counts), chat_id=poll.chat_id,
-                      in_thread=c.kind == "topic", fence=c.fence)
+    c.rt.outbox.reply(_in_chat(c, poll, poll.source_message_id), c.batch_id, result_text(poll, counts))
     return "closed"
 
 
-def _redraw(c: Call, poll: Poll, polls: Polls) -> list[int]:
+def _redraw(c: Context, poll: Poll, polls: Polls) -> list[int]:
     counts = polls.tally(poll)
     if poll.card_message_id:
-        c.rt.outbox.patch(poll.card_message_id, poll_card(poll, counts, c.rt.settings.tz), chat_id=poll.chat_id,
-                          fence=c.fence)
+        c.rt.outbox.patch(_in_chat(c, poll), poll.card_message_id, poll_card(poll, counts, c.rt.settings.tz))
     return counts
+
+
+def _in_chat(c: Context, poll: Poll, target: str = "") -> Destination:
+    """The poll's chat (its closing timer's run answers no message of it), under `target` when given."""
+    return replace(c.destination, chat_id=poll.chat_id, target=target)
 
 
 _COMMAND = Command("poll", start, pattern=COMMAND)

@@ -7,6 +7,7 @@ import hashlib
 import os
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from core.errors import Retryable
@@ -30,6 +31,19 @@ Scope = tuple[str, int, int]  # (pacing key's scope, limit, window ms)
 T = TypeVar("T")
 
 
+@dataclass(frozen=True)
+class Destination:
+    """Where a run's posts go and what fences them (the outbox takes this one value): the route whose ledger and
+    uuids make a rerun post nothing twice, the chat, the message replied to ("" = a new message in the chat), whether
+    a reply stays in the message's thread (a topic), and the fence checked right before every send."""
+
+    route_key: str
+    chat_id: str
+    target: str = ""
+    in_thread: bool = False
+    fence: Callable[[], bool] = lambda: True
+
+
 class LeaseLost(Exception):
     """The run no longer owns its route; it must not touch the outside world."""
 
@@ -43,40 +57,48 @@ def reply_uuid(route_key: str, batch_id: str, chunk: int) -> str:
     return hashlib.sha256(f"{route_key}|{batch_id}|{chunk}".encode()).hexdigest()[:40]
 
 
+@dataclass(frozen=True)
+class Limits:
+    """How the outbox paces and cuts: reply chunk size, Feishu's per-chat and per-app send rates, each API's minute."""
+
+    chunk_chars: int
+    chat_qps: int
+    app_qps: int
+    api_qpm: int = 1000
+    minute_ms: int = MINUTE_MS
+
+
 class Outbox:
-    def __init__(self, inbox: Inbox, keys: Keys, feishu: FeishuApi, chunk_chars: int, *, chat_qps: int,
-                 app_qps: int, api_qpm: int = 1000, minute_ms: int = MINUTE_MS) -> None:
+    def __init__(self, inbox: Inbox, keys: Keys, feishu: FeishuApi, limits: Limits) -> None:
         self.inbox, self.r, self.k, self.feishu = inbox, inbox.r, keys, feishu
-        self.chunk_chars, self.chat_qps, self.app_qps = chunk_chars, chat_qps, app_qps
-        self.api_qpm, self.minute_ms = api_qpm, minute_ms
+        self.chunk_chars, self.chat_qps, self.app_qps = limits.chunk_chars, limits.chat_qps, limits.app_qps
+        self.api_qpm, self.minute_ms = limits.api_qpm, limits.minute_ms
         self._take, self._done = self.r.register_script(PACE_TAKE), self.r.register_script(PACE_DONE)
 
-    def reply(self, route_key: str, batch_id: str, target: str, text: str, *, chat_id: str, in_thread: bool,
-              fence: Callable[[], bool], uuid_key: str | None = None,
+    def reply(self, to: Destination, batch_id: str, text: str, *, uuid_key: str | None = None,
               people: Mapping[str, str] | None = None) -> list[str]:
-        """Post `text` (Markdown rendered, feishu/render.py) as replies to `target`, skipping chunks an earlier
+        """Post `text` (Markdown rendered, feishu/render.py) as replies to `to.target`, skipping chunks an earlier
         run of this batch delivered. `people`: open_id → name of those an @mention may reach."""
         sent = []
-        ledger = self.k.sent(route_key, batch_id)
+        ledger = self.k.sent(to.route_key, batch_id)
         for i, chunk in enumerate(render(text, people, chunk_chars=self.chunk_chars)):
-            uid = reply_uuid(route_key, uuid_key or batch_id, i)
+            uid = reply_uuid(to.route_key, uuid_key or batch_id, i)
             done = self.r.hget(ledger, uid)
             if done:
                 sent.append(str(done))
                 continue
-            message_id = self._send(target, chunk, uid, chat_id=chat_id, in_thread=in_thread, fence=fence)
+            message_id = self._send(to, chunk, uid)
             self.record(ledger, uid, message_id)
             sent.append(message_id)
         return sent
 
-    def _send(self, target: str, chunk: Chunk, uid: str, *, chat_id: str, in_thread: bool,
-              fence: Callable[[], bool]) -> str:
+    def _send(self, to: Destination, chunk: Chunk, uid: str) -> str:
         """One chunk, paced per chat and per app; short rate-limit waits are sat out here."""
         if chunk.msg_type == "text":
-            return self._paced(chat_id, fence, lambda: self.feishu.reply_text(
-                target, str(chunk.content["text"]), uuid=uid, in_thread=in_thread))
-        return self._paced(chat_id, fence, lambda: self.feishu.reply(target, chunk.msg_type, chunk.content,
-                                                                     uuid=uid, in_thread=in_thread))
+            return self._paced(to.chat_id, to.fence, lambda: self.feishu.reply_text(
+                to.target, str(chunk.content["text"]), uuid=uid, in_thread=to.in_thread))
+        return self._paced(to.chat_id, to.fence, lambda: self.feishu.reply(
+            to.target, chunk.msg_type, chunk.content, uuid=uid, in_thread=to.in_thread))
 
     def record(self, ledger: str, field: str, value: str) -> None:
         pipe = self.r.pipeline()
@@ -84,76 +106,73 @@ class Outbox:
         pipe.expire(ledger, BATCH_CACHE_TTL_S)
         pipe.execute()
 
-    def react(self, message_id: str, emoji_type: str, *, chat_id: str, fence: Callable[[], bool]) -> str:
+    def react(self, to: Destination, message_id: str, emoji_type: str) -> str:
         """Add a reaction, paced by the app's API tier: Feishu's 5/s per chat counts messages, not reactions, so
         reactions never take a reply's place in a busy chat."""
-        return self._paced(chat_id, fence, lambda: self.feishu.add_reaction(message_id, emoji_type), per_chat=False,
-                           api="reaction_add")
+        return self._paced(to.chat_id, to.fence, lambda: self.feishu.add_reaction(message_id, emoji_type),
+                           per_chat=False, api="reaction_add")
 
-    def unreact(self, message_id: str, reaction_id: str, *, chat_id: str, fence: Callable[[], bool]) -> None:
-        self._paced(chat_id, fence, lambda: self.feishu.remove_reaction(message_id, reaction_id), per_chat=False,
-                    api="reaction_remove")
+    def unreact(self, to: Destination, message_id: str, reaction_id: str) -> None:
+        self._paced(to.chat_id, to.fence, lambda: self.feishu.remove_reaction(message_id, reaction_id),
+                    per_chat=False, api="reaction_remove")
 
-    def card(self, route_key: str, key: str, target: str, card: dict[str, Any], *, chat_id: str, in_thread: bool,
-             fence: Callable[[], bool]) -> str:
-        """Post a card as a reply once per (route, key): a rerun finds it in the ledger, or Feishu's uuid
-        window returns the card posted the first time."""
-        return self.card_sent(route_key, key, target, card, chat_id=chat_id, in_thread=in_thread,
-                              fence=fence).message_id
+    def card(self, to: Destination, key: str, card: dict[str, Any]) -> str:
+        """Post a card as a reply to `to.target` once per (route, key): a rerun finds it in the ledger, or Feishu's
+        uuid window returns the card posted the first time."""
+        return self.card_sent(to, key, card).message_id
 
-    def card_sent(self, route_key: str, key: str, target: str, card: dict[str, Any], *, chat_id: str,
-                  in_thread: bool, fence: Callable[[], bool]) -> Sent:
+    def card_sent(self, to: Destination, key: str, card: dict[str, Any]) -> Sent:
         """As `card`, with the AppLink Feishu answered the post with (kept in the ledger beside the id)."""
-        ledger, uid = self.k.sent(route_key, key), reply_uuid(route_key, key, 0)
+        ledger, uid = self.k.sent(to.route_key, key), reply_uuid(to.route_key, key, 0)
         done, link = self.r.hmget(ledger, [uid, f"{uid}:link"])
         if done:
             return Sent(str(done), str(link or ""))
-        sent = self._paced(chat_id, fence, lambda: self.feishu.reply_card(target, card, uuid=uid, in_thread=in_thread))
+        sent = self._paced(to.chat_id, to.fence, lambda: self.feishu.reply_card(to.target, card, uuid=uid,
+                                                                                in_thread=to.in_thread))
         if sent.app_link:
             self.record(ledger, f"{uid}:link", sent.app_link)
         self.record(ledger, uid, sent.message_id)
         return sent
 
-    def post_card(self, route_key: str, key: str, chat_id: str, card: dict[str, Any], *,
-                  fence: Callable[[], bool]) -> str:
-        """Post a card as a new message in a chat once per (route, key), as `card` does for replies."""
-        ledger, uid = self.k.sent(route_key, key), reply_uuid(route_key, key, 0)
+    def post_card(self, to: Destination, key: str, card: dict[str, Any]) -> str:
+        """Post a card as a new message in `to.chat_id` once per (route, key), as `card` does for replies."""
+        ledger, uid = self.k.sent(to.route_key, key), reply_uuid(to.route_key, key, 0)
         done = self.r.hget(ledger, uid)
         if done:
             return str(done)
-        message_id = self._paced(chat_id, fence, lambda: self.feishu.send_card(chat_id, card, uuid=uid))
+        message_id = self._paced(to.chat_id, to.fence, lambda: self.feishu.send_card(to.chat_id, card, uuid=uid))
         self.record(ledger, uid, message_id)
         return message_id
 
-    def post(self, route_key: str, key: str, chat_id: str, text: str, *, fence: Callable[[], bool],
-             people: Mapping[str, str] | None = None) -> list[str]:
-        """Post `text` (rendered) as new messages in a chat, once per (route, key, chunk), like `reply` does for
-        replies: for when there is nothing left to reply to (a follow-up whose request was recalled)."""
+    def post(self, to: Destination, key: str, text: str, *, people: Mapping[str, str] | None = None) -> list[str]:
+        """Post `text` (rendered) as new messages in `to.chat_id`, once per (route, key, chunk), like `reply` does
+        for replies: for when there is nothing left to reply to (a follow-up whose request was recalled)."""
         sent = []
-        ledger = self.k.sent(route_key, key)
+        ledger = self.k.sent(to.route_key, key)
         for i, chunk in enumerate(render(text, people, chunk_chars=self.chunk_chars)):
-            uid = reply_uuid(route_key, key, i)
+            uid = reply_uuid(to.route_key, key, i)
             done = self.r.hget(ledger, uid)
             if done is None:
-                done = self._send_new(chat_id, chunk, uid, fence)
+                done = self._send_new(to, chunk, uid)
                 self.record(ledger, uid, done)
             sent.append(str(done))
         return sent
 
-    def _send_new(self, chat_id: str, chunk: Chunk, uid: str, fence: Callable[[], bool]) -> str:
-        return self._paced(chat_id, fence, lambda: self.feishu.send(chat_id, chunk.msg_type, chunk.content, uuid=uid))
+    def _send_new(self, to: Destination, chunk: Chunk, uid: str) -> str:
+        return self._paced(to.chat_id, to.fence, lambda: self.feishu.send(to.chat_id, chunk.msg_type, chunk.content,
+                                                                          uuid=uid))
 
-    def patch(self, message_id: str, card: dict[str, Any], *, chat_id: str, fence: Callable[[], bool]) -> None:
+    def patch(self, to: Destination, message_id: str, card: dict[str, Any]) -> None:
         """Replace a card in place (idempotent: the same card twice shows the same thing)."""
-        self._paced(chat_id, fence, lambda: self.feishu.patch_card(message_id, card), api="patch")
+        self._paced(to.chat_id, to.fence, lambda: self.feishu.patch_card(message_id, card), api="patch")
 
-    def paced(self, chat_id: str, fence: Callable[[], bool], call: Callable[[], T], *, per_chat: bool = True,
-              api: str = "reply", card: str | None = None) -> T:
+    def paced(self, to: Destination, call: Callable[[], T], *, per_chat: bool = True, api: str = "reply",
+              card: str | None = None) -> T:
         """`call` once its pacing slots are free (waiting for them), fenced, with short rate-limit retries.
         `card`: a CardKit op on that card entity, which also takes a slot of the card's second."""
-        return self._paced(chat_id, fence, call, per_chat, api, card)
+        return self._paced(to.chat_id, to.fence, call, per_chat, api, card)
 
-    def try_paced(self, chat_id: str, fence: Callable[[], bool], call: Callable[[], object], *, card: str) -> bool:
+    def try_paced(self, to: Destination, call: Callable[[], object], *, card: str) -> bool:
         """`call` only if the card's second has room right now (an update to a card in streaming mode: exempt from
         the API's tier, skipped rather than waited for, the next one carries the text); True when it was made."""
         held: list[tuple[str, str, int]] = []
@@ -165,8 +184,8 @@ class Outbox:
                 return False
             held.append((key, token, window))
         try:
-            if not fence():
-                raise LeaseLost(chat_id)
+            if not to.fence():
+                raise LeaseLost(to.chat_id)
             call()
             return True
         finally:

@@ -22,7 +22,7 @@ from memory.sessions import Sessions
 from routing.keys import kind_of
 from routing.policy import Policy, policy_from
 from runs.inbox import Inbox
-from runs.outbox import Outbox
+from runs.outbox import Limits, Outbox
 from runs.queues import enqueue_drain
 from state.store import resolve_url, rq_client, state_client
 
@@ -105,8 +105,8 @@ class Runtime:
     def outbox(self) -> Outbox:
         s = self.settings
         limits = s.feishu_limits
-        return Outbox(self.inbox, self.keys, self.feishu, limits.reply_chunk_chars, chat_qps=limits.chat_qps,
-                      app_qps=limits.app_qps, api_qpm=limits.api_qpm)
+        return Outbox(self.inbox, self.keys, self.feishu, Limits(limits.reply_chunk_chars, limits.chat_qps,
+                                                                 limits.app_qps, limits.api_qpm))
 
     @cached_property
     def clock(self) -> Clock:

@@ -665,7 +665,7 @@ MUTANTS: tuple[Mutant, ...] = (
          "    if False:"),),
         ("tests/test_console_pure.py::test_after_sign_in_the_browser_goes_back_only_to_a_console_page",)),
     Mutant("K13", "console actions are not audited", "console/web.py", (
-        ("    audit.write(rt().state, rt().keys, op.who, op.how, what, target, outcome)", "    pass"),),
+        ("    audit.write(rt().state, rt().keys, audit.Done(op.who, op.how, what, target, outcome))", "    pass"),),
         ("tests/test_console.py::test_every_action_is_in_the_audit_log_with_who_did_it",)),
     Mutant("K14", "the routing simulator ignores the running configuration", "console/simulator.py", (
         ("    route = route_for(inbound, x.policy, x.settings.bot_profile)",

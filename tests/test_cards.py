@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from feishu.cards import answer_card, approval_card, buttons_of, elements_of, footer_of
+from feishu.cards import Proposal, answer_card, approval_card, buttons_of, elements_of, footer_of
 from feishu.render import ZWSP
 from sandbox.feishu.rules import FeishuError, check_card, validate_send
 
@@ -30,8 +30,8 @@ def test_the_first_answer_is_a_json_2_card_that_patches_for_everyone() -> None:
 
 @pytest.mark.parametrize("build", [
     lambda: answer_card(item_id="itm_1", title="t", status="summary", version=2, body=HOSTILE),
-    lambda: approval_card(proposal_id="prop_1", route_key="rk", item_id="itm_1", field="状态", value=HOSTILE,
-                          reason=HOSTILE, proposer="ou_a"),
+    lambda: approval_card(Proposal(proposal_id="prop_1", route_key="rk", item_id="itm_1", field="状态", value=HOSTILE,
+                          reason=HOSTILE, proposer="ou_a")),
 ])
 def test_model_text_in_a_card_cannot_mention_anyone_or_restyle_it(build) -> None:
     text = "\n".join(str(e.get("content", "")) for e in elements_of(build()))
@@ -40,16 +40,18 @@ def test_model_text_in_a_card_cannot_mention_anyone_or_restyle_it(build) -> None
 
 
 def test_approval_buttons_carry_their_callback_values_and_the_decider_is_a_real_mention() -> None:
-    pending = approval_card(proposal_id="prop_1", route_key="rk", item_id="itm_1", field="状态", value="已解决",
-                            reason="修好了", proposer="ou_a")
+    pending = approval_card(Proposal(proposal_id="prop_1", route_key="rk", item_id="itm_1", field="状态",
+                                     value="已解决",
+                            reason="修好了", proposer="ou_a"))
     assert [(label, value["action"]) for label, value in buttons_of(pending)] == [("批准", "items:approve"),
                                                                                ("拒绝", "items:reject")]
     check_card(pending)
-    decided = approval_card(proposal_id="prop_1", route_key="rk", item_id="itm_1", field="状态", value="已解决",
-                            reason="", proposer="ou_a", state="approved", decided_by="ou_boss")
+    decided = approval_card(Proposal(proposal_id="prop_1", route_key="rk", item_id="itm_1", field="状态",
+                                     value="已解决",
+                            reason="", proposer="ou_a", state="approved", decided_by="ou_boss"))
     assert buttons_of(decided) == [] and "<at id=ou_boss></at>" in _all_text(decided)
-    forged = approval_card(proposal_id="p", route_key="rk", item_id="i", field="f", value="v", reason="",
-                           proposer="ou_a", state="approved", decided_by="all></at><at id=all")
+    forged = approval_card(Proposal(proposal_id="p", route_key="rk", item_id="i", field="f", value="v", reason="",
+                           proposer="ou_a", state="approved", decided_by="all></at><at id=all"))
     assert "<at id=all" not in _all_text(forged)
 
 

@@ -270,7 +270,7 @@ def test_every_action_is_in_the_audit_log_with_who_did_it(stack: OwnStack, r: re
 def test_the_audit_log_pages_newest_first_and_stays_bounded(r: redis.Redis) -> None:
     keys = Keys(unique("audit"))
     for n in range(120):
-        audit.write(r, keys, f"ou_{n}", "token", "cancel", f"t_{n}", "ok", at=1000.0 + n)
+        audit.write(r, keys, audit.Done(f"ou_{n}", "token", "cancel", f"t_{n}", "ok"), at=1000.0 + n)
     first, more = audit.page(r, keys, count=50)
     second, more2 = audit.page(r, keys, more or "", count=50)
     third, end = audit.page(r, keys, more2 or "", count=50)

@@ -186,7 +186,7 @@ def test_commit_writes_the_session_log_only_at_the_turns_generation(box) -> None
     token = inbox.next_kicks(0.1)[0].token
     inbox.acquire("rk", token, "exec")
     take(inbox, "rk", "exec")
-    sid = sessions.start("rk", "exec", 0, expected=None)
+    sid = sessions.start("rk", ("exec", 0), expected=None)
     assert inbox.commit("rk", "exec", Commit(n=1, batch_id="b0", entries=["u0", "a0"], gen=0, tokens=(5, 2, 1))) == 1
     assert r.lrange(keys.session_log("rk", sid), 0, -1) == ["u0", "a0"]
     assert sessions.get("rk", sid).counters == {"in": 5, "out": 2, "cache_read": 1, "turns": 1}
@@ -276,9 +276,9 @@ def test_records_of_sessions_past_their_retention_are_pruned(box) -> None:
     _inbox, keys, r = box
     sessions = Sessions(r, keys, retention_s=100)
     r.set(keys.lease("rk"), "exec")
-    first = sessions.start("rk", "exec", 0, expected=None)
+    first = sessions.start("rk", ("exec", 0), expected=None)
     r.hincrby(keys.sessions("rk"), f"{first}#turns", 3)
-    second = sessions.start("rk", "exec", 0, expected=first, end_reason="compression")
+    second = sessions.start("rk", ("exec", 0), expected=first, end_reason="compression")
     assert sessions.prune("rk", now=time.time() + 50) == 0  # ended 50 s ago: kept
     assert sessions.prune("rk", now=time.time() + 150) == 1  # past the retention: record and counters go
     assert set(r.hkeys(keys.sessions("rk"))) == {second}
@@ -289,10 +289,10 @@ def test_a_route_keeps_at_most_keep_ended_ended_sessions(box) -> None:
     _inbox, keys, r = box
     sessions = Sessions(r, keys, retention_s=0)  # no time limit: only the count bounds them
     r.set(keys.lease("rk"), "exec")
-    sid = sessions.start("rk", "exec", 0, expected=None)
+    sid = sessions.start("rk", ("exec", 0), expected=None)
     for i in range(KEEP_ENDED + 5):
         r.rpush(keys.session_log("rk", sid), f"turn {i}")
-        sid = sessions.start("rk", "exec", 0, expected=sid, end_reason="compression")
+        sid = sessions.start("rk", ("exec", 0), expected=sid, end_reason="compression")
     kept = [s for s in sessions.all("rk") if s.end_reason]
     assert len(kept) == KEEP_ENDED and sessions.state("rk").session_id == sid
     logs = list(r.scan_iter(keys.session_log_prefix("rk") + "*"))
@@ -307,7 +307,7 @@ def test_an_idle_route_leaves_nothing_behind_after_its_retention(redis_url: str)
     inbox, sessions = Inbox(r, keys, lease_ms=2000, keep=4, route_retention_s=1), Sessions(r, keys)
     token = running(inbox, "rk", "exec")
     assert token and take(inbox, "rk", "exec")
-    sid = sessions.start("rk", "exec", 0, expected=None)
+    sid = sessions.start("rk", ("exec", 0), expected=None)
     assert inbox.commit("rk", "exec", Commit(n=1, batch_id="b0", entries=["u0", "a0"], gen=0)) == 1
     assert inbox.finish("rk", "exec") == 1
     kept = [keys.route_state("rk"), keys.sessions("rk"), keys.session_log("rk", sid)]

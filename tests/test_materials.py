@@ -14,7 +14,7 @@ from core.errors import Retryable
 from core.inbound import Inbound
 from core.keys import Keys
 from feishu.client import FeishuApi
-from feishu.resources import fetch_file_text, gather, sniff_image
+from feishu.resources import Caps, fetch_file_text, gather, sniff_image
 from sandbox.feishu.emulator import FeishuEmulator
 from sandbox.feishu.events import (
     file_content,
@@ -116,10 +116,10 @@ def test_an_image_that_cannot_be_shown_becomes_a_short_note(feishu, api, r, keys
     msg = arrive(feishu, "image", image_content("img_x"))
     if seed is not None:
         feishu.add_resource(msg.message_id, "img_x", seed)
-    blocks = gather(api, r, keys, msg, max_image_bytes=cap)
+    blocks = gather(api, r, keys, msg, Caps(max_image_bytes=cap))
     assert len(blocks) == 1 and blocks[0]["type"] == "text"
     assert blocks[0]["text"].startswith("[image img_x unavailable: ") and reason in blocks[0]["text"]
-    gather(api, r, keys, msg, max_image_bytes=cap)
+    gather(api, r, keys, msg, Caps(max_image_bytes=cap))
     assert resource_calls(feishu) == 1  # the refusal is remembered too
 
 
@@ -148,7 +148,7 @@ def test_images_beyond_the_per_message_limit_are_named_not_fetched(feishu, api, 
     msg = arrive(feishu, "post", content)
     for i in range(3):
         feishu.add_resource(msg.message_id, f"img_{i}", PNG)
-    blocks = gather(api, r, keys, msg, max_images=2)
+    blocks = gather(api, r, keys, msg, Caps(max_images=2))
     assert [b["type"] for b in blocks] == ["image", "text", "image", "text"]
     assert "[image img_2 not included" in blocks[3]["text"]
     assert resource_calls(feishu) == 2

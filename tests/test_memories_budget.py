@@ -21,7 +21,7 @@ from memory.scopes.paths import Scope
 from runs.runtime import Runtime
 from tests.harness import unique
 from turn import rotation
-from turn.registry import Turn
+from turn.registry import Context
 
 TZ = ZoneInfo("Asia/Shanghai")
 CHAT, THREAD = "oc_budget_team", "omt_budget"
@@ -34,12 +34,12 @@ def rt(redis_url: str) -> Runtime:
     return Runtime(settings, redis_url)
 
 
-def turn_of(rt: Runtime, senders: list[str]) -> Turn:
+def turn_of(rt: Runtime, senders: list[str]) -> Context:
     batch = tuple(Inbound(event_id=f"ev{i}", message_id=f"om{i}", chat_id=CHAT, chat_type="group", sender_open_id=s,
                           sender_type="user", message_type="text", text="现在什么状态", content="{}",
                           thread_id=THREAD) for i, s in enumerate(senders))
-    return Turn(rt, f"feishu:{rt.settings.bot_profile}:topic:{CHAT}:{THREAD}", "topic", batch, "b1", lambda: True,
-                "s1", None, rotation.budget_of(rt))
+    return Context(rt, f"feishu:{rt.settings.bot_profile}:topic:{CHAT}:{THREAD}", batch, "b1", lambda: True,
+                   session_id="s1")
 
 
 def test_a_batch_from_thirty_people_loads_what_fits_and_stays_within_the_memory_budget(rt: Runtime) -> None:

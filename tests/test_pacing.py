@@ -64,21 +64,20 @@ def test_the_per_minute_cap_of_each_message_api_is_paced_too(env, feishu, redis_
     from core.keys import Keys
     from feishu.client import FeishuApi
     from runs.inbox import Inbox
-    from runs.outbox import Outbox
+    from runs.outbox import Destination, Limits, Outbox
     from tests.harness import settings_from
 
     settings = settings_from(env)
     r = redis.Redis.from_url(redis_url, decode_responses=True)
     keys = Keys(unique("minute"))
-    outbox = Outbox(Inbox(r, keys, 30_000), keys, FeishuApi(settings, r, keys), 3500, chat_qps=5, app_qps=50,
-                    api_qpm=3, minute_ms=2000)
+    outbox = Outbox(Inbox(r, keys, 30_000), keys, FeishuApi(settings, r, keys),
+                    Limits(3500, chat_qps=5, app_qps=50, api_qpm=3, minute_ms=2000))
     feishu.set_api_qpm(3, window_s=2.0)
     started = time.monotonic()
     for n in range(7):
         chat, target = unique("oc_min"), unique("om_min")
         feishu.add_message(target, chat, text="问题", chat_mode="p2p")
-        outbox.reply("feishu:minute:p2p:x", unique("b"), target, f"回答 {n}", chat_id=chat, in_thread=False,
-                     fence=lambda: True)
+        outbox.reply(Destination("feishu:minute:p2p:x", chat, target), unique("b"), f"回答 {n}")
     assert feishu.minute_rejections == {}
     assert time.monotonic() - started >= 4.0  # 3 + 3 + 1: two full windows waited
 
@@ -97,13 +96,13 @@ def test_a_slow_and_jittery_feishu_still_sees_at_most_five_a_second_in_a_chat(en
     from core.keys import Keys
     from feishu.client import FeishuApi
     from runs.inbox import Inbox
-    from runs.outbox import Outbox
+    from runs.outbox import Destination, Limits, Outbox
     from tests.harness import settings_from
 
     settings = settings_from(env)
     r = redis.Redis.from_url(redis_url, decode_responses=True)
     keys = Keys(unique("jitter"))
-    outbox = Outbox(Inbox(r, keys, 30_000), keys, FeishuApi(settings, r, keys), 3500, chat_qps=5, app_qps=50)
+    outbox = Outbox(Inbox(r, keys, 30_000), keys, FeishuApi(settings, r, keys), Limits(3500, chat_qps=5, app_qps=50))
     jitter, lock = random.Random(7), threading.Lock()
 
     def slow(_record: dict) -> None:
@@ -118,8 +117,8 @@ def test_a_slow_and_jittery_feishu_still_sees_at_most_five_a_second_in_a_chat(en
     for target in targets:
         feishu.add_message(target, chat, text="问题", chat_mode="p2p")
     with ThreadPoolExecutor(10) as pool:
-        list(pool.map(lambda t: outbox.reply("feishu:jitter:p2p:x", unique("b"), t, "收到", chat_id=chat,
-                                             in_thread=False, fence=lambda: True), targets))
+        list(pool.map(lambda t: outbox.reply(Destination("feishu:jitter:p2p:x", chat, t), unique("b"), "收到"),
+                      targets))
     assert feishu.stats["chat_limit_rejections"].get(chat, 0) == 0
     assert most_in_a_second(feishu.sends(chat)[chat]) <= 5
 
@@ -135,20 +134,20 @@ def test_a_streaming_cards_updates_take_the_cards_ten_a_second_not_the_apps_tier
     from feishu.cardkit import CardKit, streaming_card
     from feishu.client import FeishuApi
     from runs.inbox import Inbox
-    from runs.outbox import Outbox
+    from runs.outbox import Destination, Limits, Outbox
     from tests.harness import settings_from
 
     settings = settings_from(env)
     r = redis.Redis.from_url(redis_url, decode_responses=True)
     keys = Keys(unique("cardpace"))
     api = FeishuApi(settings, r, keys)
-    outbox = Outbox(Inbox(r, keys, 30_000), keys, api, 3500, chat_qps=5, app_qps=2, api_qpm=2)
+    outbox = Outbox(Inbox(r, keys, 30_000), keys, api, Limits(3500, chat_qps=5, app_qps=2, api_qpm=2))
     feishu.set_api_qpm(2)
     feishu.set_cardkit_limits(app_qps=2)
     kit = CardKit(api)
     cards = [kit.create(streaming_card("开头")), kit.create(streaming_card("另一张"))]
     for card_id in cards:
-        pushed = [outbox.try_paced("oc_cardpace", lambda: True, lambda n=n, c=card_id: kit.stream_text(
+        pushed = [outbox.try_paced(Destination("", "oc_cardpace"), lambda n=n, c=card_id: kit.stream_text(
             c, "answer", "字" * n, sequence=n, uuid=unique("u")), card=card_id) for n in range(1, 31)]
         assert pushed.count(True) >= 10, pushed  # and no 429 raised: what did not fit was skipped, not refused
     updates = [h for c in cards for h in feishu.card_history(c) if h["op"] == "card_content"]

@@ -271,6 +271,8 @@ def test_a_read_that_finds_the_request_full_ends_the_tool_rounds(env, feishu, cl
     from runs.runtime import Runtime
     from tests.harness import settings_from
     from turn import recall, rotation
+    from turn.registry import Context
+    from turn.rotation import Request
     from turn.thread import PAGE_END, message_part, page_head
 
     chat, thread, root = unique("oc_topic"), unique("omt"), unique("om_root")
@@ -296,7 +298,8 @@ def test_a_read_that_finds_the_request_full_ends_the_tool_rounds(env, feishu, cl
         return "好的，先回答。" if (body.get("tool_choice") or {}).get("type") == "none" else uses
 
     claude.set_responder(responder)
-    talk = recall.converse(rt, rk, "s_none", system, ask(pad), tools, previous={})
+    turn = Context(rt, rk, (), "b_tight", lambda: True, session_id="s_none")
+    talk = recall.converse(turn, Request(system, tools), ask(pad))
     requests = [q["body"] for q in claude.requests if "请看看之前的讨论" in json.dumps(q["body"], ensure_ascii=False)]
     assert len(requests) == 2 and requests[1].get("tool_choice") == {"type": "none"}
     results = [x["content"] for x in requests[1]["messages"][-1]["content"] if x.get("type") == "tool_result"]

@@ -11,9 +11,8 @@ import pytest
 from core.inbound import Inbound
 from runs.runtime import Runtime
 from tests.harness import deliver, message_id, session_log, settings_from, unique, wait_route_idle
-from turn import rotation
 from turn.ask import answer_for
-from turn.registry import Turn
+from turn.registry import Context
 
 
 @pytest.fixture()
@@ -40,9 +39,8 @@ def test_two_runs_of_one_batch_send_the_same_answer(rt: Runtime, claude) -> None
     asker = (Inbound(event_id="e1", message_id="om_1", chat_id=rk.rsplit(":", 1)[-1], chat_type="p2p",
                      sender_open_id="ou_a", sender_type="user", message_type="text", text="问", content="{}"),)
 
-    def turn(fence: Callable[[], bool]) -> Turn:
-        return Turn(rt, rk, "p2p", asker, batch, fence, "s_none", None, rotation.budget_of(rt),
-                    text="<message>问</message>")
+    def turn(fence: Callable[[], bool]) -> Context:
+        return Context(rt, rk, asker, batch, fence, session_id="s_none", text="<message>问</message>")
 
     def first() -> None:
         results["first"] = answer_for(turn(slow_fence)).text

@@ -6,6 +6,7 @@ names it with APP_FACTORY=tests.throwaway:build_app): no file of the product kno
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -16,7 +17,7 @@ from core.settings import Settings, load_feature_settings
 from feishu.cards import choice_card
 from timers import timers_of
 from timers.model import Timer
-from turn.registry import Action, App, Call, Command, Feature, Part, Said, TimerKind, Turn
+from turn.registry import Action, App, Command, Context, Feature, Part, Said, TimerKind
 
 NAME = "stamp"
 CLOSE_AFTER_S = 60
@@ -37,44 +38,42 @@ def _word() -> str:
     return load_feature_settings(StampSettings).stamp_word
 
 
-def pressed_key(c: Call | Turn) -> str:
+def pressed_key(c: Context) -> str:
     return c.rt.keys.feature_of_route(NAME, c.rk, "pressed")
 
 
-def _stamp(c: Call) -> Said | None:
+def _stamp(c: Context) -> Said | None:
     m, word = c.message, _word()
     card = choice_card(title=word, body=f"点下面的按钮{word}", buttons=[(word, {"action": "stamp:press", "rk": c.rk})])
-    c.rt.outbox.card(c.rk, f"stamp-{m.message_id}", m.message_id, card, chat_id=m.chat_id,
-                     in_thread=c.kind == "topic", fence=c.fence)
+    c.rt.outbox.card(c.destination, f"stamp-{m.message_id}", card)
     now = c.rt.clock.now()
     timers_of(c.rt).add(Timer(id=f"stamp_{m.message_id}", kind=NAME, route_key=c.rk, due=now + CLOSE_AFTER_S,
-                          chat_id=m.chat_id, thread_id=m.thread_id or "", created_by=m.sender_id, created_at=now,
-                          source_message_id=m.message_id), now=now)
+                              chat_id=m.chat_id, thread_id=m.thread_id or "", created_by=m.sender_id, created_at=now,
+                              source_message_id=m.message_id), now=now)
     return None
 
 
-def _press(c: Call) -> str:
+def _press(c: Context) -> str:
     key = pressed_key(c)
     with c.rt.state.pipeline(transaction=True) as p:
         p.sadd(key, c.message.sender_id).expire(key, TTL_S).scard(key)
         n = p.execute()[-1]
-    c.rt.outbox.reply(c.rk, c.batch_id, c.message.message_id, f"{_word()}：{n}", chat_id=c.message.chat_id,
-                      in_thread=c.kind == "topic", fence=c.fence)
+    c.rt.outbox.reply(c.destination, c.batch_id, f"{_word()}：{n}")
     return "pressed"
 
 
-def _close(c: Call) -> str:
+def _close(c: Context) -> str:
     t = c.timer
     if t is None:
         return "gone"
     n = c.rt.state.scard(pressed_key(c))
-    c.rt.outbox.reply(c.rk, c.batch_id, t.source_message_id, f"{_word()}结束：{n} 人", chat_id=t.chat_id,
-                      in_thread=c.kind == "topic", fence=c.fence)
+    to = replace(c.destination, chat_id=t.chat_id, target=t.source_message_id)
+    c.rt.outbox.reply(to, c.batch_id, f"{_word()}结束：{n} 人")
     return "closed"
 
 
 class StampPart(Part):
-    def __init__(self, turn: Turn) -> None:
+    def __init__(self, turn: Context) -> None:
         self.turn = turn
 
     def call(self, name: str, args: dict[str, Any], room: int) -> str | None:
@@ -83,7 +82,7 @@ class StampPart(Part):
         return f"{self.turn.rt.state.scard(pressed_key(self.turn))} people pressed the stamp"
 
 
-def _start(turn: Turn, _parts: Mapping[str, Part]) -> Part:
+def _start(turn: Context, _parts: Mapping[str, Part]) -> Part:
     return StampPart(turn)
 
 

@@ -15,6 +15,7 @@ from datetime import datetime
 
 from core import metrics
 from memory import related
+from runs.outbox import Destination
 from runs.runtime import Runtime
 from timers.digest import DigestRow, digest_card, open_items
 from timers.model import Timer
@@ -38,7 +39,7 @@ def run_digest(rt: Runtime, rk: str, t: Timer, batch_id: str, fence: Callable[[]
         return _done(rt, rk, t, "nothing posted: no open items", "empty")
     label = datetime.fromtimestamp(t.due, s.tz).strftime("%m月%d日 %H:%M")
     card = digest_card(rows, now_ms=int(now * 1000), tz=s.tz, date_label=label)
-    message_id = rt.outbox.post_card(rk, f"digest-{t.id}", t.chat_id, card, fence=fence)
+    message_id = rt.outbox.post_card(Destination(rk, t.chat_id, fence=fence), f"digest-{t.id}", card)
     titles = "；".join(r.title[:40] for r in rows[:10]) + ("…" if len(rows) > 10 else "")
     related.keep_own(rt.state, rt.keys, t.chat_id, message_id,
                      f"已发过待办汇总（{label}，{len(rows)} 个未结事项）：{titles}",

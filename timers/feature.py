@@ -10,6 +10,7 @@ from datetime import datetime, tzinfo
 from typing import Any
 
 from core.inbound import TIMER_TYPE
+from items import item_of_turn
 from memory.sessions import entry
 from routing.keys import DIGEST as DIGEST_ROUTE
 from timers import commands, tool
@@ -19,13 +20,13 @@ from timers.followup import fire_followup
 from timers.instant import now_line
 from timers.model import DIGEST, FOLLOWUP, Timer
 from timers.scheduler import ensure_digests
-from turn.registry import Call, Command, Event, Feature, Part, Periodic, RouteWork, Said, TimerKind, Turn
+from turn.registry import Command, Context, Event, Feature, Part, Periodic, RouteWork, Said, TimerKind
 
 
 class TimersPart(Part):
     """The follow-ups a turn sets: the tool, the clock the model resolves times against, the footer naming them."""
 
-    def __init__(self, turn: Turn, item_id: str) -> None:
+    def __init__(self, turn: Context, item_id: str) -> None:
         self.turn = turn
         self.ctx = tool.FollowupContext(turn.rk, turn.batch_id, list(turn.batch), turn.gen, item_id=item_id)
 
@@ -42,17 +43,15 @@ class TimersPart(Part):
         return tool.footer(self.ctx, text)
 
 
-def start(turn: Turn, parts: Mapping[str, Part]) -> TimersPart:
-    item = getattr(parts.get("items"), "ctx", None)  # a follow-up in an item's topic remembers the item
-    own = getattr(item, "item", None)
-    return TimersPart(turn, own.item_id if own else "")
+def start(turn: Context, _parts: Mapping[str, Part]) -> TimersPart:
+    return TimersPart(turn, item_of_turn(turn))  # a follow-up in an item's topic remembers the item
 
 
-def _reset(c: Call) -> Said:
+def _reset(c: Context) -> Said:
     return commands.on_reset(c.rt, c.rk, c.message, c.batch_id)
 
 
-def _wake_up(c: Call) -> str:
+def _wake_up(c: Context) -> str:
     """A due timer's run; what it posted unasked enters the route's transcript (its next turn knows it was told)."""
     note = fire(c, c.state)
     t = timer_of(c.rt, c.rk, c.message)
@@ -70,13 +69,13 @@ def told_entries(t: Timer, batch_id: str, tz: tzinfo) -> list[str]:
                   batch_id=batch_id, kind="told")]
 
 
-def _followup(c: Call) -> str:
+def _followup(c: Context) -> str:
     if c.state is None or c.timer is None:
         return "no route state"
     return fire_followup(c.rt, c.rk, c.timer, c.batch_id, c.fence, c.state)
 
 
-def _digest(c: Call) -> str:
+def _digest(c: Context) -> str:
     return run_digest(c.rt, c.rk, c.timer, c.batch_id, c.fence) if c.timer is not None else "gone"
 
 

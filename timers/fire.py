@@ -11,7 +11,7 @@ from memory.sessions import RouteState
 from runs.runtime import Runtime
 from timers.model import Timer
 from timers.store import timers_of
-from turn.registry import Call, app_of
+from turn.registry import Context, app_of
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +30,7 @@ def timer_of(rt: Runtime, rk: str, event: Inbound) -> Timer | None:
     return t
 
 
-def fire(c: Call, state: RouteState | None) -> str:
+def fire(c: Context, state: RouteState | None) -> str:
     """The timer event `c.message` of route `c.rk`: its kind's run (`state`: the route's, None on an internal route)."""
     t = timer_of(c.rt, c.rk, c.message)
     if t is None:

@@ -26,7 +26,7 @@ from core.errors import CapabilityOff, Permanent
 from memory import related, withdrawn
 from memory.sessions import RouteState
 from routing.keys import kind_of
-from runs.outbox import BATCH_CACHE_TTL_S
+from runs.outbox import BATCH_CACHE_TTL_S, Destination
 from runs.runtime import Runtime
 from timers.model import Timer
 from timers.store import timers_of
@@ -94,8 +94,7 @@ def post(rt: Runtime, rk: str, t: Timer, text: str, fence: Callable[[], bool]) -
     topic = kind_of(rk) == "topic"
 
     def reply(target: str, key: str, in_thread: bool) -> list[str]:
-        return rt.outbox.reply(rk, key, target, text, chat_id=t.chat_id, in_thread=in_thread, fence=fence,
-                               people=people)
+        return rt.outbox.reply(Destination(rk, t.chat_id, target, in_thread, fence), key, text, people=people)
 
     try:
         return reply(t.source_message_id, run_key(t), topic)
@@ -110,7 +109,7 @@ def post(rt: Runtime, rk: str, t: Timer, text: str, fence: Callable[[], bool]) -
             if not t.root_id or t.root_id == t.source_message_id:
                 raise Permanent("the topic's root is gone too", source="feishu", code="230019") from exc
             return reply(t.root_id, run_key(t) + "-root", True)
-        return rt.outbox.post(rk, run_key(t) + "-chat", t.chat_id, text, fence=fence, people=people)
+        return rt.outbox.post(Destination(rk, t.chat_id, fence=fence), run_key(t) + "-chat", text, people=people)
 
 
 def run_key(t: Timer) -> str:

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from timers import TRIAGE
 from triage.run import run_triage
-from turn.registry import Call, Feature, TimerKind
+from turn.registry import Context, Feature, TimerKind
 
 
-def _run(c: Call) -> str:
+def _run(c: Context) -> str:
     if c.state is None or c.timer is None:
         return "no route state"
-    return run_triage(c.rt, c.rk, c.timer, c.batch_id, c.fence)
+    return run_triage(c, c.timer)
 
 
 FEATURE = Feature("triage", order=60, timer_kinds=(TimerKind(TRIAGE, _run),))

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Sequence
-from dataclasses import asdict
+from collections.abc import Sequence
+from dataclasses import asdict, replace
 from typing import Any
 
 from bitable.client import Record
@@ -24,19 +24,21 @@ from core import metrics
 from core.inbound import Inbound
 from items import propose_changes
 from memory import withdrawn
-from runs.outbox import BATCH_CACHE_TTL_S
+from runs.outbox import BATCH_CACHE_TTL_S, Destination
 from runs.runtime import Runtime
 from timers import Timer, run_key, timers_of
 from triage.filter import dedupe, normalise
 from triage.protocol import QUIET, Decision, parse_decision, request_text, system_prompt
+from turn.registry import Context
 
 log = logging.getLogger(__name__)
 MAX_OUTPUT = 200
 FIELD_CHARS = 400
 
 
-def run_triage(rt: Runtime, rk: str, t: Timer, batch_id: str, fence: Callable[[], bool]) -> str:
-    s = rt.settings
+def run_triage(c: Context, t: Timer) -> str:
+    """A due triage timer `t` of the topic route `c.rk`: look at what was said since, decide, maybe speak once."""
+    rt, rk, s = c.rt, c.rk, c.rt.settings
     if t.chat_id not in s.timers.triage_chats:
         return _done(rt, rk, "skipped", "the chat is no longer in TRIAGE_CHATS")
     item = rt.items.by_thread(t.thread_id)
@@ -53,7 +55,7 @@ def run_triage(rt: Runtime, rk: str, t: Timer, batch_id: str, fence: Callable[[]
         _advance(rt, state_key, seen)
         return _noted(rt, t, _done(rt, rk, "skipped", "nothing new worth a look"))
     decision = _decide(rt, rk, item, fresh, key)
-    outcome = _act(rt, rk, t, item, decision, fresh, key, fence)
+    outcome = _act(replace(c, batch_id=key), t, item, decision, fresh)
     _advance(rt, state_key, seen)
     return _noted(rt, t, outcome)
 
@@ -138,8 +140,9 @@ def _fitted(rt: Runtime, fields: dict[str, str], fresh: Sequence[dict[str, Any]]
         msgs = msgs[1:]
 
 
-def _act(rt: Runtime, rk: str, t: Timer, item: Item, d: Decision, fresh: Sequence[dict[str, Any]], firing: str,
-         fence: Callable[[], bool]) -> str:
+def _act(c: Context, t: Timer, item: Item, d: Decision, fresh: Sequence[dict[str, Any]]) -> str:
+    """What the decision does, keyed by the firing (`c.batch_id`): a proposal's card, or one short note."""
+    rt, rk, firing = c.rt, c.rk, c.batch_id
     if d.kind == QUIET.kind:
         return _done(rt, rk, "quiet", f"{len(fresh)} messages, nothing to say")
     state_key = rt.keys.triage_state(rk)
@@ -150,12 +153,13 @@ def _act(rt: Runtime, rk: str, t: Timer, item: Item, d: Decision, fresh: Sequenc
     # Taken before posting, so no other firing posts in the period; this firing's reruns and replays may finish it.
     rt.state.hset(state_key, mapping={"posted_at": repr(rt.clock.now()), "posted_by": firing})
     if d.kind == "propose" and item.record_id and rt.bitable is not None:
-        propose_changes(rt, rk, item, [{"field": d.field, "value": d.value, "reason": d.note or "quiet triage"}],
-                       firing, _as_inbound(t, target), fence)  # the proposal's id and card keyed by the firing
+        # The proposal's id and card keyed by the firing, the card under the message that moved it.
+        propose_changes(replace(c, batch=(_as_inbound(t, target),)), item,
+                        [{"field": d.field, "value": d.value, "reason": d.note or "quiet triage"}])
         timers_of(rt).told(t.id, f"审批卡：建议把 {d.field} 改为 {d.value}（{d.note or '新证据'}）")
         return _done(rt, rk, "propose", f"proposed {d.field} → {d.value}")
     note = d.note or "新证据已记录。"
-    rt.outbox.reply(rk, firing, str(target["message_id"]), note, chat_id=t.chat_id, in_thread=True, fence=fence)
+    rt.outbox.reply(Destination(rk, t.chat_id, str(target["message_id"]), True, c.fence), firing, note)
     timers_of(rt).told(t.id, note)
     return _done(rt, rk, "note", note)
 

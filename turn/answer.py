@@ -3,19 +3,16 @@ reply in the right place, with progress shown and the answer growing in a card w
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from claude.client import Completion
 from claude.prompt import format_batch
-from core.inbound import Inbound
 from core.texts import say
 from memory import withdrawn
 from runs.outbox import Superseded
-from runs.runtime import Runtime
 from turn import ask, progress, request
 from turn.batch_content import batch_content
-from turn.registry import Turn, app_of
+from turn.registry import Context, app_of
 from turn.stream import Recalled, Stream
 
 NOTHING = Completion(text="", input_tokens=0, output_tokens=0, cache_read_tokens=0, stop_reason=None)
@@ -28,24 +25,23 @@ class TurnResult:
     completion: Completion
 
 
-def run_turn(rt: Runtime, route_key: str, kind: str, batch: Sequence[Inbound], batch_id: str,
-             fence: Callable[[], bool], session_id: str, owner: tuple[str, int] | None = None) -> TurnResult:
-    """`owner`: the run's execution id and generation (they fence a rotation's write)."""
-    batch = withdrawn.apply_to_batch(rt.state, rt.keys, batch)  # recalled before we got to them: not answered
+def run_turn(ctx: Context) -> TurnResult:
+    """One turn for `ctx.batch` in `ctx.session_id` (`ctx.owner`: the run's execution id and generation, which fence
+    a rotation's write)."""
+    rt = ctx.rt
+    batch = withdrawn.apply_to_batch(rt.state, rt.keys, ctx.batch)  # recalled before we got to them: not answered
     if not batch:
         return TurnResult(reply_ids=[], entries=[], completion=NOTHING)
     # Reply to the batch's last message: in a topic the reply stays inside that thread.
     last = batch[-1]
-    shown = progress.start(rt, route_key, batch_id, last, fence)  # a reaction while we work (best effort)
+    shown = progress.start(rt, ctx.rk, ctx.batch_id, last, ctx.fence)  # a reaction while we work (best effort)
     content = batch_content(rt, batch)  # forwarded bundles, images, files: fetched by the worker
-    batch_text = format_batch(batch, request.spilled(rt, route_key, batch, content.bodies))
+    batch_text = format_batch(batch, request.spilled(rt, ctx.rk, batch, content.bodies))
     # Related discussion goes into this request only; the session log keeps just the batch.
-    turn = Turn(rt, route_key, kind, tuple(batch), batch_id, fence, session_id, owner, request.budget(rt),
-                text=request.related_discussion(rt, kind, batch) + batch_text)
+    turn = replace(ctx, batch=tuple(batch), text=request.related_discussion(rt, ctx.kind, batch) + batch_text)
     shown.head_start()
     people = request.people(rt, batch)
-    card = Stream(rt, route_key, batch_id, last.message_id, chat_id=last.chat_id, in_thread=kind == "topic",
-                  fence=fence, people=people)
+    card = Stream(rt, turn.destination, turn.batch_id, people)
     ids = [m.message_id for m in batch]
     card.recalled = lambda: withdrawn.all_recalled(rt.state, rt.keys, last.chat_id, ids)
     try:
@@ -59,9 +55,8 @@ def run_turn(rt: Runtime, route_key: str, kind: str, batch: Sequence[Inbound], b
     answer = completion.text or say("empty_answer", last.text)
     # The log keeps `answer` (the Markdown source); only the posted messages are rendered.
     try:
-        reply_ids = card.finish(answer) or rt.outbox.reply(
-            route_key, batch_id, last.message_id, answer, chat_id=last.chat_id, in_thread=kind == "topic",
-            fence=fence, people=people, uuid_key=card.reply_key)
+        reply_ids = card.finish(answer) or rt.outbox.reply(turn.destination, turn.batch_id, answer, people=people,
+                                                           uuid_key=card.reply_key)
     except Recalled:
         return recalled(turn, card, shown)
     except Superseded:
@@ -74,7 +69,7 @@ def run_turn(rt: Runtime, route_key: str, kind: str, batch: Sequence[Inbound], b
     return TurnResult(reply_ids, ask.log_entries(turn, batch_text, answer, reply_ids, completion), completion)
 
 
-def recalled(turn: Turn, card: Stream, shown: progress.Progress) -> TurnResult:
+def recalled(turn: Context, card: Stream, shown: progress.Progress) -> TurnResult:
     """The question was recalled while its answer streamed: close the card as a reset does, answer nothing."""
     card.abandon(say("stream_abandoned", turn.batch[-1].text))
     superseded(turn)
@@ -82,7 +77,7 @@ def recalled(turn: Turn, card: Stream, shown: progress.Progress) -> TurnResult:
     return TurnResult(reply_ids=[], entries=[], completion=NOTHING)
 
 
-def superseded(turn: Turn) -> None:
+def superseded(turn: Context) -> None:
     """A reset overtook the turn: it never answers, so what its features set on its behalf does not stand."""
     for f in app_of(turn.rt).features:
         if f.superseded is not None:

@@ -9,16 +9,17 @@ from dataclasses import asdict, replace
 from typing import Any
 
 from claude.client import Completion
-from claude.prompt import estimate_tokens, system_blocks
+from claude.prompt import system_blocks
 from core import metrics
+from core.texts import say
 from memory.sessions import entry
 from runs import shutdown
 from runs.outbox import BATCH_CACHE_TTL_S, LeaseLost
 from turn import recall, rotation
-from turn.registry import Part, Turn, app_of
+from turn.registry import Context, Part, app_of
 
 
-def answer_for(turn: Turn, images: Sequence[dict[str, Any]] = (),
+def answer_for(turn: Context, images: Sequence[dict[str, Any]] = (),
                on_text: Callable[[str], None] | None = None) -> Completion:
     """The answer for the turn's batch. A run that lost its lease while the model was thinking, and any later run of
     the batch, get the answer the first one kept."""
@@ -32,11 +33,11 @@ def answer_for(turn: Turn, images: Sequence[dict[str, Any]] = (),
     tools = recall.tools_for(rt, turn.rk) + [t for p in parts.values() for t in p.tools()]
     system = system_blocks(rt.persona, rt.team_notes, "\n\n".join(t for p in parts.values() if (t := p.system())))
     blocks = "".join(p.block() for p in parts.values())  # this request only, never the session log
-    prepared = rotation.prepare(rt, turn.rk, turn.session_id, blocks + turn.text, turn.fence, system, tools, images,
-                                turn.owner)  # may rotate
+    request = rotation.Request(system, tools, blocks + turn.text, images)
+    prepared = rotation.prepare(turn, request)  # may rotate
     with shutdown.interruptible():  # the model may call the tools (turn/recall.py runs them)
-        talk = recall.converse(rt, turn.rk, prepared.session_id, system, prepared.messages, tools,
-                               previous=dict(turn.previous), on_text=on_text, parts=parts)
+        talk = recall.converse(replace(turn, session_id=prepared.session_id), request, prepared.messages,
+                               on_text=on_text, parts=parts)
     completion = with_notes(talk.completion, parts)
     for p in parts.values():
         p.answered(prepared.session_id)
@@ -50,7 +51,7 @@ def answer_for(turn: Turn, images: Sequence[dict[str, Any]] = (),
     return Completion(**json.loads(rt.state.get(key) or "{}"))
 
 
-def start_parts(turn: Turn) -> dict[str, Part]:
+def start_parts(turn: Context) -> dict[str, Part]:
     """Each registered feature's part of the turn, in order; a part sees the parts started before it."""
     parts: dict[str, Part] = {}
     for f in app_of(turn.rt).features:
@@ -63,21 +64,21 @@ def start_parts(turn: Turn) -> dict[str, Part]:
 def with_notes(c: Completion, parts: dict[str, Part]) -> Completion:
     """The reply names its evidence and what it set (each part's footer, in order) and starts with what the sender
     must know first (a refusal for what they may not see, a how-to for a document not shared with the app)."""
-    footer = "\n".join(f for p in parts.values() if not p.footer_merged and (f := p.footer(c.text)))
+    relied = [e for p in parts.values() for e in p.evidence()]
+    evidence = say("evidence", c.text, parts="；".join(relied)) if relied else ""
+    footer = "\n".join(f for f in (evidence, *(p.footer(c.text) for p in parts.values())) if f)
     prefix = "\n".join(x for p in parts.values() if (x := p.prefix()))
     if not (footer or prefix) or not c.text:
         return c
     return replace(c, text="\n\n".join(x for x in (prefix, c.text, footer) if x))
 
 
-def log_entries(turn: Turn, batch_text: str, answer: str, reply_ids: list[str], completion: Completion) -> list[str]:
+def log_entries(turn: Context, batch_text: str, answer: str, reply_ids: list[str], completion: Completion) -> list[str]:
     """The turn's two session log entries (the batch as the model read it, the answer as Markdown with the turn's
     recall record), committed atomically with the batch."""
     ids = [m.message_id for m in turn.batch]
-    return [entry("user", batch_text, batch_id=turn.batch_id, message_ids=ids, senders=turn.senders,
-                  tokens=estimate_tokens(batch_text)),
-            with_record(entry("assistant", answer, batch_id=turn.batch_id, message_ids=reply_ids,
-                              tokens=estimate_tokens(answer)), completion.recall)]
+    return [entry("user", batch_text, batch_id=turn.batch_id, message_ids=ids, senders=turn.senders),
+            with_record(entry("assistant", answer, batch_id=turn.batch_id, message_ids=reply_ids), completion.recall)]
 
 
 def with_record(entry_json: str, record: dict[str, Any] | None) -> str:
@@ -87,7 +88,7 @@ def with_record(entry_json: str, record: dict[str, Any] | None) -> str:
     return json.dumps({**json.loads(entry_json), "recall": record}, ensure_ascii=False)
 
 
-def _count_usage(turn: Turn, c: Completion) -> None:
+def _count_usage(turn: Context, c: Completion) -> None:
     for kind_of_token, n in (("input", c.input_tokens), ("output", c.output_tokens),
                              ("cache_read", c.cache_read_tokens)):
         if n:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import logging
 
-from claude.prompt import estimate_tokens
 from core.errors import Paused, Permanent
 from memory.sessions import entry
 from runs.runtime import Runtime
@@ -71,6 +70,5 @@ def _entries(rt: Runtime, rk: str, thread_id: str) -> list[str]:
     parts.append("</thread_context>")
     text = "\n".join(parts)
     log.info("topic bootstrapped", extra={"route_key": rk, "message_id": ids})
-    return [entry("user", text, batch_id="bootstrap", message_ids=ids, senders=sorted(senders),
-                  tokens=estimate_tokens(text), kind="bootstrap"),
-            entry("assistant", ACK, batch_id="bootstrap", tokens=estimate_tokens(ACK), kind="bootstrap")]
+    return [entry("user", text, batch_id="bootstrap", message_ids=ids, senders=sorted(senders), kind="bootstrap"),
+            entry("assistant", ACK, batch_id="bootstrap", kind="bootstrap")]

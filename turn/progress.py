@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from core.inbound import Inbound
+from runs.outbox import Destination
 from runs.runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -58,7 +59,7 @@ class Progress:
         if self.rt.state.hget(ledger, PROGRESS):
             return  # an earlier run of this batch added it (it stays until the batch is answered or buried)
         m = self.message
-        reaction_id = self.rt.outbox.react(m.message_id, WORKING, chat_id=m.chat_id, fence=self.fence)
+        reaction_id = self.rt.outbox.react(Destination(self.rk, m.chat_id, fence=self.fence), m.message_id, WORKING)
         record = json.dumps({"message_id": m.message_id, "chat_id": m.chat_id, "reaction_id": reaction_id})
         self.rt.outbox.record(ledger, PROGRESS, record)
         if self.finished.is_set():  # the turn finished while we were adding: done() may have missed it
@@ -87,7 +88,7 @@ def _remove(rt: Runtime, rk: str, batch_id: str, fence: Callable[[], bool]) -> N
     if not raw or off:
         return
     record: Mapping[str, str] = json.loads(raw)
-    rt.outbox.unreact(record["message_id"], record["reaction_id"], chat_id=record["chat_id"], fence=fence)
+    rt.outbox.unreact(Destination(rk, record["chat_id"], fence=fence), record["message_id"], record["reaction_id"])
     rt.outbox.record(ledger, PROGRESS_OFF, "1")
 
 
@@ -95,7 +96,7 @@ def _mark_failed(rt: Runtime, rk: str, batch_id: str, message: Inbound, fence: C
     ledger = rt.keys.sent(rk, batch_id)
     if rt.state.hget(ledger, PROGRESS_FAILED):
         return
-    reaction_id = rt.outbox.react(message.message_id, FAILED, chat_id=message.chat_id, fence=fence)
+    reaction_id = rt.outbox.react(Destination(rk, message.chat_id, fence=fence), message.message_id, FAILED)
     rt.outbox.record(ledger, PROGRESS_FAILED, reaction_id)
 
 

@@ -21,7 +21,7 @@ from memory.sessions import END_USER_RESET
 from runs.runtime import Runtime
 from turn import rotation
 from turn.pages import Pages, add_once
-from turn.registry import Part, ToolRefused, app_of
+from turn.registry import Context, Part, ToolRefused, app_of
 from turn.thread import (
     DATA_NOTE,
     RouteScope,
@@ -104,15 +104,16 @@ def reset_ms(rt: Runtime, rk: str, sid: str) -> int | None:
     return None
 
 
-def converse(rt: Runtime, rk: str, sid: str, system: list[dict[str, Any]], messages: list[dict[str, Any]],
-             tools: list[dict[str, Any]], previous: dict[str, Any] | None = None,
+def converse(turn: Context, request: rotation.Request, messages: list[dict[str, Any]],
              on_text: Callable[[str], None] | None = None, parts: Mapping[str, Part] | None = None) -> Talk:
     """Ask, run the tools the model calls (at most MAX_ROUNDS), and ask again; every request within budget.
-    `previous`: the session's last recall record, when the caller has read it already (last_record).
-    `on_text`: each request is streamed and this sees its text so far (a streaming card, turn/stream.py).
-    `parts`: the features' parts of the turn, which run their own tools (turn/registry.py)."""
+    `turn.session_id`: the session the request is in; `turn.previous`: the session's last recall record, when the
+    caller has read it already (last_record). `request`: its system blocks and tools. `on_text`: each request is
+    streamed and this sees its text so far (a streaming card, turn/stream.py). `parts`: the features' parts of the
+    turn, which run their own tools (turn/registry.py)."""
+    rt, system, tools = turn.rt, list(request.system), list(request.tools)
     b = rotation.budget_of(rt)
-    reader = Reader(rt, rk, sid, b, previous, parts)
+    reader = Reader(rt, turn.rk, turn.session_id, b, dict(turn.previous), parts)
     noted = _with_note(messages, reader.previous)
     if b.request_cost(system, noted, tools) <= b.total:  # the note never pushes a request over
         messages = noted

@@ -22,14 +22,16 @@ import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
+from claude.budget import Budget, factor
 from core.inbound import Inbound
+from runs.outbox import Destination
 
 if TYPE_CHECKING:
     from pydantic_settings import BaseSettings
 
-    from claude.budget import Budget
     from claude.client import Completion
     from core.settings import Settings
     from memory.sessions import RouteState
@@ -39,24 +41,35 @@ Fence = Callable[[], bool]
 
 
 @dataclass(frozen=True)
-class Turn:
-    """One turn's context: what every part of the turn and every feature's part needs, passed as one value."""
+class Context:
+    """One unit of work's context, the one value every handler a feature registers gets (Bolt's `context`,
+    python-telegram-bot's `CallbackContext`): a turn's parts, a command, a card click, an inbox event, a due timer,
+    an internal route's work. What a handler needs and its run knows: the route and its kind, the batch, the fence,
+    the route state, the session, the budget, where replies go, the settings and the runtime's stores (`rt`)."""
 
     rt: Runtime
     rk: str  # route key
-    kind: str  # route kind: p2p, group, topic
-    batch: tuple[Inbound, ...]
+    batch: tuple[Inbound, ...]  # the entries this run answers (a service answer: the one entry)
     batch_id: str
     fence: Fence
-    session_id: str
-    owner: tuple[str, int] | None  # the run's execution id and generation (they fence a rotation's write)
-    budget: Budget
-    text: str = ""  # the request's text of the batch (related discussion, the batch): what it links, what it says
+    state: RouteState | None = None  # the route's session and generation as the run read them
+    session_id: str = ""  # a turn's session (after a rotation: the one it started in)
+    owner: tuple[str, int] | None = None  # a turn's execution id and generation (they fence a rotation's write)
+    text: str = ""  # a turn's request text of the batch (related discussion, the batch): what it links and says
     previous: Mapping[str, Any] = field(default_factory=dict)  # the session's last recall record (reading so far)
+    dropped: int = 0  # messages consumed unanswered because a user reset came after them (for /reset's reply)
+    told: list[str] = field(default_factory=list)  # session log entries of what it posted unasked (committed with it)
+    timer: Any = None  # a due timer's run (TimerKind): the timer, of the timers feature's type
 
     @property
-    def gen(self) -> int:
-        return self.owner[1] if self.owner else 0
+    def kind(self) -> str:
+        """The route kind: p2p, group, topic, or a feature's internal kind (item, digest, memory …)."""
+        return self.rk.split(":")[2]
+
+    @property
+    def message(self) -> Inbound:
+        """The entry answered (a turn's last message: replies go under it)."""
+        return self.batch[-1]
 
     @property
     def last(self) -> Inbound:
@@ -66,6 +79,28 @@ class Turn:
     def senders(self) -> list[str]:
         return sorted({m.sender_id for m in self.batch})
 
+    @property
+    def gen(self) -> int:
+        if self.owner:
+            return self.owner[1]
+        return self.state.generation if self.state else 0
+
+    @property
+    def settings(self) -> Settings:
+        return self.rt.settings
+
+    @cached_property
+    def budget(self) -> Budget:
+        """The request budget now (CONTEXT_BUDGET_TOKENS, MAX_OUTPUT_TOKENS, the profile's calibration factor)."""
+        s = self.rt.settings
+        return Budget(s.context_budget_tokens, s.max_output_tokens, factor(self.rt.state, self.rt.keys))
+
+    @property
+    def destination(self) -> Destination:
+        """Replies to the entry answered, in its thread on a topic route, fenced by the run."""
+        m = self.message
+        return Destination(self.rk, m.chat_id, m.message_id, in_thread=self.kind == "topic", fence=self.fence)
+
 
 class ToolRefused(Exception):
     """A part's tool refused the call; str(err) is the tool error the model reads (is_error)."""
@@ -73,8 +108,6 @@ class ToolRefused(Exception):
 
 class Part:
     """One feature's share of one turn. Every method has a no-op default; a feature overrides what it uses."""
-
-    footer_merged = False  # another part's footer speaks for this one (materials names items' evidence)
 
     def system(self) -> str:
         """Text after the cached system prefix (stable while its scope's facts are)."""
@@ -99,11 +132,20 @@ class Part:
         """What the turn's recall record keeps for it (the next turn reads it back)."""
         return {}
 
+    def links(self) -> list[Any]:
+        """Documents this part names for the turn (an item's record lists them): later parts may show them."""
+        return []
+
+    def evidence(self) -> list[str]:
+        """What the answer relied on (a document's revision, a first answer's version): the reply names every
+        part's in one line."""
+        return []
+
     def prefix(self) -> str:
         return ""
 
     def footer(self, text: str) -> str:
-        """The reply's footer line(s) for the answer `text` (its language)."""
+        """The reply's footer line(s) for the answer `text` (its language), besides the evidence line."""
         return ""
 
     def answered(self, session_id: str) -> None:
@@ -123,28 +165,9 @@ class Said:
 
 
 @dataclass(frozen=True)
-class Call:
-    """One entry answered by the service (a command, a click, a wake-up, an item route's work)."""
-
-    rt: Runtime
-    rk: str
-    message: Inbound
-    batch_id: str
-    fence: Fence
-    state: RouteState | None = None
-    dropped: int = 0  # messages consumed unanswered because a user reset came after them (for /reset's reply)
-    told: list[str] = field(default_factory=list)  # session log entries of what it posted unasked (committed with it)
-    timer: Any = None  # a due timer's run (TimerKind): the timer, of the timers feature's type
-
-    @property
-    def kind(self) -> str:
-        return self.rk.split(":")[2]
-
-
-@dataclass(frozen=True)
 class Command:
     name: str
-    run: Callable[[Call], Said | None]  # None: it replied itself (or says nothing)
+    run: Callable[[Context], Said | None]  # None: it replied itself (or says nothing)
     words: tuple[str, ...] = ()  # the whole text, lower-cased, spaces collapsed
     pattern: re.Pattern[str] | None = None  # or a pattern the whole text matches
     resets: bool = False  # accepted as a user reset at ingress (the route's generation moves on at once)
@@ -153,7 +176,7 @@ class Command:
 @dataclass(frozen=True)
 class Event:
     message_type: str
-    run: Callable[[Call], object]
+    run: Callable[[Context], object]
     stale_after_reset: bool = True  # consumed unanswered when a reset came after it, like a message
     tell_sender: bool = True  # a give-up tells its sender (a timer has nobody to tell: the dead letter says it)
 
@@ -162,14 +185,14 @@ class Event:
 class Opener:
     name: str
     applies: Callable[[Inbound, str, Settings], bool]  # (message, route kind, settings)
-    run: Callable[[Call], object]
+    run: Callable[[Context], object]
 
 
 @dataclass(frozen=True)
 class RouteWork:
     kind: str
-    run: Callable[[Call], object]
-    gave_up: Callable[[Call, str], None] | None = None  # (call, reason): best effort after a dead letter
+    run: Callable[[Context], object]
+    gave_up: Callable[[Context, str], None] | None = None  # (call, reason): best effort after a dead letter
 
 
 @dataclass(frozen=True)
@@ -186,7 +209,7 @@ class TimerKind:
     """What a due timer of its kind does: `run(call)` with `call.timer` set; returns a note for the log."""
 
     kind: str
-    run: Callable[[Call], str]
+    run: Callable[[Context], str]
 
 
 @dataclass(frozen=True)
@@ -196,7 +219,7 @@ class Action:
     actions were namespaced (they are still in chats and inboxes)."""
 
     name: str  # within the feature: `approve` is dispatched as `items:approve`
-    run: Callable[[Call], object]  # `call.message.content` is the click: {"action": …, "value": {…}}
+    run: Callable[[Context], object]  # `call.message.content` is the click: {"action": …, "value": {…}}
     legacy: Callable[[dict[str, Any]], bool] | None = None
 
 
@@ -207,12 +230,12 @@ class Feature:
 
     name: str  # also the namespace of its card actions and its keys
     order: int = 50  # parts start in this order; a part sees the parts started before it
-    start: Callable[[Turn, Mapping[str, Part]], Part | None] | None = None  # its part of each turn
+    start: Callable[[Context, Mapping[str, Part]], Part | None] | None = None  # its part of each turn
     tools: Callable[[str], Sequence[dict[str, Any]]] = lambda _kind: ()  # every tool it may offer on a route kind
-    replied: Callable[[Turn, Completion], None] | None = None  # after the reply was posted (cached answers too)
-    superseded: Callable[[Turn], object] | None = None  # a user reset overtook the turn: it never answers
-    reset: Callable[[Call], Said] | None = None  # what a user reset does to its state, said in the reset's reply
-    status: Callable[[Call, str], str] | None = None  # lines /status adds (the word for "none" in the reply's language)
+    replied: Callable[[Context, Completion], None] | None = None  # after the reply was posted (cached answers too)
+    superseded: Callable[[Context], object] | None = None  # a user reset overtook the turn: it never answers
+    reset: Callable[[Context], Said] | None = None  # what a user reset does to its state, said in the reset's reply
+    status: Callable[[Context, str], str] | None = None  # lines /status adds ("none" in the reply's language)
     commands: tuple[Command, ...] = ()
     events: tuple[Event, ...] = ()
     actions: tuple[Action, ...] = ()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -36,6 +36,7 @@ from memory.sessions import END_COMPRESSION, SessionFenced, entry
 from runs import shutdown
 from runs.outbox import BATCH_CACHE_TTL_S, LeaseLost, Superseded
 from runs.runtime import Runtime
+from turn.registry import Context
 
 log = logging.getLogger(__name__)
 SUMMARY_IDS_KEPT = 2000  # message ids a summary remembers it covers (the newest, when a route talks for months)
@@ -108,12 +109,23 @@ def _turns(entries: list[str]) -> tuple[list[str], list[dict[str, Any]]]:
     return [e for e, _ in kept], [d for _, d in kept]
 
 
-def prepare(rt: Runtime, rk: str, sid: str, batch_text: str, fence: Callable[[], bool],
-            system: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] = (),
-            images: Sequence[dict[str, Any]] = (), owner: tuple[str, int] | None = None) -> Prepared:
-    """The request's messages within the budget, after a rotation if the session no longer fits. `images`
-    (labelled image blocks of the batch) follow the batch text in its user message; their cost is fixed.
-    `owner`: the run's execution id and generation, which fence the rotation's write (None: no rotation)."""
+@dataclass(frozen=True)
+class Request:
+    """A model request's parts besides the session's history: the system blocks, the tools, the text of the batch
+    (with what goes before it in this request only) and the batch's images (labelled image blocks)."""
+
+    system: Sequence[dict[str, Any]]
+    tools: Sequence[dict[str, Any]] = ()
+    text: str = ""
+    images: Sequence[dict[str, Any]] = ()
+
+
+def prepare(turn: Context, request: Request) -> Prepared:
+    """The request's messages within the budget for `turn.session_id`, after a rotation if the session no longer
+    fits. The images follow the batch text in its user message; their cost is fixed. `turn.owner`: the run's
+    execution id and generation, which fence the rotation's write (None: no rotation)."""
+    rt, rk, sid = turn.rt, turn.rk, turn.session_id
+    system, tools, images, batch_text = request.system, request.tools, request.images, request.text
     b = budget_of(rt)
     fixed = b.request_cost(system, [], tools) + bud.content_tokens(list(images))  # at their ceiling already
     fixed += read_reserve(b, fixed, batch_text, tools)  # history gives way to the read's room, never the batch
@@ -121,7 +133,7 @@ def prepare(rt: Runtime, rk: str, sid: str, batch_text: str, fence: Callable[[],
     fitted = bud.fit_session(b, fixed, loaded.summary, loaded.turns, batch_text)
     if fitted.dropped or not loaded.complete:
         whole = load(rt.state, rt.keys, rk, sid)  # every turn is compressed, not only those the room read
-        new_sid = rotate(rt, rk, sid, whole, b, fixed, b.cost(fitted.batch), fence, owner)
+        new_sid = rotate(turn, whole, b, fixed, b.cost(fitted.batch))
         if new_sid:
             sid, loaded = new_sid, load(rt.state, rt.keys, rk, new_sid, b, b.input_room(fixed))
             fitted = bud.fit_session(b, fixed, loaded.summary, loaded.turns, batch_text)
@@ -147,10 +159,10 @@ def observe(rt: Runtime, prepared: Prepared, c: Completion) -> None:
         bud.observe(rt.state, rt.keys, prepared.raw_estimate, actual)
 
 
-def rotate(rt: Runtime, rk: str, sid: str, loaded: Loaded, b: bud.Budget, fixed: int, batch_cost: int,
-           fence: Callable[[], bool], owner: tuple[str, int] | None) -> str | None:
-    """End S1 (`compression`) and start S2 with the summary and the newest turns; S2's id, or None when
-    there is nothing to compress or no run identity to fence the write with."""
+def rotate(turn: Context, loaded: Loaded, b: bud.Budget, fixed: int, batch_cost: int) -> str | None:
+    """End S1 (`turn.session_id`, `compression`) and start S2 with the summary and the newest turns; S2's id, or
+    None when there is nothing to compress or no run identity (`turn.owner`) to fence the write with."""
+    rt, rk, sid, owner = turn.rt, turn.rk, turn.session_id, turn.owner
     keep = bud.keep_after_rotation(b, fixed, batch_cost, loaded.turns)
     older = loaded.turns[: len(loaded.turns) - keep]
     if owner is None or not older:
@@ -158,16 +170,16 @@ def rotate(rt: Runtime, rk: str, sid: str, loaded: Loaded, b: bud.Budget, fixed:
     half = max(0, b.input_room(fixed) - batch_cost) // 2
     kept_cost = sum(b.cost(t["text"]) for t in loaded.turns[len(older):])
     room = max(MIN_SUMMARY_TOKENS, half // 2, half - kept_cost)  # the kept turns give way if need be
-    summary = _summary(rt, rk, sid, loaded.summary, older, b, (room, 2 * half), fence)
+    summary = _summary(turn, loaded.summary, older, b, (room, 2 * half))
     exec_id, gen = owner
     # The messages the summary speaks for (the compressed turns and the summary before it): a recall of any of
     # them later withdraws the summary too (memory/withdrawn.py).
     covered = [*loaded.summary_ids,
                *(i for raw in loaded.raw[:len(older)] for i in json.loads(raw).get("message_ids") or [])]
-    seed = [entry("user", summary, batch_id=f"compress:{sid}", kind="summary", tokens=estimate_tokens(summary),
+    seed = [entry("user", summary, batch_id=f"compress:{sid}", kind="summary",
                   message_ids=list(dict.fromkeys(covered))[-SUMMARY_IDS_KEPT:])]
     try:
-        new_sid = rt.sessions.start(rk, exec_id, gen, expected=sid, end_reason=END_COMPRESSION,
+        new_sid = rt.sessions.start(rk, (exec_id, gen), expected=sid, end_reason=END_COMPRESSION,
                                     boundary=END_COMPRESSION, entries=[*seed, *loaded.raw[len(older):]])
     except SessionFenced as exc:
         if not rt.inbox.holds(rk, exec_id):
@@ -180,22 +192,22 @@ def rotate(rt: Runtime, rk: str, sid: str, loaded: Loaded, b: bud.Budget, fixed:
     return new_sid
 
 
-def _summary(rt: Runtime, rk: str, sid: str, earlier: str, older: Sequence[Entry], b: bud.Budget,
-             rooms: tuple[int, int], fence: Callable[[], bool]) -> str:
+def _summary(turn: Context, earlier: str, older: Sequence[Entry], b: bud.Budget, rooms: tuple[int, int]) -> str:
     """The model's summary of `older` (cached per S1 and turns), with every dropped fact restored verbatim,
     as the text of the new session's first entry. `rooms`: (target, cap) in tokens: the model's text gives
     way to the restored facts, which may take the summary past its target, up to the cap (all the room the
     batch leaves; the carried-over turns then give way at assembly)."""
     room, _cap = rooms
     facts = extract_facts([Entry(role="user", text=earlier), *older] if earlier else older)
-    model_text = _compress(rt, rk, sid, earlier, older, b, room, fence)
+    model_text = _compress(turn, earlier, older, b, room)
     lost = missing(model_text, facts)
     # The model's text gets at most half the summary's room when facts must be restored next to it.
     body_room = room // 2 if lost else room
     body = b.fit_text(model_text, body_room) if body_room > MIN_SUMMARY_TOKENS else ""
     text = restore_within(body, facts, lambda t: bud_tokens(b, t), room - b.cost(summary_entry_text("")))
     if lost:
-        log.info("summary completed", extra={"route_key": rk, "session_id": sid, "restored": len(lost)})
+        log.info("summary completed", extra={"route_key": turn.rk, "session_id": turn.session_id,
+                                             "restored": len(lost)})
     return summary_entry_text(text)
 
 
@@ -209,9 +221,9 @@ def _compress_key(rt: Runtime, rk: str, sid: str, earlier: str, older: Sequence[
     return rt.keys.answer(rk, f"compress:{sid}:{digest}")
 
 
-def _compress(rt: Runtime, rk: str, sid: str, earlier: str, older: Sequence[Entry], b: bud.Budget, room: int,
-              fence: Callable[[], bool]) -> str:
-    key = _compress_key(rt, rk, sid, earlier, older)
+def _compress(turn: Context, earlier: str, older: Sequence[Entry], b: bud.Budget, room: int) -> str:
+    rt, rk = turn.rt, turn.rk
+    key = _compress_key(rt, rk, turn.session_id, earlier, older)
     cached = rt.state.get(key)
     if cached:
         return str(json.loads(cached)["text"])
@@ -232,7 +244,7 @@ def _compress(rt: Runtime, rk: str, sid: str, earlier: str, older: Sequence[Entr
             metrics.count(rt.state, rt.keys, "tokens", "compression", kind_of_token, n=n)
     if completion.input_tokens:
         bud.observe(rt.state, rt.keys, bud.raw_request_tokens(system, messages), completion.input_tokens)
-    if not fence():
+    if not turn.fence():
         raise LeaseLost(rk)
     rt.state.set(key, json.dumps(asdict(completion), ensure_ascii=False), nx=True, ex=BATCH_CACHE_TTL_S)
     return str(json.loads(rt.state.get(key) or "{}").get("text", completion.text))

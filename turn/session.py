@@ -15,7 +15,7 @@ from routing.keys import kind_of
 from runs.outbox import LeaseLost, Superseded
 from runs.runtime import Runtime
 from turn.bootstrap import bootstrap_entries
-from turn.registry import Call, Command, Event, Feature, Said, app_of, click_of
+from turn.registry import Command, Context, Event, Feature, Said, app_of, click_of
 
 log = logging.getLogger(__name__)
 
@@ -26,12 +26,12 @@ def ensure_session(rt: Runtime, rk: str, exec_id: str, state: RouteState) -> str
     sid = state.session_id
     try:
         if sid is None:
-            return rt.sessions.start(rk, exec_id, state.generation, expected=None, entries=_seed(rt, rk))
+            return rt.sessions.start(rk, (exec_id, state.generation), expected=None, entries=_seed(rt, rk))
         idle = rt.settings.session_idle_s(kind_of(rk))
         last = rt.sessions.last_activity(rk, sid) if idle else None
         if idle and last is not None and time.time() - last > idle:
             log.info("idle boundary passed: new session", extra={"route_key": rk, "session_id": sid})
-            return rt.sessions.start(rk, exec_id, state.generation, expected=sid, end_reason=END_IDLE,
+            return rt.sessions.start(rk, (exec_id, state.generation), expected=sid, end_reason=END_IDLE,
                                      boundary=END_IDLE)
     except SessionFenced as exc:
         if not rt.inbox.holds(rk, exec_id):
@@ -56,15 +56,14 @@ def _shared(rk: str, message: Inbound) -> bool:
     return kind_of(rk) != "p2p" and not rk.endswith(f":{message.sender_id}")
 
 
-def answer_command(c: Call, name: str) -> None:
+def answer_command(c: Context, name: str) -> None:
     """A registered command, event or opener, answered by the service: a command's reply goes under its message."""
     app = app_of(c.rt)
     command = app.command_named(name)
     if command is not None:
         said = command.run(c)
         if said is not None:
-            c.rt.outbox.reply(c.rk, c.batch_id, c.message.message_id, said.text, chat_id=c.message.chat_id,
-                              in_thread=kind_of(c.rk) == "topic", fence=c.fence, people=said.people or None)
+            c.rt.outbox.reply(c.destination, c.batch_id, said.text, people=said.people or None)
         return
     event = app.events.get(name)
     if event is not None:
@@ -76,7 +75,7 @@ def answer_command(c: Call, name: str) -> None:
     opener.run(c)
 
 
-def click(c: Call) -> object:
+def click(c: Context) -> object:
     """A card button, dispatched to the feature whose action its value names (`items:approve`); one no feature of
     this App claims (a feature removed since its card was posted) is logged and answered by nothing more than the
     toast the web already showed."""
@@ -90,7 +89,7 @@ def click(c: Call) -> object:
     return action.run(c)
 
 
-def reset(c: Call) -> Said:
+def reset(c: Context) -> Said:
     """`/reset`: the session started over at ingress; the reply says so, what was dropped, and what each feature did
     (follow-ups cancelled or kept …)."""
     m = c.message
@@ -106,7 +105,7 @@ def reset(c: Call) -> Said:
     return Said(text, people)
 
 
-def status(c: Call) -> Said:
+def status(c: Context) -> Said:
     rt, rk, m = c.rt, c.rk, c.message
     state = c.state or rt.sessions.state(rk)
     session = rt.sessions.get(rk, state.session_id) if state.session_id else None

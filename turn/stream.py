@@ -25,6 +25,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 
 from core.errors import AdapterError, Permanent, Retryable
 from feishu import cardkit
@@ -38,7 +39,7 @@ from feishu.cardmd import (
     split_tables,
 )
 from feishu.render import RICH_LIMIT_BYTES, card_markdown, split_markdown
-from runs.outbox import BATCH_CACHE_TTL_S, LeaseLost, reply_uuid
+from runs.outbox import BATCH_CACHE_TTL_S, Destination, LeaseLost, reply_uuid
 from runs.runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -65,12 +66,12 @@ def enabled(rt: Runtime) -> bool:
 class Stream:
     """One turn's streaming card. `feed` takes the text so far; `finish` posts the complete answer."""
 
-    def __init__(self, rt: Runtime, route_key: str, batch_id: str, target: str, *, chat_id: str, in_thread: bool,
-                 fence: Callable[[], bool], people: Mapping[str, str]) -> None:
-        self.rt, self.rk, self.batch_id, self.target = rt, route_key, batch_id, target
-        self.chat_id, self.in_thread, self.fence, self.people = chat_id, in_thread, fence, dict(people)
+    def __init__(self, rt: Runtime, to: Destination, batch_id: str, people: Mapping[str, str]) -> None:
+        self.rt, self.to, self.batch_id, self.people = rt, to, batch_id, dict(people)
+        self.rk, self.target, self.chat_id, self.in_thread, self.fence = (to.route_key, to.target, to.chat_id,
+                                                                          to.in_thread, to.fence)
         self.kit = CardKit(rt.feishu)
-        self.ledger = rt.keys.sent(route_key, batch_id)
+        self.ledger = rt.keys.sent(to.route_key, batch_id)
         found = {str(k): str(v) for k, v in rt.state.hgetall(self.ledger).items()}
         self.card_id, self.message_id = found.get(CARD), found.get(MESSAGE)
         self.done, self.plain = DONE in found, FELL_BACK in found
@@ -122,7 +123,7 @@ class Stream:
         """Create the card (unless a killed run did), keep its id, then post it under the turn's reply uuid."""
         if not self.card_id:
             self._keep(SHOWN, str(len(shown)))
-            card_id = self.rt.outbox.paced(self.chat_id, self.fence, lambda: self.kit.create(
+            card_id = self.rt.outbox.paced(self.to, lambda: self.kit.create(
                 streaming_card(shown, element_id=ELEMENT)), per_chat=False, api="card_create")  # the API's tier
             self._keep(CARD, card_id)
             self.card_id = card_id
@@ -135,7 +136,7 @@ class Stream:
         """The card as the reply to the batch's last message; a repost of a killed run's card returns the same
         message (Feishu's uuid window; the ledger's uuid is the turn's)."""
         uid, card_id = reply_uuid(self.rk, self.batch_id, 0), str(self.card_id)
-        message_id = self.rt.outbox.paced(self.chat_id, self.fence, lambda: self.rt.feishu.reply_card_entity(
+        message_id = self.rt.outbox.paced(self.to, lambda: self.rt.feishu.reply_card_entity(
             self.target, card_id, uuid=uid, in_thread=self.in_thread))
         self._keep(MESSAGE, message_id)
         self.message_id = message_id
@@ -153,7 +154,7 @@ class Stream:
                 self.kit.stream_text(card_id, ELEMENT, shown, sequence=seq, uuid=self._uuid(seq))
 
             try:
-                pushed = self.rt.outbox.try_paced(self.chat_id, self.fence, write, card=card_id)
+                pushed = self.rt.outbox.try_paced(self.to, write, card=card_id)
             except Permanent as exc:
                 if exc.code != cardkit.STREAM_TIMEOUT or attempt == 2:
                     raise
@@ -170,7 +171,7 @@ class Stream:
 
     def _reopen(self) -> None:
         card_id, seq = str(self.card_id), self._sequence()
-        self.rt.outbox.paced(self.chat_id, self.fence, lambda: self.kit.reopen(card_id, sequence=seq,
+        self.rt.outbox.paced(self.to, lambda: self.kit.reopen(card_id, sequence=seq,
                                                                                 uuid=self._uuid(seq)),
                              per_chat=False, api="card_settings", card=card_id)  # not streaming: the API's tier too
         log.info("streaming reopened after it closed by itself", extra={"route_key": self.rk, "batch": self.batch_id})
@@ -214,8 +215,7 @@ class Stream:
             return None
         ids = [str(self.message_id)]
         if rest.strip():
-            ids += self.rt.outbox.reply(self.rk, self.batch_id, self.target, rest, chat_id=self.chat_id,
-                                        in_thread=self.in_thread, fence=self.fence, uuid_key=f"{self.batch_id}:rest",
+            ids += self.rt.outbox.reply(self.to, self.batch_id, rest, uuid_key=f"{self.batch_id}:rest",
                                         people=self.people)
         return ids
 
@@ -227,7 +227,7 @@ class Stream:
         for attempt in (1, 2):
             seq = self._sequence()
             try:
-                self.rt.outbox.paced(self.chat_id, self.fence, lambda seq=seq: self.kit.update(  # type: ignore[misc]
+                self.rt.outbox.paced(self.to, lambda seq=seq: self.kit.update(  # type: ignore[misc]
                     card_id, card, sequence=seq, uuid=self._uuid(seq)), per_chat=False, api="card_update",
                     card=card_id)
                 break
@@ -246,7 +246,7 @@ class Stream:
         card_id, card = str(self.card_id), streaming_card(note, element_id=ELEMENT, streaming=False)
         seq = self._sequence()
         try:
-            self.rt.outbox.paced(self.chat_id, fence or self.fence, lambda: self.kit.update(
+            self.rt.outbox.paced(replace(self.to, fence=fence or self.fence), lambda: self.kit.update(
                 card_id, card, sequence=seq, uuid=self._uuid(seq)), per_chat=False, api="card_update", card=card_id)
             self._keep(DONE, "1")
             self.done = True

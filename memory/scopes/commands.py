@@ -16,7 +16,7 @@ from memory.scopes.part import grant_of, store_of
 from memory.scopes.paths import Grant, Scope
 from memory.scopes.store import File
 from routing.keys import kind_of
-from turn.registry import Call, Said
+from turn.registry import Context, Said
 
 FORGET = re.compile(r"^/(?:forget|忘记|忘掉)\s+(\S+)$", re.IGNORECASE)
 _TRAILING = re.compile(r"[\s。.!！~～]+$")
@@ -29,13 +29,13 @@ class Entry:
     file: File
 
 
-def _grant(c: Call) -> Grant:
+def _grant(c: Context) -> Grant:
     m = c.message
     item = own_item(c.rt, kind_of(c.rk), [m]) if kind_of(c.rk) == "topic" else None
     return grant_of(c.rt, [m.sender_id], m.chat_id, m.chat_type, item.item_id if item else "")
 
 
-def entries(c: Call, g: Grant) -> list[Entry]:
+def entries(c: Context, g: Grant) -> list[Entry]:
     store = store_of(c.rt)
     order = {"people": 0, "chats": 1, "items": 2}
     out = []
@@ -51,7 +51,7 @@ def whose(scope: Scope, asker: str, sample: str) -> str:
     return ("the team's" if english else "团队的") if scope.kind == "chats" else ("the item's" if english else "事项的")
 
 
-def list_memory(c: Call) -> Said:
+def list_memory(c: Context) -> Said:
     g = _grant(c)
     found = entries(c, g)
     m = c.message
@@ -65,7 +65,7 @@ def list_memory(c: Call) -> Said:
     return Said(text + ("\n" + "\n".join(logs) if logs else ""))
 
 
-def forget(c: Call) -> Said:
+def forget(c: Context) -> Said:
     m = c.message
     match = FORGET.match(_TRAILING.sub("", m.text.strip()))
     arg = match.group(1).lower() if match else ""
@@ -85,7 +85,7 @@ def forget(c: Call) -> Said:
     return Said(say("memory_forgot", m.text, whose=whose(e.scope, m.sender_id, m.text), path=e.file.path))
 
 
-def undo(c: Call) -> Said:
+def undo(c: Context) -> Said:
     """The newest change among the scopes the asker may write (their own; the chat's for its owner and admins)."""
     m = c.message
     g = _grant(c)
@@ -98,11 +98,11 @@ def undo(c: Call) -> Said:
     return Said(say("memory_undone", m.text, what=what))
 
 
-def _last_change(c: Call, scope: Scope) -> float:
+def _last_change(c: Context, scope: Scope) -> float:
     raw = c.rt.state.lindex(c.rt.keys.memory_undo(scope.name), 0)
     return float(json.loads(raw).get("at") or 0) if raw else -1.0
 
 
-def on_reset(c: Call) -> Said:
+def on_reset(c: Context) -> Said:
     """A reset starts the conversation over; memory is not the conversation: it stays, and the reply says so."""
     return Said(say("memory_kept_on_reset", c.message.text))

@@ -27,7 +27,7 @@ from memory.scopes.tool import MEMORY_TOOL, ScopedMemory
 from routing.keys import memory_route
 from runs.runtime import Runtime
 from turn import rotation
-from turn.registry import Call
+from turn.registry import Context
 
 log = logging.getLogger(__name__)
 DREAM_TYPE = "memory_dream"  # Inbound.message_type of a consolidation wake-up
@@ -71,7 +71,7 @@ def ensure_dreams(rt: Runtime, now: float | None = None) -> int:
     return len(scopes)
 
 
-def run(c: Call) -> str:
+def run(c: Context) -> str:
     """One scope's consolidation (the RouteWork of `memory` routes)."""
     if c.message.message_type != DREAM_TYPE:
         return "not a consolidation"

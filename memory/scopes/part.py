@@ -16,13 +16,14 @@ from typing import Any
 from claude.prompt import estimate_tokens
 from core.errors import AdapterError
 from core.texts import say
+from items import item_of_turn
 from memory import notes
 from memory.scopes import paths
 from memory.scopes.paths import LOADED, LOADED_CHARS, Grant, Scope
 from memory.scopes.store import Caps, File, Memories
 from memory.scopes.tool import MEMORY_TOOL, ScopedMemory
 from runs.runtime import Runtime
-from turn.registry import Part, ToolRefused, Turn
+from turn.registry import Context, Part, ToolRefused
 
 log = logging.getLogger(__name__)
 OWNER_CACHE_S = 300
@@ -65,7 +66,7 @@ def grant_of(rt: Runtime, senders: list[str], chat_id: str, chat_type: str, item
 
 
 class MemoriesPart(Part):
-    def __init__(self, turn: Turn, item_id: str) -> None:
+    def __init__(self, turn: Context, item_id: str) -> None:
         self.turn = turn
         senders = [s for s in turn.senders if s]
         last = turn.last
@@ -185,10 +186,8 @@ class _Fit:
         return True
 
 
-def start(turn: Turn, parts: Mapping[str, Part]) -> MemoriesPart:
-    ctx = getattr(parts.get("items"), "ctx", None)
-    item = getattr(ctx, "item", None)
-    return MemoriesPart(turn, item.item_id if item else "")
+def start(turn: Context, _parts: Mapping[str, Part]) -> MemoriesPart:
+    return MemoriesPart(turn, item_of_turn(turn))  # the item's scope, when the route follows one
 
 
 def _whose(scope: Scope, group: bool) -> str:

@@ -163,7 +163,7 @@ class Memories:
                                      f"most {self.caps.file_chars}. Keep it shorter or split it.")
             if not changes:
                 return changes
-            result = self._write(scope, version, by, what, changes, log, undo=True, consolidated=consolidated)
+            result = self._write(scope, version, _Change(by, what, changes, log, undo=True, consolidated=consolidated))
             if result >= 0:
                 metrics.count(self.r, self.k, "memory_writes", scope.kind)
                 return changes
@@ -194,8 +194,9 @@ class Memories:
             changes: dict[str, str | None] = {}
             for path, old in record["changes"]:
                 changes[str(path)] = json.loads(old)["text"] if old else None
-            result = self._write(scope, version, by, f"undo: {record.get('what', '')}", changes,
-                                 f"{self.stamp()} 撤销了：{record.get('what', '')}", undo=False)
+            what = str(record.get("what", ""))
+            result = self._write(scope, version, _Change(by, f"undo: {what}", changes, f"{self.stamp()} 撤销了：{what}",
+                                                         undo=False))
             if result >= 0:
                 return str(record.get("what") or "")
             if result != -1:
@@ -203,9 +204,10 @@ class Memories:
             _pause()
         raise Conflict(f"{scope.root} kept changing; try again")
 
-    def _write(self, scope: Scope, version: int, by: str, what: str, changes: Mapping[str, str | None], log: str,
-               *, undo: bool, consolidated: bool = False) -> int:
+    def _write(self, scope: Scope, version: int, change: _Change) -> int:
         now = self.clock()
+        by, what, log, undo, consolidated = change.by, change.what, change.log, change.undo, change.consolidated
+        changes = change.files
         args: list[Any] = []
         for path, text in changes.items():
             if text is None:
@@ -226,6 +228,19 @@ class Memories:
                     "delete some first.")
         return (f"{scope.root} would hold more than {self.caps.chars} characters, the most a memory scope holds. "
                 "Shorten or delete some files first.")
+
+
+@dataclass(frozen=True)
+class _Change:
+    """One write of a scope: who, what (for the undo stack), the files' new texts (None: deleted), the changelog
+    line, whether it can be undone, whether it is a consolidation's."""
+
+    by: str
+    what: str
+    files: Mapping[str, str | None]
+    log: str
+    undo: bool
+    consolidated: bool = False
 
 
 def _file(path: str, raw: Any) -> File:
