@@ -52,6 +52,7 @@ from claude.prompt import estimate_tokens
 from core.inbound import Inbound
 from core.settings import Settings
 from memory.scopes import dream
+from memory.scopes import keys as scope_keys
 from memory.scopes.part import MemoriesPart, store_of
 from memory.scopes.paths import Scope
 from memory.scopes.store import File, Memories
@@ -187,17 +188,19 @@ def bytes_per_person(r: redis.Redis, rt: Runtime, people: int, delta: int) -> di
     sample = [Scope("people", person(i)) for i in range(0, people, max(1, people // 200))]
     pipe = r.pipeline(transaction=False)
     for s in sample:
-        for key in (k.memory_files(s.name), k.memory_meta(s.name), k.memory_undo(s.name)):
+        for key in (scope_keys.memory_files(k, s.name), scope_keys.memory_meta(k, s.name),
+                    scope_keys.memory_undo(k, s.name)):
             pipe.memory_usage(key, samples=0)
     got = [int(x or 0) for x in pipe.execute()]
     files, meta, undo = (sum(got[i::3]) / len(sample) for i in range(3))
-    shared = sum(int(r.memory_usage(key, samples=0) or 0) for key in (k.memory_changed, k.memory_scopes))
+    shared = sum(int(r.memory_usage(key, samples=0) or 0)
+                 for key in (scope_keys.memory_changed(k), scope_keys.memory_scopes(k)))
     share = shared / (people + 2)  # the chat's and the item's scopes are in them too
     text = statistics.mean(len(store_of(rt).files(s)["instructions.md"].text.encode()) for s in sample)
     return {"people": people, "used_memory_delta_bytes": delta, "bytes_per_person_used_memory": round(delta / people),
             "files": round(files), "meta": round(meta), "undo": round(undo), "sets_share": round(share),
             "keys_total": round(files + meta + undo + share), "text_bytes": round(text),
-            "undo_depth": int(r.llen(k.memory_undo(sample[0].name)))}
+            "undo_depth": int(r.llen(scope_keys.memory_undo(k, sample[0].name)))}
 
 
 # -- 3: consolidation ---------------------------------------------------------------------------------------------
@@ -267,7 +270,7 @@ def recent(rt: Runtime, scope: Scope) -> None:
         said = [entry("user" if n % 2 == 0 else "assistant", f"<message>第 {n} 轮：{'导出为空，日志里看到超时。' * 30}"
                       "</message>", batch_id=str(n)) for n in range(dream.ENTRIES_SHOWN)]
         r.rpush(k.session_log(rk, sid), *said)
-        r.zadd(k.memory_routes(scope.name), {rk: rt.clock.now()})
+        r.zadd(scope_keys.memory_routes(k, scope.name), {rk: rt.clock.now()})
 
 
 def consolidate(rt: Runtime, standin: ClaudeStandin, label: str, scope: Scope, files: Mapping[str, str],
@@ -318,7 +321,7 @@ def run(requests: int) -> dict[str, Any]:
         rt = runtime(url, f"bmem{os.urandom(2).hex()}", standin.url)
         store = store_of(rt)
         item, _ = rt.items.claim(thread_id=THREAD, chat_id=CHAT, root_id="om_root", reporter=OWNER, origin="bench")
-        r.set(rt.keys.chat_owner(CHAT), OWNER)  # the owner lookup, as memory/scopes/part.py caches it
+        r.set(scope_keys.chat_owner(rt.keys, CHAT), OWNER)  # the owner lookup, as memory/scopes/part.py caches it
         add_team(store, item.item_id)
         loads, have, delta = [], 0, 0
         for people in POPULATIONS:

@@ -55,8 +55,10 @@ from core.clock import Clock
 from core.keys import Keys
 from sandbox.claude.wire import input_tokens
 from sandbox.feishu.events import message_event, signed_request
+from timers import keys as timer_keys
 from timers.model import FOLLOWUP, TRIAGE, Timer, followup_id
 from timers.store import Caps, Timers
+from triage import keys as triage_keys
 from triage.buffer import topic_route
 from triage.filter import worth_triage
 from triage.protocol import SYSTEM_MARKER, request_text
@@ -112,7 +114,7 @@ class Watch(threading.Thread):
     def run(self) -> None:
         pending: dict[str, float] = {}
         while not self.stop.is_set():
-            raw: list[Any] = self.r.zrangebyscore(self.keys.timers_due, "-inf", time.time() + self.horizon,
+            raw: list[Any] = self.r.zrangebyscore(timer_keys.timers_due(self.keys), "-inf", time.time() + self.horizon,
                                                   withscores=True)
             seen_at = time.time()
             now = {str(i): float(d) for i, d in raw}
@@ -174,15 +176,15 @@ def memory_of(r: redis.Redis, keys: Keys, timers: list[Timer]) -> dict[str, Any]
     sample = timers[:: max(1, n // 200)]
     pipe = r.pipeline(transaction=False)
     for t in sample:
-        pipe.memory_usage(keys.timer(t.id), samples=0)
-        pipe.memory_usage(keys.timers_by_source(t.source_message_id), samples=0)
+        pipe.memory_usage(timer_keys.timer(keys, t.id), samples=0)
+        pipe.memory_usage(timer_keys.timers_by_source(keys, t.source_message_id), samples=0)
     got = [int(x or 0) for x in pipe.execute()]
     hash_b, source_b = sum(got[0::2]) / len(sample), sum(got[1::2]) / len(sample)
-    due_b = int(r.memory_usage(keys.timers_due, samples=0) or 0)
+    due_b = int(r.memory_usage(timer_keys.timers_due(keys), samples=0) or 0)
     pipe = r.pipeline(transaction=False)
     routes = sorted({t.route_key for t in timers})
     for rk in routes:
-        pipe.memory_usage(keys.timers_of(rk), samples=0)
+        pipe.memory_usage(timer_keys.route_timers(keys, rk), samples=0)
     route_b = sum(int(x or 0) for x in pipe.execute())
     return {"hash": round(hash_b), "source_set": round(source_b), "due_zset_share": round(due_b / n),
             "route_zset_share": round(route_b / n),
@@ -325,7 +327,7 @@ def setup_topics(stack: Stack, chat: str, topics: dict[str, dict[str, str] | Non
 
 
 def triage_timers(stack: Stack) -> list[Timer]:
-    ids = [k.rsplit(":", 1)[-1] for k in stack.r.scan_iter(f"{stack.keys.timer('')}tr_*", count=1000)]
+    ids = [k.rsplit(":", 1)[-1] for k in stack.r.scan_iter(f"{timer_keys.timer(stack.keys, '')}tr_*", count=1000)]
     return [t for t in Timers(stack.r, stack.keys).many(ids) if t.kind == TRIAGE]
 
 
@@ -377,7 +379,7 @@ def triage(stack: Stack, chat: str) -> dict[str, Any]:
             per_topic_period[key] += 1
     buffered: set[str] = set()
     for thread, _ in threads.values():
-        for member in stack.r.zrange(stack.keys.triage_buffer(chat, thread), 0, -1):
+        for member in stack.r.zrange(triage_keys.triage_buffer(stack.keys, chat, thread), 0, -1):
             buffered.add(str(json.loads(str(member))["message_id"]))
     n = len(row_of)
     first_post = {name: min([p for p in range(periods) if posts_after[p][name]], default=periods)

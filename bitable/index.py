@@ -17,6 +17,7 @@ from typing import Any
 
 import redis
 
+from bitable import keys as item_keys
 from bitable.lock import TableLock
 from core.keys import Keys
 
@@ -133,7 +134,8 @@ class Items:
         fields = {"chat_id": chat_id, "thread_id": thread_id, "root_id": root_id, "reporter": reporter,
                   "origin": origin, "record_id": record_id}
         k = self.k
-        got = self._claim([k.items_by_thread, k.items_by_record, k.items_order, k.item(new_id)],
+        got = self._claim([item_keys.items_by_thread(k), item_keys.items_by_record(k), item_keys.items_order(k),
+                           item_keys.item(k, new_id)],
                           [new_id, thread_id, record_id, json.dumps(fields), round(time.time(), 3)])
         item = self.get(str(got))
         assert item is not None
@@ -141,36 +143,37 @@ class Items:
 
     def guard(self, item_id: str, ttl_s: float) -> AbstractContextManager[None]:
         """Held while a run decides the item's record, so two runs never give one item two records."""
-        return TableLock(self.r, self.k.item_guard(item_id), ttl_s=ttl_s, wait_s=ttl_s + 10).held()
+        return TableLock(self.r, item_keys.item_guard(self.k, item_id), ttl_s=ttl_s, wait_s=ttl_s + 10).held()
 
     def link_record(self, item_id: str, record_id: str) -> int:
         """1 linked, 0 the item already has another record, -1 the record belongs to another item."""
-        return int(self._link([self.k.item(item_id), self.k.items_by_record], [record_id]))
+        return int(self._link([item_keys.item(self.k, item_id), item_keys.items_by_record(self.k)], [record_id]))
 
     def set(self, item_id: str, **fields: str) -> None:
-        self.r.hset(self.k.item(item_id), mapping=dict(fields))  # type: ignore[arg-type]
+        self.r.hset(item_keys.item(self.k, item_id), mapping=dict(fields))  # type: ignore[arg-type]
 
     def get(self, item_id: str) -> Item | None:
-        raw = self.r.hgetall(self.k.item(item_id))
+        raw = self.r.hgetall(item_keys.item(self.k, item_id))
         return Item.of({str(k): str(v) for k, v in raw.items()}) if raw else None
 
     def by_thread(self, thread_id: str) -> Item | None:
-        item_id = self.r.hget(self.k.items_by_thread, thread_id) if thread_id else None
+        item_id = self.r.hget(item_keys.items_by_thread(self.k), thread_id) if thread_id else None
         return self.get(str(item_id)) if item_id else None
 
     def by_record(self, record_id: str) -> Item | None:
-        item_id = self.r.hget(self.k.items_by_record, record_id) if record_id else None
+        item_id = self.r.hget(item_keys.items_by_record(self.k), record_id) if record_id else None
         return self.get(str(item_id)) if item_id else None
 
     # -- first answer ---------------------------------------------------------------------------------
 
     def versions(self, item_id: str) -> list[Version]:
-        return [Version(**json.loads(v)) for v in self.r.lrange(self.k.item_versions(item_id), 0, -1)]
+        return [Version(**json.loads(v)) for v in self.r.lrange(item_keys.item_versions(self.k, item_id), 0, -1)]
 
     def add_version(self, item_id: str, number: int, status: str, body: str, coverage: list[str]) -> Version:
         v = Version(version=number, status=status, body_hash=body_hash(body), created_at=round(time.time(), 3),
                     coverage=coverage, body=body[:BODY_KEPT])
-        stored = self._add([self.k.item_versions(item_id)], [json.dumps(v.__dict__, ensure_ascii=False), number])
+        stored = self._add([item_keys.item_versions(self.k, item_id)],
+                           [json.dumps(v.__dict__, ensure_ascii=False), number])
         return Version(**json.loads(stored))
 
     def latest_complete(self, item_id: str) -> Version | None:
@@ -183,16 +186,16 @@ class Items:
         now = time.time()
         pipe = self.r.pipeline(transaction=False)
         if session_id:
-            pipe.zadd(self.k.item_sessions(item_id), {session_id: now}, nx=True)
-        pipe.zadd(self.k.item_routes(item_id), {route_key: now})
-        pipe.hset(self.k.items_by_route, route_key, item_id)
+            pipe.zadd(item_keys.item_sessions(self.k, item_id), {session_id: now}, nx=True)
+        pipe.zadd(item_keys.item_routes(self.k, item_id), {route_key: now})
+        pipe.hset(item_keys.items_by_route(self.k), route_key, item_id)
         pipe.execute()
 
     def last_activity(self, item_ids: Sequence[str]) -> dict[str, float]:
         """item id → when a conversation last worked on it (the newest route touch), for those that have one."""
         pipe = self.r.pipeline(transaction=False)
         for item_id in item_ids:
-            pipe.zrevrange(self.k.item_routes(item_id), 0, 0, withscores=True)
+            pipe.zrevrange(item_keys.item_routes(self.k, item_id), 0, 0, withscores=True)
         return {i: float(top[0][1]) for i, top in zip(item_ids, pipe.execute(), strict=True) if top}
 
     def of_route(self, route_key: str) -> Item | None:
@@ -202,7 +205,7 @@ class Items:
             found = self.by_thread(parts[4])
             if found:
                 return found
-        item_id = self.r.hget(self.k.items_by_route, route_key)
+        item_id = self.r.hget(item_keys.items_by_route(self.k), route_key)
         return self.get(str(item_id)) if item_id else None
 
     def public(self, item: Item) -> dict[str, Any]:
@@ -214,17 +217,17 @@ class Items:
             "thread_id": item.thread_id or None, "root_message_id": item.root_id or None,
             "reporter": item.reporter or None, "origin": item.origin, "created_at": item.created_at,
             "analysis": item.analysis or None, "session_ids": self.session_ids(item.item_id),
-            "route_keys": [str(r) for r in self.r.zrange(self.k.item_routes(item.item_id), 0, -1)],
+            "route_keys": [str(r) for r in self.r.zrange(item_keys.item_routes(self.k, item.item_id), 0, -1)],
             "runs": self.runs(item.item_id),
             "first_answer": {"message_id": item.answer_message_id or None,
                              "versions": [v.public() for v in versions]},
         }
 
     def session_ids(self, item_id: str) -> list[str]:
-        return [str(s) for s in self.r.zrange(self.k.item_sessions(item_id), 0, -1)]
+        return [str(s) for s in self.r.zrange(item_keys.item_sessions(self.k, item_id), 0, -1)]
 
     def add_run(self, item_id: str, run: dict[str, Any]) -> None:
-        self.r.rpush(self.k.item_runs(item_id), json.dumps(run, ensure_ascii=False))
+        self.r.rpush(item_keys.item_runs(self.k, item_id), json.dumps(run, ensure_ascii=False))
 
     def runs(self, item_id: str) -> list[dict[str, Any]]:
-        return [json.loads(x) for x in self.r.lrange(self.k.item_runs(item_id), 0, -1)]
+        return [json.loads(x) for x in self.r.lrange(item_keys.item_runs(self.k, item_id), 0, -1)]

@@ -22,6 +22,7 @@ from bot.envelope import Envelope
 from core.inbound import CARD_ACTION_TYPE, RECORD_CHANGED_TYPE, Inbound, dumps
 from core.keys import Keys
 from core.settings import Settings
+from memory import keys as memory_keys
 from routing.admission import admit, listed
 from routing.keys import item_route
 from routing.policy import Policy
@@ -212,7 +213,7 @@ class SideEvents:
         return listed(chat_id, self.policy.allow_chats, self.policy.deny_chats)
 
     def _save_note(self, chat_id: str, message_id: str, note: str, version: int) -> None:
-        keys = [self.keys.withdrawn(chat_id), self.keys.withdrawn_order(chat_id)]
+        keys = [memory_keys.withdrawn(self.keys, chat_id), memory_keys.withdrawn_order(self.keys, chat_id)]
         self._note(keys, [message_id, note, version, WITHDRAWN_TTL_S, time.time(), WITHDRAWN_PER_CHAT])
 
     def updated(self, envelope: Envelope, event: dict[str, Any]) -> dict[str, Any] | None:

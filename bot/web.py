@@ -51,7 +51,7 @@ def readyz() -> tuple[Response, int]:
 @bp.get("/metrics")
 def prometheus() -> Response:
     i = _ingress()
-    return Response(metrics.render(i.state, i.keys), mimetype=CONTENT_TYPE_LATEST)
+    return Response(metrics.render(i.state, i.keys, i.app.gauges(i.keys)), mimetype=CONTENT_TYPE_LATEST)
 
 
 @bp.app_errorhandler(HTTPException)

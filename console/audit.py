@@ -12,6 +12,7 @@ from typing import Any
 
 import redis
 
+from console import keys as console_keys
 from core.keys import Keys
 
 KEEP = 20_000  # entries; the stream is trimmed (approximately) as it grows
@@ -42,13 +43,13 @@ class Done:
 def write(r: redis.Redis, keys: Keys, done: Done, at: float | None = None) -> str:
     fields = {"at": f"{time.time() if at is None else at:.3f}", "who": done.who, "how": done.how, "what": done.what,
               "target": done.target, "outcome": done.outcome}
-    return str(r.xadd(keys.audit, fields, maxlen=KEEP, approximate=True))  # type: ignore[arg-type]
+    return str(r.xadd(console_keys.audit(keys), fields, maxlen=KEEP, approximate=True))  # type: ignore[arg-type]
 
 
 def page(r: redis.Redis, keys: Keys, before: str = "+", count: int = 50) -> tuple[list[Entry], str | None]:
     """Newest first from `before` (exclusive when it is an entry id); the id to read on from, or None at the end."""
     start = f"({before}" if before not in ("+", "") else "+"
-    rows: list[Any] = r.xrevrange(keys.audit, max=start, min="-", count=count + 1) or []
+    rows: list[Any] = r.xrevrange(console_keys.audit(keys), max=start, min="-", count=count + 1) or []
     entries = [_entry(str(i), {str(k): str(v) for k, v in f.items()}) for i, f in rows[:count]]
     return entries, (entries[-1].id if len(rows) > count else None)
 

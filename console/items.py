@@ -6,6 +6,7 @@ from typing import Any
 
 from flask import abort
 
+from bitable import keys as item_keys
 from bitable.index import Item
 from bitable.refs import answer_link, record_link, topic_link
 from console.web import bp, page, rt, window
@@ -14,8 +15,8 @@ from console.web import bp, page, rt, window
 @bp.get("/items")
 def items() -> str:
     r, keys = rt().state, rt().keys
-    win = window(total=r.zcard(keys.items_order))
-    ids = [str(i) for i in r.zrevrange(keys.items_order, win.offset, win.offset + win.limit - 1)]
+    win = window(total=r.zcard(item_keys.items_order(keys)))
+    ids = [str(i) for i in r.zrevrange(item_keys.items_order(keys), win.offset, win.offset + win.limit - 1)]
     found = [rt().items.get(i) for i in ids]
     return page("items.html", rows=[_row(it) for it in found if it], win=win)
 

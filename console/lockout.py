@@ -12,6 +12,7 @@ import time
 
 from flask import request
 
+from console import keys as console_keys
 from runs.runtime import Runtime
 
 LIMIT = 10  # wrong tokens per client per window; the next one is refused with 429
@@ -37,7 +38,7 @@ def client(rt: Runtime) -> str:
 
 def refusal(rt: Runtime, right: bool) -> int:
     """After comparing a token: 0 = answer as usual (in, or wrong), else the seconds until a wrong one is heard."""
-    key = rt.keys.console_tries(client(rt))
+    key = console_keys.console_tries(rt.keys, client(rt))
     if right:
         if int(rt.state.get(key) or 0) >= LIMIT:
             time.sleep(SLOW_S)

@@ -7,6 +7,7 @@ from flask import abort, request
 from werkzeug.wrappers import Response
 
 from console.web import bp, done, operator, page, record, rt, window
+from memory.scopes import keys as scope_keys
 from memory.scopes.part import store_of
 from memory.scopes.paths import PathError, Scope
 
@@ -21,7 +22,7 @@ def _scope(kind: str, ident: str) -> Scope:
 @bp.get("/memory")
 def memory() -> str:
     x = rt()
-    win = window(total=x.state.zcard(x.keys.memory_scopes))
+    win = window(total=x.state.zcard(scope_keys.memory_scopes(x.keys)))
     rows = store_of(x).scopes(win.offset, win.limit)
     return page("memory.html", rows=rows, win=win)
 

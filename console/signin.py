@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import redis
 from itsdangerous import BadSignature, Signer
 
+from console import keys as console_keys
 from core.keys import Keys
 from core.settings import Settings
 
@@ -59,8 +60,8 @@ class SignIns:
     @property
     def signer(self) -> Signer:
         if self._signer is None:
-            self.r.set(self.keys.console_secret, secrets.token_hex(32), nx=True)
-            self._signer = Signer(str(self.r.get(self.keys.console_secret)), salt="fb-console")
+            self.r.set(console_keys.console_secret(self.keys), secrets.token_hex(32), nx=True)
+            self._signer = Signer(str(self.r.get(console_keys.console_secret(self.keys))), salt="fb-console")
         return self._signer
 
     def sign(self, value: str) -> str:
@@ -77,7 +78,7 @@ class SignIns:
     def open(self, who: str, name: str, how: str) -> tuple[Operator, str]:
         """A new sign-in; returns it and the cookie value that names it."""
         op = Operator(secrets.token_urlsafe(24), who, name, how, secrets.token_urlsafe(24), time.time())
-        key = self.keys.console_session(op.sid)
+        key = console_keys.console_session(self.keys, op.sid)
         pipe = self.r.pipeline(transaction=True)  # one MULTI/EXEC: never a sign-in without its expiry
         pipe.hset(key, mapping={"who": op.who, "name": op.name, "how": op.how, "csrf": op.csrf,
                                 "since": f"{op.since:.3f}"})
@@ -89,7 +90,7 @@ class SignIns:
         sid = self.unsign(cookie)
         if sid is None:
             return None
-        rec = {str(k): str(v) for k, v in self.r.hgetall(self.keys.console_session(sid)).items()}
+        rec = {str(k): str(v) for k, v in self.r.hgetall(console_keys.console_session(self.keys, sid)).items()}
         if not rec.get("who"):
             return None
         return Operator(sid, rec["who"], rec.get("name", ""), rec.get("how", ""), rec.get("csrf", ""),
@@ -97,17 +98,17 @@ class SignIns:
 
     def say(self, sid: str, message: str, ok: bool) -> None:
         """One line for the next page this sign-in renders (how an action went)."""
-        self.r.eval(SAY, 1, self.keys.console_session(sid), ("ok:" if ok else "no:") + message)
+        self.r.eval(SAY, 1, console_keys.console_session(self.keys, sid), ("ok:" if ok else "no:") + message)
 
     def said(self, sid: str) -> tuple[str, bool] | None:
         pipe = self.r.pipeline()
-        pipe.hget(self.keys.console_session(sid), "said")
-        pipe.hdel(self.keys.console_session(sid), "said")
+        pipe.hget(console_keys.console_session(self.keys, sid), "said")
+        pipe.hdel(console_keys.console_session(self.keys, sid), "said")
         raw, _ = pipe.execute()
         return (raw[3:], raw.startswith("ok:")) if raw else None
 
     def close(self, sid: str) -> None:
-        self.r.delete(self.keys.console_session(sid))
+        self.r.delete(console_keys.console_session(self.keys, sid))
 
     # -- a Feishu sign-in under way ---------------------------------------------------------------------------
 
@@ -115,14 +116,14 @@ class SignIns:
         """A single-use `state` bound to this browser's pre-sign-in cookie (a forged callback carries another)."""
         state = secrets.token_urlsafe(24)
         pipe = self.r.pipeline(transaction=True)
-        pipe.hset(self.keys.console_oauth(state), mapping={"browser": browser, "next": next_url})
-        pipe.expire(self.keys.console_oauth(state), 600)
+        pipe.hset(console_keys.console_oauth(self.keys, state), mapping={"browser": browser, "next": next_url})
+        pipe.expire(console_keys.console_oauth(self.keys, state), 600)
         pipe.execute()
         return state
 
     def finish_oauth(self, state: str, browser: str) -> str | None:
         """The `next` page of a sign-in this browser began; None when unknown, used, expired or another's."""
-        key = self.keys.console_oauth(state)
+        key = console_keys.console_oauth(self.keys, state)
         pipe = self.r.pipeline()
         pipe.hgetall(key)
         pipe.delete(key)

@@ -1,4 +1,7 @@
-"""Every Redis key we write, built in one place.
+"""The key primitives every room builds its Redis keys on, and the keys of the ground: the inbox/lease protocol,
+sessions, a batch's caches, dedupe markers, route indexes, queues, pools, dead letters, health and pacing. A feature's
+keys are built by its own module over `prefix`/`tagged`/`feature` (timers/keys.py, bitable/keys.py,
+memory/scopes/keys.py …), with the strings every release wrote, so existing data keeps working.
 
 Per-route keys carry a `{tag}` hash tag so a route's keys sit together, but the service targets one
 Redis primary (with replica/Sentinel), not Redis Cluster: RQ needs one primary, and the protocol's
@@ -16,7 +19,6 @@ from functools import lru_cache
 def route_tag(route_key: str) -> str:
     return hashlib.sha1(route_key.encode("utf-8")).hexdigest()[:16]
 
-
 @dataclass(frozen=True)
 class Keys:
     profile: str
@@ -28,7 +30,11 @@ class Keys:
     def _route(self, kind: str, route_key: str) -> str:
         return f"{self.prefix}:{kind}:{{{route_tag(route_key)}}}"
 
-    # -- the primitive a feature builds its own keys on (its module, its namespace) ----------------------
+    # -- the primitives every room builds its own keys on, in its own module (timers/keys.py, …) ---------
+
+    def tagged(self, kind: str, route_key: str) -> str:
+        """A per-route key of `kind`: `fb:<profile>:<kind>:{<route tag>}`, next to the route's own keys."""
+        return self._route(kind, route_key)
 
     def feature(self, namespace: str, *parts: str) -> str:
         """A key of the feature `namespace` (its name in the App): `fb:<profile>:f:<namespace>:<part>:…`."""
@@ -155,28 +161,6 @@ class Keys:
         return f"{self.prefix}:dead:discarded:{dead_id}"
 
     @property
-    def audit(self) -> str:
-        """STREAM of operator actions (console/audit.py), capped."""
-        return f"{self.prefix}:audit"
-
-    def console_session(self, sid: str) -> str:
-        """HASH of one console sign-in (console/signin.py); expires with it."""
-        return f"{self.prefix}:console:session:{sid}"
-
-    def console_oauth(self, state: str) -> str:
-        """A Feishu sign-in under way: its `state`, single use, ten minutes."""
-        return f"{self.prefix}:console:oauth:{state}"
-
-    def console_tries(self, address: str) -> str:
-        """Wrong ADMIN_TOKENs (console form and admin API) from one client, expiring ten minutes after the first."""
-        return f"{self.prefix}:console:tries:{address}"
-
-    @property
-    def console_secret(self) -> str:
-        """The key that signs console cookies, made once per deployment."""
-        return f"{self.prefix}:console:secret"
-
-    @property
     def paused(self) -> str:
         """HASH component (`model`, `feishu`) → JSON reason: work paused for an operator to fix."""
         return f"{self.prefix}:paused"
@@ -209,102 +193,6 @@ class Keys:
         """ZSET of recent Open API send times for one pacing scope (a chat, or the whole app)."""
         return f"{self.prefix}:pace:{scope}"
 
-    def notes(self, scope: str) -> str:
-        """HASH note id → JSON: shared notes of one memory scope (memory/notes.py)."""
-        return f"{self.prefix}:notes:{scope}"
-
-    def related(self, chat_id: str) -> str:
-        """ZSET of a normal group's recent messages that did not address the bot (memory/related.py)."""
-        return f"{self.prefix}:related:{chat_id}"
-
-    # -- items (bitable/index.py): one item's keys share its tag; the lookups are profile-wide hashes ----
-
-    def item(self, item_id: str) -> str:
-        """HASH of one item: record_id, chat_id, thread_id, root_id, reporter, origin, answer_message_id, …"""
-        return f"{self.prefix}:item:{{{item_id}}}"
-
-    def item_guard(self, item_id: str) -> str:
-        """STRING lock while one run decides the item's record (find, create, link): one item, one record."""
-        return f"{self.prefix}:item:{{{item_id}}}:guard"
-
-    def item_versions(self, item_id: str) -> str:
-        """LIST of the item's first-answer versions (JSON), oldest first."""
-        return f"{self.prefix}:item:{{{item_id}}}:versions"
-
-    def item_sessions(self, item_id: str) -> str:
-        """ZSET session id → when a turn of it first worked on the item."""
-        return f"{self.prefix}:item:{{{item_id}}}:sessions"
-
-    def item_routes(self, item_id: str) -> str:
-        """ZSET route key → when it last worked on the item."""
-        return f"{self.prefix}:item:{{{item_id}}}:routes"
-
-    def item_runs(self, item_id: str) -> str:
-        """LIST of the item's analysis runs (JSON)."""
-        return f"{self.prefix}:item:{{{item_id}}}:runs"
-
-    @property
-    def items_by_thread(self) -> str:
-        return f"{self.prefix}:items:by_thread"
-
-    @property
-    def items_by_record(self) -> str:
-        return f"{self.prefix}:items:by_record"
-
-    @property
-    def items_by_route(self) -> str:
-        """HASH route key → the item its latest turn worked on (topic routes are found by their thread)."""
-        return f"{self.prefix}:items:by_route"
-
-    @property
-    def items_order(self) -> str:
-        """ZSET item id → creation time."""
-        return f"{self.prefix}:items:order"
-
-    def proposal(self, proposal_id: str) -> str:
-        """HASH of one proposed record change awaiting approval (items/approvals.py)."""
-        return f"{self.prefix}:proposal:{proposal_id}"
-
-    # -- materials (documents/) ---------------------------------------------------------------------------
-
-    def doc_content(self, kind: str, token: str, revision: int, part: str = "") -> str:
-        """STRING (JSON, expiring): a document's rendered text at one revision (sheets: per range)."""
-        tail = f":{hashlib.sha1(part.encode()).hexdigest()[:12]}" if part else ""
-        return f"{self.prefix}:doc:{kind}:{token}:r{revision}{tail}"
-
-    def wiki_node(self, token: str) -> str:
-        """STRING (JSON, expiring): what a wiki node points at (obj_token, obj_type, title)."""
-        return f"{self.prefix}:wiki_node:{token}"
-
-    def doc_file_size(self, token: str, modified: str) -> str:
-        """STRING (expiring): a drive file's size in bytes at one modification time (a download asked it once)."""
-        return f"{self.prefix}:doc_size:{token}:{modified}"
-
-    def doc_acl(self, kind: str, token: str) -> str:
-        """STRING (JSON, expiring): who may view a document (link share, collaborators, owner), cached briefly."""
-        return f"{self.prefix}:doc_acl:{kind}:{token}"
-
-    def docs_seen(self, rk: str) -> str:
-        """HASH document → the revision this route last used (an update since is said to the model)."""
-        return self._route("docs_seen", rk)
-
-    def chat_members(self, chat_id: str) -> str:
-        """SET of a chat's member open_ids, cached briefly for cross-chat item references."""
-        return f"{self.prefix}:members:{chat_id}"
-
-    @property
-    def bitable_status(self) -> str:
-        """HASH of the Bitable start-up check (schema, subscription), read by /readyz."""
-        return f"{self.prefix}:bitable:status"
-
-    def withdrawn(self, chat_id: str) -> str:
-        """HASH message id → JSON {recalled | edited text}: recalled and edited messages of a chat."""
-        return f"{self.prefix}:withdrawn:{chat_id}"
-
-    def withdrawn_order(self, chat_id: str) -> str:
-        """ZSET message id → time noted: which notes of the chat are oldest (the chat keeps the newest)."""
-        return f"{self.prefix}:withdrawn:{chat_id}:order"
-
     @property
     def rejected(self) -> str:
         return f"{self.prefix}:rejected"
@@ -316,79 +204,7 @@ class Keys:
     def lark_cache(self, key: str) -> str:
         return f"{self.prefix}:lark:{key}"
 
-    # -- timers (timers/): follow-ups, digests, triage wake-ups ---------------------------------
-
     @property
     def clock_offset(self) -> str:
         """STRING seconds added to the wall clock (sandbox only: `python -m sandbox clock +2d`)."""
         return f"{self.prefix}:clock:offset"
-
-    def timer(self, timer_id: str) -> str:
-        """HASH of one timer: kind, route, item, what, due, creator, state (timers/store.py)."""
-        return f"{self.prefix}:timer:{timer_id}"
-
-    @property
-    def timers_due(self) -> str:
-        """ZSET pending timer id → due time: what the scheduler looks at."""
-        return f"{self.prefix}:timers:due"
-
-    def timers_of(self, rk: str) -> str:
-        """ZSET timer id → due time: a route's pending timers."""
-        return f"{self.prefix}:timers:route:{{{route_tag(rk)}}}"
-
-    def timers_of_person(self, open_id: str) -> str:
-        """ZSET follow-up id → due time: the pending follow-ups one person set, across every route (a cap)."""
-        return f"{self.prefix}:timers:person:{open_id}"
-
-    def timers_by_source(self, message_id: str) -> str:
-        """SET of the follow-ups one request message created (a recall cancels them); expires after they are due."""
-        return f"{self.prefix}:timers:source:{message_id}"
-
-    # -- memories (memories/): what outlives sessions, per scope (people/<id>, chats/<id>, items/<id>) ---------
-
-    def memory_files(self, scope: str) -> str:
-        """HASH path → JSON {text, author, at, version, chars}: one scope's files (memory/scopes/store.py)."""
-        return f"{self.prefix}:mem:{{{scope}}}:files"
-
-    def memory_meta(self, scope: str) -> str:
-        """HASH version, chars, updated_at, updated_by, dreamed_at of one scope."""
-        return f"{self.prefix}:mem:{{{scope}}}:meta"
-
-    def memory_undo(self, scope: str) -> str:
-        """LIST of the scope's last changes (the files' previous states), newest first, for /memory undo."""
-        return f"{self.prefix}:mem:{{{scope}}}:undo"
-
-    def memory_log(self, scope: str) -> str:
-        """LIST of the scope's changelog lines (consolidations, undos), newest first."""
-        return f"{self.prefix}:mem:{{{scope}}}:log"
-
-    @property
-    def memory_changed(self) -> str:
-        """ZSET scope → time of its last change (what a consolidation slot looks at)."""
-        return f"{self.prefix}:mem:changed"
-
-    @property
-    def memory_scopes(self) -> str:
-        """ZSET scope → time of its last change, never trimmed: every scope that holds memory (admin, console)."""
-        return f"{self.prefix}:mem:scopes"
-
-    def memory_dream_slot(self, slot: int) -> str:
-        """STRING set once a consolidation slot's events were pushed (every sweeper checks it; 7 days)."""
-        return f"{self.prefix}:mem:dreamed:{slot}"
-
-    def memory_routes(self, scope: str) -> str:
-        """ZSET route key → last turn: the routes a scope's memory was loaded in (consolidation reads their day); only
-        for scopes that hold memory, the newest 50, expiring 2 days after the last (memory/scopes/part.py)."""
-        return f"{self.prefix}:mem:{{{scope}}}:routes"
-
-    def chat_owner(self, chat_id: str) -> str:
-        """STRING the chat's owner open_id (GET chat), cached briefly; "" = none known."""
-        return f"{self.prefix}:chat:owner:{chat_id}"
-
-    def triage_buffer(self, chat_id: str, thread_id: str) -> str:
-        """ZSET of a topic's unaddressed messages waiting for quiet triage (JSON member → time)."""
-        return f"{self.prefix}:triage:{chat_id}:{thread_id}"
-
-    def triage_state(self, rk: str) -> str:
-        """HASH of a topic route's triage: cursor (last message time seen), last unasked post time."""
-        return f"{self.prefix}:triage:state:{{{route_tag(rk)}}}"

@@ -8,7 +8,7 @@ import contextlib
 import json
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import redis
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
@@ -62,9 +62,12 @@ def count(r: redis.Redis, keys: Keys, name: str, *labels: str, n: int = 1) -> No
         r.hincrby(keys.metrics, field, n)
 
 
+Gauge = tuple[str, str, str]  # (metric name, help, the sorted set whose size it is): a feature's (turn/registry.py)
+
+
 class RedisCollector:
-    def __init__(self, r: redis.Redis, keys: Keys) -> None:
-        self.r, self.keys = r, keys
+    def __init__(self, r: redis.Redis, keys: Keys, gauges: Sequence[Gauge] = ()) -> None:
+        self.r, self.keys, self.gauges = r, keys, tuple(gauges)
 
     def collect(self) -> Iterator[Metric]:
         k = self.keys
@@ -79,8 +82,9 @@ class RedisCollector:
         pipe.hgetall(k.health)
         pipe.smembers("rq:queues")
         pipe.zrange(k.dirty, 0, OLDEST_SAMPLE - 1)
-        pipe.zcard(k.timers_due)
-        counters, dirty, dead, running, delayed, kicks, paused, health, queues, oldest, timers = pipe.execute()
+        for _name, _help, zset in self.gauges:
+            pipe.zcard(zset)
+        counters, dirty, dead, running, delayed, kicks, paused, health, queues, oldest, *sizes = pipe.execute()
         yield from _counters(counters)
         for name, help_, value in (
             ("routes_with_pending_work", "Routes with pending work or a run", dirty),
@@ -88,7 +92,7 @@ class RedisCollector:
             ("runs_in_flight", "Runs working on a batch now", running),
             ("delayed_retries", "Retries waiting out their backoff", delayed),
             ("kicks_waiting", "Kick records not yet turned into RQ jobs", kicks),
-            ("timers_pending", "Timers waiting to fall due (follow-ups, digests, triage)", timers),
+            *((name, help_, size) for (name, help_, _), size in zip(self.gauges, sizes, strict=True)),
         ):
             yield GaugeMetricFamily(name, help_, value=float(value))
         yield self._queue_depth(queues)
@@ -151,10 +155,11 @@ def _counters(fields: dict[str, str]) -> Iterator[Metric]:
         yield family
 
 
-def render(r: redis.Redis, keys: Keys) -> bytes:
+def render(r: redis.Redis, keys: Keys, gauges: Sequence[Gauge] = ()) -> bytes:
+    """This process's metrics and the deployment's (counters and gauges shared in Redis, the features' gauges)."""
     local = generate_latest(REGISTRY)
     shared = CollectorRegistry()
-    shared.register(RedisCollector(r, keys))  # type: ignore[arg-type]
+    shared.register(RedisCollector(r, keys, gauges))  # type: ignore[arg-type]
     try:
         return local + generate_latest(shared)
     except redis.RedisError:

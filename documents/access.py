@@ -28,6 +28,7 @@ import redis
 
 from core.errors import AdapterError, Paused
 from core.keys import Keys
+from documents import keys as doc_keys
 from feishu.docs import DocsApi
 
 log = logging.getLogger(__name__)
@@ -63,7 +64,7 @@ def may_view(acl: Acl, sender: str, member_of: Callable[[str, str], bool]) -> bo
 
 def read_acl(docs: DocsApi, r: redis.Redis, keys: Keys, kind: str, token: str, ttl_s: float) -> Acl:
     """The view facts of a document (by the token and type it was linked as), cached `ttl_s` seconds."""
-    key = keys.doc_acl(kind, token)
+    key = doc_keys.doc_acl(keys, kind, token)
     cached = r.get(key) if ttl_s > 0 else None
     if cached:
         known = {f.name for f in fields(Acl)}

@@ -23,6 +23,7 @@ import redis
 
 from core.errors import AdapterError, Paused
 from core.keys import Keys
+from documents import keys as doc_keys
 from documents.links import DocRef
 from documents.render import Heading, docx_markdown, sheet_table
 from feishu.docs import DocsApi
@@ -105,7 +106,7 @@ class Reader:
 
     def _file_size(self, token: str, modified: str) -> int | None:
         """The size a download told once for this modification time (downloads are capped per day)."""
-        key = self.keys.doc_file_size(token, modified)
+        key = doc_keys.doc_file_size(self.keys, token, modified)
         cached = self.r.get(key)
         if cached:
             return int(cached)
@@ -115,7 +116,7 @@ class Reader:
         return size
 
     def _node(self, token: str) -> dict[str, Any]:
-        key = self.keys.wiki_node(token)
+        key = doc_keys.wiki_node(self.keys, token)
         cached = self.r.get(key)
         if cached:
             return dict(json.loads(cached))
@@ -125,12 +126,12 @@ class Reader:
         return keep
 
     def _cached(self, kind: str, token: str, revision: int, part: str = "") -> Doc | None:
-        raw = self.r.get(self.keys.doc_content(kind, token, revision, part))
+        raw = self.r.get(doc_keys.doc_content(self.keys, kind, token, revision, part))
         return Doc(**json.loads(raw)) if raw else None
 
     def _store(self, doc: Doc, ttl_s: float | None = None) -> None:
         body = {**asdict(doc), "downloaded": False}
-        self.r.set(self.keys.doc_content(doc.kind, doc.token, doc.revision, doc.part),
+        self.r.set(doc_keys.doc_content(self.keys, doc.kind, doc.token, doc.revision, doc.part),
                    json.dumps(body, ensure_ascii=False), ex=max(1, int(min(self.ttl_s, ttl_s or self.ttl_s))))
 
     def _docx(self, token: str) -> Doc:

@@ -20,6 +20,7 @@ from bitable.index import Item
 from core.texts import say
 from feishu.cards import Proposal, approval_card
 from items import authority
+from items import keys as items_keys
 from runs.outbox import LeaseLost
 from runs.runtime import Runtime
 from turn.registry import Context, click_of
@@ -75,7 +76,7 @@ def post(turn: Context, item: Item, proposals: Sequence[dict[str, Any]]) -> list
         if check_proposal(args):
             continue
         pid = proposal_id(rk, batch_id, n)
-        key = rt.keys.proposal(pid)
+        key = items_keys.proposal(rt.keys, pid)
         fields = {"pid": pid, "item_id": item.item_id, "record_id": item.record_id, "route_key": rk,
                   "field": str(args["field"]), "value": str(args["value"]).strip(),
                   "reason": str(args.get("reason") or ""), "proposer": last.sender_id, "chat_id": last.chat_id,
@@ -95,7 +96,7 @@ def post(turn: Context, item: Item, proposals: Sequence[dict[str, Any]]) -> list
 
 
 def _load(rt: Runtime, pid: str) -> dict[str, str]:
-    return {str(k): str(v) for k, v in rt.state.hgetall(rt.keys.proposal(pid)).items()}
+    return {str(k): str(v) for k, v in rt.state.hgetall(items_keys.proposal(rt.keys, pid)).items()}
 
 
 def _card(p: dict[str, str]) -> dict[str, Any]:
@@ -107,7 +108,7 @@ def _card(p: dict[str, str]) -> dict[str, Any]:
 
 def _move(rt: Runtime, pid: str, frm: str, to: str, decider: str) -> bool:
     script = rt.state.register_script(_MOVE)
-    return bool(script([rt.keys.proposal(pid)], [frm, to, decider, str(time.time())]))
+    return bool(script([items_keys.proposal(rt.keys, pid)], [frm, to, decider, str(time.time())]))
 
 
 def decide(c: Context) -> str:
@@ -141,7 +142,7 @@ def decide(c: Context) -> str:
         return "rejected"
     if state == "pending" and not _move(rt, pid, "pending", "approving", who):
         return "raced"
-    if rt.state.hget(rt.keys.proposal(pid), "decided_by") != who:
+    if rt.state.hget(items_keys.proposal(rt.keys, pid), "decided_by") != who:
         return "raced"  # another approver's decision is being written
     _write(rt, p, fence, rk)
     _move(rt, pid, "approving", "approved", who)
@@ -182,7 +183,7 @@ def _patch(c: Context, pid: str, chat_id: str) -> None:
     p = _load(rt, pid)
     if p.get("card_message_id"):
         rt.outbox.patch(replace(c.destination, chat_id=chat_id), p["card_message_id"], _card(p))
-        rt.state.hset(rt.keys.proposal(pid), "card_state", p.get("state", ""))
+        rt.state.hset(items_keys.proposal(rt.keys, pid), "card_state", p.get("state", ""))
 
 
 def _tell(c: Context, text: str) -> None:

@@ -24,6 +24,7 @@ from core.inbound import Inbound
 from core.texts import say
 from documents.links import DocRef, find_refs
 from feishu.cards import STATUS_ZH, clip
+from items import keys as items_keys
 from runs.runtime import Runtime
 from turn.registry import Context
 
@@ -83,7 +84,7 @@ def is_member(rt: Runtime, chat_id: str, open_id: str) -> bool:
     """Is `open_id` in `chat_id`? One members listing per chat per ITEM_MEMBER_CACHE_SECONDS."""
     if not chat_id or not open_id:
         return False
-    key = rt.keys.chat_members(chat_id)
+    key = items_keys.chat_members(rt.keys, chat_id)
     if not rt.state.exists(key):
         try:
             members = rt.feishu.chat_member_ids(chat_id)

@@ -13,6 +13,7 @@ import time
 
 from lark_oapi.api.drive.v1 import SubscribeFileRequest
 
+from bitable import keys as item_keys
 from bitable.errors import SchemaError
 from runs.alerts import alert
 from runs.runtime import Runtime
@@ -51,8 +52,8 @@ def run(rt: Runtime) -> bool:
     status["subscription"] = _subscribe(rt)
     if status["subscription"] != "ok":
         status["subscription_fix"] = SUBSCRIBE_FIX
-    rt.state.delete(rt.keys.bitable_status)
-    rt.state.hset(rt.keys.bitable_status, mapping=dict(status))  # type: ignore[arg-type]
+    rt.state.delete(item_keys.bitable_status(rt.keys))
+    rt.state.hset(item_keys.bitable_status(rt.keys), mapping=dict(status))  # type: ignore[arg-type]
     return ok  # a refused subscription is tried again with the hourly check; items work without it
 
 

@@ -12,11 +12,13 @@ from typing import Any
 
 import redis
 
+from bitable import keys as item_keys
 from core.keys import Keys
 from core.settings import Settings
 from feishu import capabilities
 from state import ha as sentinel
 from state.store import sentinel_url
+from timers import keys as timer_keys
 
 log = logging.getLogger(__name__)
 
@@ -33,10 +35,10 @@ def snapshot(settings: Settings, r: redis.Redis, keys: Keys) -> dict[str, Any]:
         pipe.hgetall(keys.paused)
         pipe.hgetall(keys.health)
         pipe.hlen(keys.dead)
-        pipe.hgetall(keys.bitable_status)
+        pipe.hgetall(item_keys.bitable_status(keys))
         pipe.get(keys.preflight)
-        pipe.zcard(keys.timers_due)
-        pipe.zrange(keys.timers_due, 0, 0, withscores=True)
+        pipe.zcard(timer_keys.timers_due(keys))
+        pipe.zrange(timer_keys.timers_due(keys), 0, 0, withscores=True)
         paused, checks, dead, table, preflight, timers, first_due = pipe.execute()
         off = capabilities.off(r, keys)
     except Exception as exc:

@@ -22,6 +22,7 @@ from documents.reader import Reader
 from documents.selection import Env, Materials
 from feishu.docs import DocsApi
 from items import is_member
+from materials import keys as materials_keys
 from runs.runtime import Runtime
 from turn import recall, rotation
 from turn.registry import Context
@@ -49,7 +50,7 @@ def materials_for(turn: Context, listed: Sequence[DocRef], previous: Sequence[di
     materials = Materials(env, senders, batch[-1].text if batch else "")
     seen_text = "\n".join([html.unescape(request_text), *_around(rt, rk, sid, batch)])
     linked = find_refs(seen_text, (s.feishu_web_origin,))
-    seen = {str(k): int(v) for k, v in rt.state.hgetall(rt.keys.docs_seen(rk)).items()}
+    seen = {str(k): int(v) for k, v in rt.state.hgetall(materials_keys.docs_seen(rt.keys, rk)).items()}
     materials.build(linked, listed, previous, seen)
     return materials
 
@@ -81,7 +82,7 @@ def remember(rt: Runtime, rk: str, materials: Materials) -> None:
     seen = materials.seen()
     if not seen:
         return
-    key = rt.keys.docs_seen(rk)
+    key = materials_keys.docs_seen(rt.keys, rk)
     pipe = rt.state.pipeline()
     if rt.state.hlen(key) > SEEN_KEPT:  # bounded per route: losing it only loses an "updated since" note
         pipe.delete(key)

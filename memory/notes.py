@@ -20,6 +20,7 @@ from typing import Any
 import redis
 
 from core.keys import Keys
+from memory import keys as memory_keys
 
 MAX_NOTES, NOTE_CHARS, NOTES_TOKENS = 200, 500, 1200
 SCOPES = ("profile", "chat", "user")
@@ -46,7 +47,7 @@ class Notes:
         # The id is the text's hash: saving the same fact again (a retried turn) keeps one note.
         note_id = "n_" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
         record = {"id": note_id, "text": text, "by": by, "route_key": route_key, "at": round(time.time(), 3)}
-        key = self.k.notes(scope)
+        key = memory_keys.notes(self.k, scope)
         self.r.hsetnx(key, note_id, json.dumps(record, ensure_ascii=False))
         if self.r.hlen(key) > MAX_NOTES:  # bounded: the oldest go
             oldest = self.newest(scope)[: -MAX_NOTES]
@@ -55,7 +56,7 @@ class Notes:
         return note_id
 
     def newest(self, scope: str) -> list[dict[str, Any]]:
-        records = [json.loads(str(v)) for v in self.r.hvals(self.k.notes(scope))]
+        records = [json.loads(str(v)) for v in self.r.hvals(memory_keys.notes(self.k, scope))]
         return sorted(records, key=lambda n: (n["at"], n["id"]))
 
 

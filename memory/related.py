@@ -17,6 +17,7 @@ import redis
 
 from core.inbound import Inbound
 from core.keys import Keys
+from memory import keys as memory_keys
 
 KEEP = 50  # messages per chat
 TTL_S = 3 * 86400
@@ -30,7 +31,7 @@ def keep(r: redis.Redis, keys: Keys, m: Inbound) -> None:
     at = int(ct) / 1000 if ct.isdigit() and int(ct) > 0 else time.time()  # Feishu sends ms; be lenient
     member = json.dumps({"message_id": m.message_id, "sender": m.sender_id, "text": m.text[:2000], "at": at},
                         ensure_ascii=False, sort_keys=True)
-    key = keys.related(m.chat_id)
+    key = memory_keys.related(keys, m.chat_id)
     pipe = r.pipeline(transaction=True)  # the set with its expiry
     pipe.zadd(key, {member: at})
     pipe.zremrangebyrank(key, 0, -KEEP - 1)
@@ -42,7 +43,7 @@ def keep_own(r: redis.Redis, keys: Keys, chat_id: str, message_id: str, text: st
     """What the assistant posted in the chat unasked (a digest): every route of the chat sees it was said."""
     member = json.dumps({"message_id": message_id, "sender": OWN, "text": text[:2000], "at": at}, ensure_ascii=False,
                         sort_keys=True)
-    key = keys.related(chat_id)
+    key = memory_keys.related(keys, chat_id)
     pipe = r.pipeline(transaction=True)  # the set with its expiry
     pipe.zadd(key, {member: at})
     pipe.zremrangebyrank(key, 0, -KEEP - 1)
@@ -53,7 +54,7 @@ def keep_own(r: redis.Redis, keys: Keys, chat_id: str, message_id: str, text: st
 def recent(r: redis.Redis, keys: Keys, chat_id: str, *, before: float | None = None) -> list[dict[str, Any]]:
     """The newest kept messages of the chat (sent before `before`, when given), oldest first."""
     top = "+inf" if before is None else f"({before}"
-    raw = r.zrevrangebyscore(keys.related(chat_id), top, "-inf", start=0, num=SHOW)
+    raw = r.zrevrangebyscore(memory_keys.related(keys, chat_id), top, "-inf", start=0, num=SHOW)
     return [json.loads(str(x)) for x in reversed(raw)]
 
 

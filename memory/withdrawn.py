@@ -15,6 +15,7 @@ import redis
 
 from core.inbound import Inbound
 from core.keys import Keys
+from memory import keys as memory_keys
 
 RECALLED_TEXT = "[该消息已被撤回，内容作废]"
 ANSWER_WITHDRAWN = "[这条回答所答的消息已被撤回，回答一并作废]"
@@ -30,7 +31,7 @@ def notes(r: redis.Redis, keys: Keys, chat_id: str, message_ids: Sequence[str]) 
     ids = [m for m in dict.fromkeys(message_ids) if m]
     if not ids or not chat_id:
         return {}
-    values = r.hmget(keys.withdrawn(chat_id), ids)
+    values = r.hmget(memory_keys.withdrawn(keys, chat_id), ids)
     return {m: json.loads(v) for m, v in zip(ids, values, strict=True) if v}
 
 

@@ -400,8 +400,8 @@ MUTANTS: tuple[Mutant, ...] = (
         ("            with self.pacer.slot(pace):\n", "            if True:\n"),),
         ("tests/test_documents_grants.py::test_the_docx_limit_holds_across_workers_and_file_sizes_are_not_asked_twice",)),
     Mutant("H11", "a file's size is downloaded again every turn", "documents/reader.py", (
-        ("        key = self.keys.doc_file_size(token, modified)\n        cached = self.r.get(key)",
-         "        key = self.keys.doc_file_size(token, modified)\n        cached = None"),),
+        ("        key = doc_keys.doc_file_size(self.keys, token, modified)\n        cached = self.r.get(key)",
+         "        key = doc_keys.doc_file_size(self.keys, token, modified)\n        cached = None"),),
         ("tests/test_documents_grants.py::test_the_docx_limit_holds_across_workers_and_file_sizes_are_not_asked_twice",)),
     Mutant("H12", "topic history needs only the read scope", "feishu/capabilities.py", (
         ('               also=("im:message.group_msg",)),', "               also=()),"),),
@@ -614,8 +614,8 @@ MUTANTS: tuple[Mutant, ...] = (
          "test_a_consolidation_of_a_full_scope_asks_within_the_budget_and_names_what_it_could_not_show",)),
     Mutant("M17", "a scope changed again between the slot and the sweeper's look waits a night",
            "memory/scopes/dream.py", (
-        ('    scopes = [str(s) for s in rt.state.zrangebyscore(rt.keys.memory_changed, "-inf", at)]',
-         '    scopes = [str(s) for s in rt.state.zrangebyscore(rt.keys.memory_changed, "-inf", slot)]'),),
+        ('    scopes = [str(s) for s in rt.state.zrangebyscore(scope_keys.memory_changed(rt.keys), "-inf", at)]',
+         '    scopes = [str(s) for s in rt.state.zrangebyscore(scope_keys.memory_changed(rt.keys), "-inf", slot)]'),),
         ("tests/test_memories_budget.py::test_a_scope_changed_again_after_the_slot_is_still_consolidated_that_night",)),
     # (end of M)
 
@@ -717,8 +717,10 @@ MUTANTS: tuple[Mutant, ...] = (
                 "        pipe = self.r.pipeline(transaction=False)"),),
         ("tests/test_expiry.py::test_a_console_sign_in_is_written_with_its_expiry_in_one_transaction",)),
     Mutant("R33", "a Feishu sign-in's state and its expiry are two commands", "console/signin.py", (
-        ("        pipe = self.r.pipeline(transaction=True)\n        pipe.hset(self.keys.console_oauth(state)",
-         "        pipe = self.r.pipeline(transaction=False)\n        pipe.hset(self.keys.console_oauth(state)"),),
+        ("        pipe = self.r.pipeline(transaction=True)\n"
+         "        pipe.hset(console_keys.console_oauth(self.keys, state)",
+         "        pipe = self.r.pipeline(transaction=False)\n"
+         "        pipe.hset(console_keys.console_oauth(self.keys, state)"),),
         ("tests/test_expiry.py::test_a_feishu_sign_in_under_way_is_written_with_its_expiry_in_one_transaction",)),
     Mutant("R34", "the wrong-token counter gets no expiry (a client locked out for good)", "console/lockout.py", (
         ("if redis.call('TTL', KEYS[1]) < 0 then redis.call('EXPIRE', KEYS[1], ARGV[1]) end return n", "return n"),),

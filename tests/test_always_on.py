@@ -32,6 +32,7 @@ from tests.harness import deliver, reply_text, unique, wait_for
 from tests.harness import wait_route_idle as idle
 from tests.own_stack import OwnStack
 from tests.test_items import APP, TABLE, open_topic, topic_rk
+from timers import keys as timer_keys
 from timers.store import Timers
 
 TZ = ZoneInfo("Asia/Shanghai")
@@ -75,7 +76,7 @@ def record(feishu: Any, title: str, chat: str, status: str, owner: str = "ou_own
 
 
 def _digest_timers(r: redis.Redis, stack: OwnStack, chat: str) -> list[Any]:
-    ids = [k.rsplit(":", 1)[-1] for k in r.scan_iter(f"{stack.keys.timer('')}dg_{chat}_*")]
+    ids = [k.rsplit(":", 1)[-1] for k in r.scan_iter(f"{timer_keys.timer(stack.keys, '')}dg_{chat}_*")]
     return sorted(Timers(r, stack.keys).many(ids), key=lambda t: t.due)
 
 

@@ -18,6 +18,7 @@ import redis
 import requests
 
 from console import audit
+from console import keys as console_keys
 from core.keys import Keys
 from sandbox.feishu.events import mention
 from tests.harness import BOT_OPEN_ID, deliver, free_port, message_id, unique, wait_for
@@ -276,7 +277,8 @@ def test_the_audit_log_pages_newest_first_and_stays_bounded(r: redis.Redis) -> N
     third, end = audit.page(r, keys, more2 or "", count=50)
     seen = [e.who for e in first + second + third]
     assert seen == [f"ou_{n}" for n in range(119, -1, -1)] and end is None
-    assert r.xinfo_stream(keys.audit)["length"] == 120  # below KEEP; the cap is approximate trimming (MAXLEN ~)
+    # below KEEP; the cap is approximate trimming (MAXLEN ~)
+    assert r.xinfo_stream(console_keys.audit(keys))["length"] == 120
 
 
 def test_rq_dashboard_is_behind_the_sign_in_and_reads_the_json_jobs(stack: OwnStack) -> None:

@@ -17,8 +17,10 @@ from zoneinfo import ZoneInfo
 import pytest
 import redis
 
+from console import keys as console_keys
 from console.signin import Operator, SignIns
 from core.keys import Keys
+from memory.scopes import keys as scope_keys
 from memory.scopes.paths import Scope
 from memory.scopes.store import Caps, Memories
 from sandbox.feishu.events import mention
@@ -68,7 +70,8 @@ def test_one_turn_routes_by_new_people_leave_fewer_than_5_keys_without_an_expiry
     routes, asked, scopes = [], [], []
     for n in range(PEOPLE):
         person, chat = unique("ou_ttl"), unique("oc_ttl")
-        scopes += [stack.keys.memory_routes(f"people/{person}"), stack.keys.memory_routes(f"chats/{chat}")]
+        scopes += [scope_keys.memory_routes(stack.keys, f"people/{person}"),
+                   scope_keys.memory_routes(stack.keys, f"chats/{chat}")]
         if n % 2:
             env = deliver(stack.web, feishu, text="你好（ttl）", sender_open_id=person, chat_id=chat, chat_type="p2p")
             routes.append(route_key("p2p", chat, profile=stack.profile))
@@ -96,10 +99,10 @@ def test_a_scope_that_holds_memory_keeps_the_routes_it_was_loaded_in_for_two_day
     wait_for(lambda: feishu.replies_to(mid), 120, what="the reply")
     rk = route_key("p2p", chat, profile=stack.profile)
     wait_routes_idle(r, stack.keys, [rk])
-    routes = stack.keys.memory_routes(scope.name)
+    routes = scope_keys.memory_routes(stack.keys, scope.name)
     assert r.zrange(routes, 0, -1) == [rk]
     assert 2 * 86400 - 60 < r.ttl(routes) <= 2 * 86400
-    assert not r.exists(stack.keys.memory_routes(f"chats/{chat}"))  # the chat's scope holds none
+    assert not r.exists(scope_keys.memory_routes(stack.keys, f"chats/{chat}"))  # the chat's scope holds none
 
 
 # -- 5. a key and its TTL are written together ----------------------------------------------------------------------
@@ -155,7 +158,7 @@ def test_a_console_sign_in_is_written_with_its_expiry_in_one_transaction(quiet_r
     _ = signins.signer  # the cookie key (made once) is not part of the sign-in's write
     opened: list[Operator] = []
     sent = sent_while(quiet_redis, lambda: opened.append(signins.open("ou_admin", "Admin", "feishu")[0]))
-    key = keys.console_session(opened[0].sid)
+    key = console_keys.console_session(keys, opened[0].sid)
     only_in_one_transaction(sent, key)
     assert 3600 - 5 < quiet_redis.ttl(key) <= 3600
 
@@ -164,8 +167,8 @@ def test_a_feishu_sign_in_under_way_is_written_with_its_expiry_in_one_transactio
     keys = Keys(unique("ttl"))
     states: list[str] = []
     sent = sent_while(quiet_redis, lambda: states.append(SignIns(quiet_redis, keys, 3600).begin_oauth("b", "/x")))
-    only_in_one_transaction(sent, keys.console_oauth(states[0]))
-    assert 0 < quiet_redis.ttl(keys.console_oauth(states[0])) <= 600
+    only_in_one_transaction(sent, console_keys.console_oauth(keys, states[0]))
+    assert 0 < quiet_redis.ttl(console_keys.console_oauth(keys, states[0])) <= 600
 
 
 # The product's rooms (tests/test_layout.py), read as code: an expiry set by a command of its own (the client's, or a

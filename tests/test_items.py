@@ -22,6 +22,7 @@ from bitable.index import Items
 from core.keys import Keys
 from core.settings import ChatOverride
 from feishu.cards import buttons_of, footer_of
+from items import keys as items_keys
 from sandbox.feishu.events import bitable_record_changed_event, card_action_event, mention
 from tests.harness import (
     APP_ID,
@@ -402,7 +403,7 @@ def test_an_approval_writes_once_strangers_and_rejections_write_nothing(rig, fei
     third = wait_for(lambda: (c := _proposal_card(feishu, chat)) and c["message_id"] not in
                      (card["message_id"], second["message_id"]) and c, 30, what="a third approval card")
     value = _buttons(feishu, third["message_id"])["approve"]
-    r.hset(keys.proposal(value["p"]), "expires_at", "0")  # 24 hours have passed
+    r.hset(items_keys.proposal(keys, value["p"]), "expires_at", "0")  # 24 hours have passed
     _click(web, "ou_reporter", value, third["message_id"], chat)
     wait_for(lambda: len(feishu.card_versions(third["message_id"])) >= 2, 30)
     wait_route_idle(r, keys, rk)

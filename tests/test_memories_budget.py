@@ -16,6 +16,7 @@ from pydantic import SecretStr
 from core.inbound import Inbound
 from core.settings import Settings
 from memory.scopes import dream
+from memory.scopes import keys as scope_keys
 from memory.scopes.part import MemoriesPart, store_of
 from memory.scopes.paths import Scope
 from runs.runtime import Runtime
@@ -76,9 +77,10 @@ def test_a_scope_changed_again_after_the_slot_is_still_consolidated_that_night(r
     store = store_of(rt)
     slot = datetime(2026, 12, 2, 3, 30, tzinfo=TZ).timestamp()
     early, late = Scope("people", unique("ou_early")), Scope("people", unique("ou_late"))
-    r.zadd(rt.keys.memory_changed, {early.name: slot - 3600, late.name: slot + 0.4})  # the sweeper looks at +1 s
+    # the sweeper looks at +1 s
+    r.zadd(scope_keys.memory_changed(rt.keys), {early.name: slot - 3600, late.name: slot + 0.4})
     store.change(early, "x", "seed", lambda _f: {"instructions.md": "以后简短点"})
-    r.zadd(rt.keys.memory_changed, {early.name: slot - 3600})
+    r.zadd(scope_keys.memory_changed(rt.keys), {early.name: slot - 3600})
     assert dream.ensure_dreams(rt, now=slot + 1.0) == 2
     pushed = {json.loads(json.loads(raw)["content"])["scope"]
               for s in (early, late) for raw in r.lrange(rt.keys.inbox(

@@ -43,6 +43,7 @@ from tests.harness import (
 from tests.harness import wait_route_idle as idle
 from tests.own_stack import OwnStack
 from tests.test_items import APP, TABLE, open_topic, topic_rk
+from timers import keys as timer_keys
 from timers.model import Timer
 from timers.store import Timers
 
@@ -235,7 +236,7 @@ def test_one_person_cannot_fill_a_shared_topic_or_hold_reminders_everywhere(stac
 
 def route_timers(r: redis.Redis, stack: OwnStack, rk: str) -> list[Timer]:
     """Every timer of the route, pending or ended (their hashes, not the pending index)."""
-    ids = [k.rsplit(":", 1)[-1] for k in r.scan_iter(f"{stack.keys.timer('')}f_*")]
+    ids = [k.rsplit(":", 1)[-1] for k in r.scan_iter(f"{timer_keys.timer(stack.keys, '')}f_*")]
     return [t for t in Timers(r, stack.keys).many(ids) if t.route_key == rk]
 
 

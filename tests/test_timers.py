@@ -17,6 +17,7 @@ import redis
 from core.inbound import Inbound, dumps
 from runs.runtime import Runtime
 from tests.harness import settings_from, unique
+from timers import keys as timer_keys
 from timers import scheduler, timers_of
 from timers.model import FIRED, FOLLOWUP, PENDING, Timer, dedupe_key
 from timers.store import Caps
@@ -101,8 +102,8 @@ def test_adds_are_idempotent_capped_per_route_and_a_resets_cancel_counts_once(en
     assert timers_of(rt).add(followup(3, rk, later), caps=cap) == 1  # room again
     t = timers_of(rt).get("f_0000000003")
     assert t is not None and t.state == PENDING
-    assert r.ttl(rt.keys.timer("f_0000000001")) > 0  # ended timers expire; pending ones do not
-    assert r.ttl(rt.keys.timer("f_0000000003")) == -1
+    assert r.ttl(timer_keys.timer(rt.keys, "f_0000000001")) > 0  # ended timers expire; pending ones do not
+    assert r.ttl(timer_keys.timer(rt.keys, "f_0000000003")) == -1
 
 
 def mine(n: int, rk: str, due: float, who: str) -> Timer:

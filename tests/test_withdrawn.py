@@ -10,6 +10,7 @@ from typing import Any
 from app import build_app
 from claude.prompt import format_batch
 from core.inbound import Inbound
+from memory import keys as memory_keys
 from memory.withdrawn import ANSWER_WITHDRAWN, EDITED_MARK, RECALLED_TEXT, rewrite
 from sandbox.feishu.events import message_recalled_event, message_updated_event
 from tests.harness import (
@@ -124,14 +125,15 @@ def test_notes_are_kept_only_where_the_bot_could_see_and_bounded_per_chat(servic
                                         token=VERIFICATION_TOKEN, app_id=APP_ID)
     for event in (by_bot, unaddressed):
         assert service.post(event).status_code == 200
-    kept = r.hgetall(keys.withdrawn(chat))
+    kept = r.hgetall(memory_keys.withdrawn(keys, chat))
     assert list(kept) == [unaddressed["event"]["message"]["message_id"]]
-    assert r.ttl(keys.withdrawn(chat)) > 0 and r.ttl(keys.withdrawn_order(chat)) > 0
+    assert r.ttl(memory_keys.withdrawn(keys, chat)) > 0 and r.ttl(memory_keys.withdrawn_order(keys, chat)) > 0
 
     settings = service.app.extensions["feishu_ingress"].settings
     side = SideEvents(settings, r, keys, Inbox(r, keys, 3000), policy_from(settings), build_app(settings))
     busy = unique("oc_wd_busy")
     for n in range(WITHDRAWN_PER_CHAT + 5):
         side._save_note(busy, f"om_{n:05d}", json.dumps({"recalled": True, "v": 1}), 1)
-    assert r.hlen(keys.withdrawn(busy)) == WITHDRAWN_PER_CHAT
-    assert r.hget(keys.withdrawn(busy), "om_00000") is None and r.hget(keys.withdrawn(busy), "om_02004")
+    assert r.hlen(memory_keys.withdrawn(keys, busy)) == WITHDRAWN_PER_CHAT
+    notes = memory_keys.withdrawn(keys, busy)
+    assert r.hget(notes, "om_00000") is None and r.hget(notes, "om_02004")

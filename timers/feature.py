@@ -18,9 +18,10 @@ from timers.digest_run import run_digest
 from timers.fire import fire, timer_of
 from timers.followup import fire_followup
 from timers.instant import now_line
+from timers.keys import timers_due
 from timers.model import DIGEST, FOLLOWUP, Timer
 from timers.scheduler import ensure_digests
-from turn.registry import Command, Context, Event, Feature, Part, Periodic, RouteWork, Said, TimerKind
+from turn.registry import Command, Context, Event, Feature, Gauge, Part, Periodic, RouteWork, Said, TimerKind
 
 
 class TimersPart(Part):
@@ -89,4 +90,5 @@ FEATURE = Feature(
     route_work=(RouteWork(DIGEST_ROUTE, lambda c: fire(c, None)),),
     timer_kinds=(TimerKind(FOLLOWUP, _followup), TimerKind(DIGEST, _digest)),
     periodic=(Periodic("digests", ensure_digests),),
+    gauges=(Gauge("timers_pending", "Timers waiting to fall due (follow-ups, digests, triage)", timers_due),),
 )

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import redis
 
 from core.keys import Keys
+from timers.keys import route_timers, timer, timers_by_source, timers_due, timers_of_person
 from timers.model import ENDED_TTL_S, FOLLOWUP, Timer
 
 if TYPE_CHECKING:
@@ -116,71 +117,72 @@ class Timers:
     def add(self, t: Timer, *, caps: Caps = Caps(), now: float = 0.0, fence_gen: bool = False) -> int:
         """1 added, 0 the id exists (idempotent), < 0 refused (REFUSED names the bound). A follow-up counts
         against its creator's caps; `fence_gen`: only while its route is still at the timer's generation."""
-        source = self.k.timers_by_source(t.source_message_id) if t.source_message_id else ""
-        person = self.k.timers_of_person(t.created_by) if t.kind == FOLLOWUP and t.created_by else ""
+        source = timers_by_source(self.k, t.source_message_id) if t.source_message_id else ""
+        person = timers_of_person(self.k, t.created_by) if t.kind == FOLLOWUP and t.created_by else ""
         state = self.k.route_state(t.route_key) if fence_gen else ""
         ttl = max(int(t.due - now), 0) + ENDED_TTL_S
         pairs = [x for kv in t.to_hash().items() for x in kv]
-        keys = [self.k.timer(t.id), self.k.timers_due, self.k.timers_of(t.route_key), source, person, state]
+        keys = [timer(self.k, t.id), timers_due(self.k), route_timers(self.k, t.route_key), source, person, state]
         return int(self._add(keys, [t.id, repr(t.due), caps.route, ttl, caps.person, caps.route_person, caps.total,
                                     t.gen, t.created_by if person else "", *pairs]))
 
     def get(self, timer_id: str) -> Timer | None:
-        return Timer.from_hash(self.r.hgetall(self.k.timer(timer_id))) if timer_id else None
+        return Timer.from_hash(self.r.hgetall(timer(self.k, timer_id))) if timer_id else None
 
     def many(self, ids: Sequence[str]) -> list[Timer]:
         pipe = self.r.pipeline(transaction=False)
         for i in ids:
-            pipe.hgetall(self.k.timer(i))
+            pipe.hgetall(timer(self.k, i))
         return [t for t in (Timer.from_hash(raw) for raw in pipe.execute()) if t]
 
     def end(self, t: Timer, state: str, reason: str, now: float, *, due: float | None = None) -> bool:
         """Move a pending timer to `fired` or `cancelled` (once: False when it had already left pending)."""
-        keys = [self.k.timer(t.id), self.k.timers_due, self.k.timers_of(t.route_key), self.k.timers_of_person("")]
+        keys = [timer(self.k, t.id), timers_due(self.k), route_timers(self.k, t.route_key),
+                timers_of_person(self.k, "")]
         return bool(self._end(keys, [t.id, state, reason, now, ENDED_TTL_S, "" if due is None else repr(due)]))
 
     def told(self, timer_id: str, text: str) -> None:
         """What the fire run posted unasked (its route's next turn is told of it)."""
-        self.r.hset(self.k.timer(timer_id), "told", text[:500])
+        self.r.hset(timer(self.k, timer_id), "told", text[:500])
 
     def note(self, timer_id: str, text: str) -> None:
         """What the fire run did with it (shown by /admin/api/timers)."""
-        self.r.hset(self.k.timer(timer_id), "fired_note", text[:300])
+        self.r.hset(timer(self.k, timer_id), "fired_note", text[:300])
 
     def pending_of(self, rk: str, kind: str | None = FOLLOWUP) -> list[Timer]:
-        ids = [str(i) for i in self.r.zrange(self.k.timers_of(rk), 0, -1)]
+        ids = [str(i) for i in self.r.zrange(route_timers(self.k, rk), 0, -1)]
         return [t for t in self.many(ids) if t.state == "pending" and (kind is None or t.kind == kind)]
 
     def cancel_many(self, rk: str, ids: Sequence[str], ledger: str, field: str, reason: str, now: float) -> list[str]:
         """Cancel those of `ids` still pending, once per (ledger, field): a rerun returns the first run's ids."""
-        keys = [self.k.timers_of(rk), self.k.timers_due, ledger]
-        raw = self._cancel_many(keys, [field, self.k.timer(""), reason, now, ENDED_TTL_S, self.k.timers_of_person(""),
+        keys = [route_timers(self.k, rk), timers_due(self.k), ledger]
+        raw = self._cancel_many(keys, [field, timer(self.k, ""), reason, now, ENDED_TTL_S, timers_of_person(self.k, ""),
                                        *ids])
         return [str(i) for i in json.loads(raw)]
 
     def pending_of_person(self, open_id: str) -> int:
-        return int(self.r.zcard(self.k.timers_of_person(open_id))) if open_id else 0
+        return int(self.r.zcard(timers_of_person(self.k, open_id))) if open_id else 0
 
     def of_source(self, message_id: str) -> list[Timer]:
-        return self.many([str(i) for i in self.r.smembers(self.k.timers_by_source(message_id))])
+        return self.many([str(i) for i in self.r.smembers(timers_by_source(self.k, message_id))])
 
     def due(self, now: float, most: int = 500) -> list[tuple[str, float]]:
-        raw: list[Any] = self.r.zrangebyscore(self.k.timers_due, "-inf", now, start=0, num=most, withscores=True)
+        raw: list[Any] = self.r.zrangebyscore(timers_due(self.k), "-inf", now, start=0, num=most, withscores=True)
         return [(str(pair[0]), float(pair[1])) for pair in raw]
 
     def pending_count(self) -> int:
-        return int(self.r.zcard(self.k.timers_due))
+        return int(self.r.zcard(timers_due(self.k)))
 
     def page(self, start: int = 0, count: int = 100) -> list[Timer]:
         """Pending timers by due time (the admin list)."""
-        return self.many([str(i) for i in self.r.zrange(self.k.timers_due, start, start + count - 1)])
+        return self.many([str(i) for i in self.r.zrange(timers_due(self.k), start, start + count - 1)])
 
     def drop_dangling(self, timer_id: str, rk: str = "") -> None:
         """An index entry whose hash is gone (never expected; cleaned so the scheduler does not spin on it)."""
         pipe = self.r.pipeline(transaction=False)
-        pipe.zrem(self.k.timers_due, timer_id)
+        pipe.zrem(timers_due(self.k), timer_id)
         if rk:
-            pipe.zrem(self.k.timers_of(rk), timer_id)
+            pipe.zrem(route_timers(self.k, rk), timer_id)
         pipe.execute()
 
 

@@ -19,6 +19,7 @@ from core.inbound import Inbound
 from core.keys import Keys
 from core.settings import Settings
 from timers import TRIAGE, Timer, Timers, triage_id
+from triage import keys as triage_keys
 from triage.filter import worth_triage
 
 log = logging.getLogger(__name__)
@@ -43,7 +44,7 @@ def keep(settings: Settings, r: redis.Redis, keys: Keys, m: Inbound, now: float)
     at = int(ct) / 1000 if ct.isdigit() and int(ct) > 0 else now
     member = json.dumps({"message_id": m.message_id, "sender": m.sender_id, "text": m.text[:TEXT_CHARS], "at": at},
                         ensure_ascii=False, sort_keys=True)
-    key = keys.triage_buffer(m.chat_id, m.thread_id)
+    key = triage_keys.triage_buffer(keys, m.chat_id, m.thread_id)
     pipe = r.pipeline(transaction=True)  # the set with its expiry
     pipe.zadd(key, {member: at})
     pipe.zremrangebyrank(key, 0, -KEEP - 1)

@@ -27,6 +27,7 @@ from memory import withdrawn
 from runs.outbox import BATCH_CACHE_TTL_S, Destination
 from runs.runtime import Runtime
 from timers import Timer, run_key, timers_of
+from triage import keys as triage_keys
 from triage.filter import dedupe, normalise
 from triage.protocol import QUIET, Decision, parse_decision, request_text, system_prompt
 from turn.registry import Context
@@ -44,7 +45,7 @@ def run_triage(c: Context, t: Timer) -> str:
     item = rt.items.by_thread(t.thread_id)
     if item is None:
         return _done(rt, rk, "skipped", "the topic has no item")
-    state_key = rt.keys.triage_state(rk)
+    state_key = triage_keys.triage_state(rt.keys, rk)
     key = run_key(t)  # a replay of a dead-lettered run is the same firing: same decision, same post, once
     held = _held_back(rt, state_key, key)
     if held:  # nothing could be posted: no call now; the messages stay after the cursor for the next period
@@ -76,7 +77,7 @@ def _held_back(rt: Runtime, state_key: str, firing: str) -> str:
 
 def _new_messages(rt: Runtime, t: Timer, cursor: float) -> tuple[list[dict[str, Any]], float]:
     """Messages after the cursor worth a look (recalled and repeated ones dropped), and the newest time seen."""
-    key = rt.keys.triage_buffer(t.chat_id, t.thread_id)
+    key = triage_keys.triage_buffer(rt.keys, t.chat_id, t.thread_id)
     raw = [json.loads(str(x)) for x in rt.state.zrangebyscore(key, f"({cursor}", "+inf")]
     if not raw:
         return [], cursor
@@ -145,7 +146,7 @@ def _act(c: Context, t: Timer, item: Item, d: Decision, fresh: Sequence[dict[str
     rt, rk, firing = c.rt, c.rk, c.batch_id
     if d.kind == QUIET.kind:
         return _done(rt, rk, "quiet", f"{len(fresh)} messages, nothing to say")
-    state_key = rt.keys.triage_state(rk)
+    state_key = triage_keys.triage_state(rt.keys, rk)
     held = _held_back(rt, state_key, firing)  # checked again: the decision may be a stored one of a rerun
     if held:
         return _done(rt, rk, "capped", f"{d.kind} held back: {held}")

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from claude.budget import Budget, factor
 from core.inbound import Inbound
+from core.keys import Keys
 from runs.outbox import Destination
 
 if TYPE_CHECKING:
@@ -205,6 +206,15 @@ class Periodic:
 
 
 @dataclass(frozen=True)
+class Gauge:
+    """A number `/metrics` shows for the feature: the size of one of its sorted sets (`zset(keys)`)."""
+
+    name: str
+    help: str
+    zset: Callable[[Keys], str]
+
+
+@dataclass(frozen=True)
 class TimerKind:
     """What a due timer of its kind does: `run(call)` with `call.timer` set; returns a note for the log."""
 
@@ -243,6 +253,7 @@ class Feature:
     route_work: tuple[RouteWork, ...] = ()  # internal route kinds it runs (`feishu:<profile>:<kind>:…`)
     timer_kinds: tuple[TimerKind, ...] = ()
     periodic: tuple[Periodic, ...] = ()
+    gauges: tuple[Gauge, ...] = ()
     # Its offline-model behaviour in sandbox mode: `standin(request body)` → an answer (text or content blocks, as
     # a real model would choose: its tool with real arguments), or None to pass; the stand-in asks it first.
     standin: Callable[[dict[str, Any]], Any] | None = None
@@ -321,6 +332,10 @@ class App:
         """Every tool a route kind's model may be offered: the turn's own reading tools, then each feature's, in
         order. The same list every turn, so the request prefix stays cacheable and a rerun sizes its batch alike."""
         return [*reading, *(t for f in self.features for t in f.tools(kind))]
+
+    def gauges(self, keys: Keys) -> list[tuple[str, str, str]]:
+        """Every feature's gauges, as core.metrics renders them: (name, help, the sorted set)."""
+        return [(g.name, g.help, g.zset(keys)) for f in self.features for g in f.gauges]
 
     def action_for(self, value: Mapping[str, Any]) -> str | None:
         """The registered action a card button's value names (`{"action": "items:approve", …}`), or the one that

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
 
+from bitable import keys as item_keys
 from bitable.index import FAILED, FULL, PLACEHOLDER, SUMMARY, Item, Items
 from chaos.load import Event, Target
 from chaos.measure import Run, dead_records, wait_idle
@@ -78,9 +79,9 @@ def items_on(ctx: Context, result: Result) -> None:
     """Bitable configured: the table exists before the sweeper checks it, the worker and sweeper restart."""
     stack = ctx.stack
     stack.feishu.add_table(APP, TABLE)
-    stack.r.delete(stack.keys.bitable_status)
+    stack.r.delete(item_keys.bitable_status(stack.keys))
     took = stack.reconfigure(BITABLE_APP_TOKEN=APP, BITABLE_TABLE_ID=TABLE, ITEM_CREATE_POLICY="topic_root")
-    status = stack.r.hgetall(stack.keys.bitable_status)
+    status = stack.r.hgetall(item_keys.bitable_status(stack.keys))
     result.check("items table checked at start", status.get("schema") == "ok", json.dumps(status, ensure_ascii=False))
     result.notes.append(f"worker and sweeper restarted with BITABLE_* set in {took:.0f}s")
 
@@ -109,7 +110,7 @@ def redeliver(run: Run, events: list[Event], spread: float) -> None:
 def snapshot(ctx: Context, topics: list[Topic]) -> dict[str, int]:
     """What redeliveries must not change: items, records, bot messages in our chats, card patches."""
     stack, chats = ctx.stack, {t.chat for t in topics}
-    return {"items": stack.r.zcard(stack.keys.items_order), "records": len(stack.feishu.records(APP, TABLE)),
+    return {"items": stack.r.zcard(item_keys.items_order(stack.keys)), "records": len(stack.feishu.records(APP, TABLE)),
             "bot_messages": sum(len(stack.feishu.bot_messages(c)) for c in chats),
             "card_versions": sum(len(stack.feishu.card_versions(str(t.item.answer_message_id)))
                                  for t in topics if t.item is not None)}
@@ -203,7 +204,7 @@ def check_items(ctx: Context, run: Run, topics: list[Topic], all_done: float | N
         t.item = items.by_thread(t.thread)
     got = [t.item for t in topics if t.item is not None]
     ids = {i.item_id for i in got}
-    all_items = stack.r.zcard(stack.keys.items_order)
+    all_items = stack.r.zcard(item_keys.items_order(stack.keys))
     result.check("every topic has exactly one item", len(got) == len(topics) and len(ids) == len(topics)
                  and all_items == len(topics),
                  f"{len(got)} topics with an item, {len(ids)} distinct, {all_items} in all")

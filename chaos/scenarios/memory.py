@@ -40,6 +40,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from bitable import keys as item_keys
 from bitable.index import Items
 from chaos.load import Event, Target
 from chaos.measure import Run, Tap, dead_records, reply_text, wait_idle
@@ -51,6 +52,7 @@ from chaos.scenarios.items import Kills
 from chaos.stack import Stack
 from core.clock import Clock
 from core.settings import Settings
+from memory.scopes import keys as scope_keys
 from memory.scopes.paths import Scope
 from memory.scopes.store import UNDO_KEPT, Caps, Memories
 from routing.keys import memory_route
@@ -416,7 +418,7 @@ def deploy(ctx: Context, plan: Plan) -> float:
     stack = ctx.stack
     stack.feishu.add_table(APP, TABLE)
     stack.feishu.add_chat(plan.chat, owner=plan.senders[0])
-    stack.r.delete(stack.keys.bitable_status)
+    stack.r.delete(item_keys.bitable_status(stack.keys))
     return stack.reconfigure(("web", "worker", "sweeper"), 300.0, (), CLOCK_ADJUSTABLE="1",
                              BITABLE_APP_TOKEN=APP, BITABLE_TABLE_ID=TABLE, ROUTING_TOPIC_SCOPE="per_sender",
                              MEMORY_ADMINS=",".join([*plan.senders, plan.late]))
@@ -435,7 +437,7 @@ def settle(ctx: Context, plan: Plan, result: Result, name: str, timeout: float) 
 
 def wait_dreams(ctx: Context, plan: Plan, timeout: float) -> int | None:
     """The night's slot pushed its consolidation events (the sweeper marks the slot after its pushes)."""
-    key = ctx.stack.keys.memory_dream_slot(int(plan.dream_at.replace(second=0).timestamp()))
+    key = scope_keys.memory_dream_slot(ctx.stack.keys, int(plan.dream_at.replace(second=0).timestamp()))
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if (pushed := ctx.stack.r.get(key)) is not None:
@@ -467,7 +469,7 @@ def check_store(ctx: Context, result: Result, plan: Plan, seen: Witnessed, store
         versions = [c.version for c in changes]
         if versions != list(range(1, len(versions) + 1)):
             gaps[scope.name] = versions
-        meta = ctx.stack.r.hgetall(ctx.stack.keys.memory_meta(scope.name))
+        meta = ctx.stack.r.hgetall(scope_keys.memory_meta(ctx.stack.keys, scope.name))
         if int(meta.get("version") or 0) != len(changes):
             counters[scope.name] = (meta.get("version"), len(changes))
         files, stamped = replay(changes)

@@ -42,6 +42,7 @@ from typing import Any
 
 import requests
 
+from bitable import keys as item_keys
 from bitable.index import Items
 from chaos.measure import NOTICE_MARKS, Run, Tap, reply_text, wait_idle
 from chaos.procs import Service, signal_pids
@@ -394,7 +395,7 @@ def wakeups(ctx: Context, result: Result) -> None:
         clock.reset()
         clock.advance(plan.t0.timestamp() - time.time())
         bitable_records(ctx, plan)
-        stack.r.delete(stack.keys.bitable_status)
+        stack.r.delete(item_keys.bitable_status(stack.keys))
         extra = {"CLOCK_ADJUSTABLE": "1", "TIMER_CHECK_SECONDS": "0.2", "BITABLE_APP_TOKEN": APP,
                  "BITABLE_TABLE_ID": TABLE, "DIGEST_CHATS": ",".join(plan.digest_chats),
                  "TRIAGE_CHATS": plan.triage_chat}

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from core.texts import say
 from items import own_item
+from memory.scopes import keys as scope_keys
 from memory.scopes.part import grant_of, store_of
 from memory.scopes.paths import Grant, Scope
 from memory.scopes.store import File
@@ -99,7 +100,7 @@ def undo(c: Context) -> Said:
 
 
 def _last_change(c: Context, scope: Scope) -> float:
-    raw = c.rt.state.lindex(c.rt.keys.memory_undo(scope.name), 0)
+    raw = c.rt.state.lindex(scope_keys.memory_undo(c.rt.keys, scope.name), 0)
     return float(json.loads(raw).get("at") or 0) if raw else -1.0
 
 

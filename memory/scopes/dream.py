@@ -20,6 +20,7 @@ from core import metrics
 from core.cron import Cron
 from core.errors import Retryable
 from core.inbound import Inbound, dumps
+from memory.scopes import keys as scope_keys
 from memory.scopes.part import store_of
 from memory.scopes.paths import Grant, Scope
 from memory.scopes.store import Conflict, File, Memories, MemoryFull
@@ -52,12 +53,12 @@ def ensure_dreams(rt: Runtime, now: float | None = None) -> int:
     m = rt.settings.memory
     at = rt.clock.now() if now is None else now
     slot = Cron.parse(m.dream_cron).previous_at_or_before(datetime.fromtimestamp(at, rt.settings.tz)).timestamp()
-    done_key = rt.keys.memory_dream_slot(int(slot))
+    done_key = scope_keys.memory_dream_slot(rt.keys, int(slot))
     if at - slot > LATE_S or rt.state.exists(done_key):
         return 0
     # every scope changed by now, not only before the slot: one changed again between the slot and this look (a
     # second, or the hours a sweeper was down) would otherwise wait a night
-    scopes = [str(s) for s in rt.state.zrangebyscore(rt.keys.memory_changed, "-inf", at)]
+    scopes = [str(s) for s in rt.state.zrangebyscore(scope_keys.memory_changed(rt.keys), "-inf", at)]
     for name in scopes:
         rk = memory_route(rt.settings.bot_profile, name)
         event = Inbound(event_id=f"dream:{name}:{int(slot)}", message_id=f"dream:{name}:{int(slot)}", chat_id="",
@@ -146,7 +147,7 @@ def _request(rt: Runtime, scope: Scope, files: Mapping[str, File]) -> str:
 def _recent(rt: Runtime, scope: Scope, cost: Callable[[str], int], room: int) -> str:
     """The tails of the routes this scope was loaded in over the last day (as data), the newest that fit `room`."""
     since = rt.clock.now() - 86400
-    routes = [str(x) for x in rt.state.zrevrangebyscore(rt.keys.memory_routes(scope.name), "+inf", since,
+    routes = [str(x) for x in rt.state.zrevrangebyscore(scope_keys.memory_routes(rt.keys, scope.name), "+inf", since,
                                                         start=0, num=ROUTES_SHOWN)]
     out: list[str] = []
     for rk in routes:  # newest route first
@@ -166,7 +167,7 @@ def _recent(rt: Runtime, scope: Scope, cost: Callable[[str], int], room: int) ->
 def _done(rt: Runtime, scope: Scope, started: float, note: str) -> str:
     """The scope is consolidated up to `started`: a change after it waits for the next slot."""
     script = rt.state.register_script(_DREAMED)
-    script([rt.keys.memory_changed], [scope.name, repr(started)])
+    script([scope_keys.memory_changed(rt.keys)], [scope.name, repr(started)])
     metrics.count(rt.state, rt.keys, "memory_consolidations", "changed" if "changed" in note else "nothing")
     log.info(f"memory {scope.name} consolidated: {note}", extra={"reason": note})
     return note

@@ -21,6 +21,7 @@ import redis
 
 from core.keys import Keys
 from core.settings import load_settings
+from memory import keys as memory_keys
 from memory.scopes.paths import PathError, Scope
 from memory.scopes.store import Caps, Memories, MemoryFull
 from state.store import resolve_url, state_client
@@ -55,7 +56,7 @@ def files_of(notes: Iterable[dict[str, Any]], file_chars: int, tz: tzinfo | None
 def migrate(r: redis.Redis, keys: Keys, store: Memories, tz: tzinfo | None, *, dry_run: bool) -> list[str]:
     """Every old notes scope of this profile; returns what happened, one line each."""
     said = []
-    prefix = keys.notes("")
+    prefix = memory_keys.notes(keys, "")
     for key in sorted(str(k) for k in r.scan_iter(match=f"{prefix}*", count=500)):
         old = key[len(prefix):]
         notes = sorted((json.loads(v) for v in r.hvals(key)), key=lambda n: (n.get("at", 0), n.get("id", "")))

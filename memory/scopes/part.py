@@ -18,6 +18,7 @@ from core.errors import AdapterError
 from core.texts import say
 from items import item_of_turn
 from memory import notes
+from memory.scopes import keys as scope_keys
 from memory.scopes import paths
 from memory.scopes.paths import LOADED, LOADED_CHARS, Grant, Scope
 from memory.scopes.store import Caps, File, Memories
@@ -41,7 +42,7 @@ def store_of(rt: Runtime) -> Memories:
 def chat_owner(rt: Runtime, chat_id: str) -> str | None:
     """The group's owner (GET chat), cached OWNER_CACHE_S; None when unknown (no scope, Feishu down: nobody counts,
     and nothing is cached, so a granted scope counts at once)."""
-    key = rt.keys.chat_owner(chat_id)
+    key = scope_keys.chat_owner(rt.keys, chat_id)
     cached = rt.state.get(key)
     if cached is not None:
         return str(cached)
@@ -149,7 +150,7 @@ class MemoriesPart(Part):
         the set expiring ROUTES_KEPT_S after its last route."""
         rt = self.turn.rt
         keys = [k for s in sorted(self.grant.read)
-                for k in (rt.keys.memory_files(s.name), rt.keys.memory_routes(s.name))]
+                for k in (scope_keys.memory_files(rt.keys, s.name), scope_keys.memory_routes(rt.keys, s.name))]
         if keys:
             rt.state.register_script(_ROUTED)(keys, [self.turn.rk, repr(rt.clock.now()), ROUTES_KEPT_S, ROUTES_KEPT])
 

@@ -20,6 +20,7 @@ import redis
 
 from core import metrics
 from core.keys import Keys
+from memory.scopes import keys as scope_keys
 from memory.scopes.paths import Scope
 
 UNDO_KEPT = 5
@@ -121,30 +122,30 @@ class Memories:
     # -- reading ----------------------------------------------------------------------------------------------
 
     def files(self, scope: Scope) -> dict[str, File]:
-        raw = self.r.hgetall(self.k.memory_files(scope.name))
+        raw = self.r.hgetall(scope_keys.memory_files(self.k, scope.name))
         return {str(p): _file(str(p), v) for p, v in raw.items()}
 
     def file(self, scope: Scope, path: str) -> File | None:
-        raw = self.r.hget(self.k.memory_files(scope.name), path)
+        raw = self.r.hget(scope_keys.memory_files(self.k, scope.name), path)
         return _file(path, raw) if raw else None
 
     def version(self, scope: Scope) -> int:
-        return int(self.r.hget(self.k.memory_meta(scope.name), "version") or 0)
+        return int(self.r.hget(scope_keys.memory_meta(self.k, scope.name), "version") or 0)
 
     def log(self, scope: Scope) -> list[str]:
-        return [str(x) for x in self.r.lrange(self.k.memory_log(scope.name), 0, LOG_KEPT - 1)]
+        return [str(x) for x in self.r.lrange(scope_keys.memory_log(self.k, scope.name), 0, LOG_KEPT - 1)]
 
     def undoable(self, scope: Scope) -> int:
-        return int(self.r.llen(self.k.memory_undo(scope.name)))
+        return int(self.r.llen(scope_keys.memory_undo(self.k, scope.name)))
 
     def scopes(self, start: int = 0, count: int = 50) -> list[tuple[str, float]]:
         """Every scope that was ever written, newest change first (the admin API and the console page through it)."""
-        raw: list[Any] = self.r.zrevrange(self.k.memory_scopes, start, start + count - 1, withscores=True)
+        raw: list[Any] = self.r.zrevrange(scope_keys.memory_scopes(self.k), start, start + count - 1, withscores=True)
         return [(str(name), float(at)) for name, at in raw]
 
     def changed_since(self, since: float) -> list[str]:
         """Scopes changed after `since` (what a consolidation slot looks at)."""
-        return [str(x) for x in self.r.zrangebyscore(self.k.memory_changed, f"({since}", "+inf")]
+        return [str(x) for x in self.r.zrangebyscore(scope_keys.memory_changed(self.k), f"({since}", "+inf")]
 
     # -- writing ----------------------------------------------------------------------------------------------
 
@@ -187,7 +188,7 @@ class Memories:
         """Restore the files the newest change touched; None when there is nothing to undo. Not itself undoable."""
         for _ in range(RETRIES):
             version = self.version(scope)
-            raw = self.r.lindex(self.k.memory_undo(scope.name), 0)
+            raw = self.r.lindex(scope_keys.memory_undo(self.k, scope.name), 0)
             if not raw:
                 return None
             record = json.loads(raw)
@@ -216,8 +217,9 @@ class Memories:
                 body = {"text": text, "author": by, "at": round(now, 3), "version": version + 1, "chars": len(text)}
                 args += [path, json.dumps(body, ensure_ascii=False), len(text)]
         k = self.k
-        keys = [k.memory_files(scope.name), k.memory_meta(scope.name), k.memory_undo(scope.name), k.memory_changed,
-                k.memory_log(scope.name), k.memory_scopes]
+        name = scope.name
+        keys = [scope_keys.memory_files(k, name), scope_keys.memory_meta(k, name), scope_keys.memory_undo(k, name),
+                scope_keys.memory_changed(k), scope_keys.memory_log(k, name), scope_keys.memory_scopes(k)]
         return int(self._apply(keys, [version, repr(now), by, what[:200], self.caps.files, self.caps.chars,
                                       UNDO_KEPT if undo else 0, scope.name, log, len(changes),
                                       "1" if consolidated else "0", *args]))
