@@ -29,7 +29,6 @@ from routing.admission import IDENTITY_UNKNOWN, admit
 from routing.keys import route_for
 from routing.policy import policy_from
 from runs.inbox import Inbox
-from triage import buffer as triage
 from turn import registry
 from turn.registry import App
 
@@ -242,7 +241,7 @@ class Ingress:
                 related.keep(self.state, self.keys, inbound)  # background for later turns in this chat
                 ctx["outcome"] = "related"  # a metric label: short, no spaces
             elif decision.reason in UNADDRESSED and inbound.thread_id:  # triage decides (opted-in chats only)
-                triaged = triage.keep(self.settings, self.state, self.keys, inbound, self.clock.now())
+                triaged = self.app.overheard(self.settings, self.state, self.keys, inbound, self.clock.now())
                 ctx["outcome"] = "triage" if triaged.startswith("triage") else "ignored"
                 why = f"{decision.reason}; {triaged}"
             log.info("message not admitted", extra={**ctx, "reason": why})

@@ -25,10 +25,10 @@ from typing import Any
 
 from claude import budget as bud
 from core.errors import CapabilityOff, Paused, Permanent, Retryable
-from core.texts import say
 from documents.access import Acl, may_view
 from documents.links import DocRef, find_refs, link_of
 from documents.reader import Doc, Reader
+from documents.texts import say
 from feishu.docs import DocUnavailable
 
 log = logging.getLogger(__name__)

@@ -17,10 +17,10 @@ from dataclasses import replace
 from typing import Any
 
 from bitable.index import Item
-from core.texts import say
 from feishu.cards import Proposal, approval_card
 from items import authority
 from items import keys as items_keys
+from items.texts import say
 from runs.outbox import LeaseLost
 from runs.runtime import Runtime
 from turn.registry import Context, click_of

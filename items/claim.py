@@ -20,10 +20,10 @@ from bitable.index import Item
 from bitable.refs import openable, record_ids, thread_ids, topic_link
 from core.errors import Permanent
 from core.inbound import Inbound, dumps
-from core.texts import say
 from items import authority
 from items.facts import is_member
 from items.first_answer import guard_ttl
+from items.texts import say
 from routing.keys import item_route
 from runs.outbox import LeaseLost
 from runs.runtime import Runtime

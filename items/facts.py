@@ -21,10 +21,10 @@ from bitable.index import FAILED, PLACEHOLDER, Item
 from bitable.refs import item_ids, record_ids
 from core.errors import CapabilityOff, Retryable
 from core.inbound import Inbound
-from core.texts import say
 from documents.links import DocRef, find_refs
 from feishu.cards import STATUS_ZH, clip
 from items import keys as items_keys
+from items.texts import say
 from runs.runtime import Runtime
 from turn.registry import Context
 

@@ -9,11 +9,11 @@ from typing import Any
 
 from bitable.refs import record_link
 from claude.client import Completion
-from core.texts import say
 from feishu.cards import STATUS_ZH
 from items import approvals, claim
 from items import facts as item_context
 from items.runs import item_entry, item_gave_up
+from items.texts import say
 from routing.keys import ITEM
 from turn.registry import Action, Command, Context, Feature, Opener, Part, RouteWork, Said
 

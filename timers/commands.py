@@ -13,11 +13,11 @@ from datetime import datetime
 
 from core import metrics
 from core.inbound import Inbound
-from core.texts import say
 from runs.runtime import Runtime
 from timers import authority
 from timers.model import CANCELLED, FOLLOWUP, Timer
 from timers.store import timers_of
+from timers.texts import say
 from turn.registry import Said
 
 log = logging.getLogger(__name__)

@@ -18,11 +18,11 @@ from typing import Any
 
 from core import metrics
 from core.inbound import Inbound
-from core.texts import say
 from runs.runtime import Runtime
 from timers.instant import InstantError, read_instant
 from timers.model import FOLLOWUP, Timer, followup_id
 from timers.store import REFUSED, Caps, timers_of
+from timers.texts import say
 
 log = logging.getLogger(__name__)
 WHAT_CHARS = 200

@@ -1,9 +1,10 @@
-"""Quiet triage as a feature (`FEATURE`): what a due triage timer does. The web hands unaddressed topic
-messages to triage/buffer.py directly (the edge sits above every feature)."""
+"""Quiet triage as a feature (`FEATURE`): what the web does with an unaddressed topic message (`overheard`: buffer it
+and make sure a triage timer is pending) and what a due triage timer does."""
 
 from __future__ import annotations
 
 from timers import TRIAGE
+from triage.buffer import keep
 from triage.run import run_triage
 from turn.registry import Context, Feature, TimerKind
 
@@ -14,4 +15,4 @@ def _run(c: Context) -> str:
     return run_triage(c, c.timer)
 
 
-FEATURE = Feature("triage", order=60, timer_kinds=(TimerKind(TRIAGE, _run),))
+FEATURE = Feature("triage", order=60, timer_kinds=(TimerKind(TRIAGE, _run),), overheard=keep)

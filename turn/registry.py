@@ -254,6 +254,10 @@ class Feature:
     timer_kinds: tuple[TimerKind, ...] = ()
     periodic: tuple[Periodic, ...] = ()
     gauges: tuple[Gauge, ...] = ()
+    # What it learns, in the web, from a topic message that did not address the bot (quiet triage buffers it):
+    # `overheard(settings, redis, keys, message, now)` → a short outcome for the log ("" = not its business). The
+    # request path stays thin: a few Redis commands, never an Open API or model call.
+    overheard: Callable[[Settings, Any, Keys, Inbound, float], str] | None = None
     # Its offline-model behaviour in sandbox mode: `standin(request body)` → an answer (text or content blocks, as
     # a real model would choose: its tool with real arguments), or None to pass; the stand-in asks it first.
     standin: Callable[[dict[str, Any]], Any] | None = None
@@ -332,6 +336,13 @@ class App:
         """Every tool a route kind's model may be offered: the turn's own reading tools, then each feature's, in
         order. The same list every turn, so the request prefix stays cacheable and a rerun sizes its batch alike."""
         return [*reading, *(t for f in self.features for t in f.tools(kind))]
+
+    def overheard(self, settings: Settings, r: Any, keys: Keys, m: Inbound, now: float) -> str:
+        """What the features made of an unaddressed topic message: the first outcome one reports ("" = none)."""
+        for f in self.features:
+            if f.overheard is not None and (said := f.overheard(settings, r, keys, m, now)):
+                return said
+        return ""
 
     def gauges(self, keys: Keys) -> list[tuple[str, str, str]]:
         """Every feature's gauges, as core.metrics renders them: (name, help, the sorted set)."""

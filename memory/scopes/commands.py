@@ -10,12 +10,12 @@ import json
 import re
 from dataclasses import dataclass
 
-from core.texts import say
 from items import own_item
 from memory.scopes import keys as scope_keys
 from memory.scopes.part import grant_of, store_of
 from memory.scopes.paths import Grant, Scope
 from memory.scopes.store import File
+from memory.scopes.texts import say
 from routing.keys import kind_of
 from turn.registry import Context, Said
 

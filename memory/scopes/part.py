@@ -15,13 +15,13 @@ from typing import Any
 
 from claude.prompt import estimate_tokens
 from core.errors import AdapterError
-from core.texts import say
 from items import item_of_turn
 from memory import notes
 from memory.scopes import keys as scope_keys
 from memory.scopes import paths
 from memory.scopes.paths import LOADED, LOADED_CHARS, Grant, Scope
 from memory.scopes.store import Caps, File, Memories
+from memory.scopes.texts import say
 from memory.scopes.tool import MEMORY_TOOL, ScopedMemory
 from runs.runtime import Runtime
 from turn.registry import Context, Part, ToolRefused
