@@ -33,11 +33,11 @@ class Mutant:
 
 MUTANTS: tuple[Mutant, ...] = (
     Mutant("A1", "a command's reply failure skips the attempt/failure/give-up path", "jobs/drain.py", (
-        ("        outcome = self._guarded([raw], lambda m, b: answer_command(",
+        ("        outcome = self._guarded([raw], lambda c: answer_command(c, name), state)",
          "        from jobs.batches import parse_one\n"
          "        answer_command(self._call(parse_one(raw), batch_id_of([raw]), state, self.dropped), name)\n"
          "        self.commit(Commit(n=1, batch_id=batch_id_of([raw])))\n"
-         "        outcome = None\n        _unused = (lambda m, b: answer_command("),),
+         "        outcome = None"),),
         ("tests/test_failures.py::test_a_command_whose_reply_keeps_failing_is_dead_lettered_and_the_route_goes_on",)),
     Mutant("A2", "a batch with a stored answer is split and re-asked", "jobs/giveup.py", (
         ("split = len(raw) > 1 and not self._answer_stored(batch_id)", "split = len(raw) > 1"),),
@@ -326,7 +326,7 @@ MUTANTS: tuple[Mutant, ...] = (
         ('digest_id(chat_id, slot.strftime("%Y-%m-%dT%H%M"))', 'digest_id(chat_id, slot.strftime("%Y-%m-%d"))'),),
         ("tests/test_always_on.py::test_each_cron_slot_of_a_day_gets_its_digest_even_after_an_empty_one",)),
     Mutant("G13", "a turn a reset overtook leaves its follow-ups standing", "timers/feature.py", (
-        ("                         superseded=lambda t: tool.void_turn(t.rt, t.rk, t.batch_id),\n", ""),),
+        ("    superseded=lambda t: tool.void_turn(t.rt, t.rk, t.batch_id), reset=_reset,", "    reset=_reset,"),),
         ("tests/test_seams.py::test_a_reset_that_overtakes_a_turn_leaves_none_of_its_followups",)),
     Mutant("G14", "the tool sets a follow-up after a reset moved the route on", "timers/tool.py", (
         ("    added = timers_of(rt).add(t, caps=caps(rt), now=now, fence_gen=True)",
@@ -504,8 +504,7 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/test_recall.py::test_a_read_that_finds_the_request_full_ends_the_tool_rounds",)),
     Mutant("L4", "the stand-in takes the service's recall note for the user asking to read the thread",
            "sandbox/claude/recall.py", (
-        ('            question = _RECALL_STATE.sub("", block_text(message.get("content") or ""))',
-         '            question = block_text(message.get("content") or "")'),),
+        ('            question = _RECALL_STATE.sub("", said)', '            question = said'),),
         ("tests/test_recall.py::test_the_stand_in_reads_the_thread_only_when_a_person_asks",)),
     Mutant("L5", "首答链接 is the topic's AppLink even when Feishu answered the card's post with its own link",
            "items/first_answer.py", (
@@ -578,7 +577,7 @@ MUTANTS: tuple[Mutant, ...] = (
          "    (lambda *a: None)(rt.state, rt.keys,"),),
         ("tests/test_memories.py::test_a_digest_posted_this_morning_is_known_in_the_chats_routes",)),
     Mutant("M9", "a retried turn's insert doubles the line", "memory/scopes/tool.py", (
-        ("            if _holds(lines, new):\n", "            if False:\n"),),
+        ("            if _holds(lines, new.split(\"\\n\")):\n", "            if False:\n"),),
         ("tests/test_memories_store.py::test_a_retried_turn_writing_again_remembers_each_line_once_and_names_no_change",)),
     Mutant("M10", "/forget n deletes the chat's memory for a member", "memory/scopes/commands.py", (
         ("    if e.scope not in g.write or (", "    if False and ("),),
@@ -636,7 +635,7 @@ MUTANTS: tuple[Mutant, ...] = (
         ("        if not rec or not browser or not hmac.compare_digest(", "        if not rec or False and ("),),
         ("tests/test_console.py::test_a_sign_in_code_is_single_use_and_a_callback_from_another_browser_is_refused",)),
     Mutant("K5", "the token sign-in form takes a POST without its CSRF token", "console/login.py", (
-        ('    if not csrf_ok(request.cookies.get(PRE_COOKIE, ""), request.form.get("csrf")):', "    if False:"),),
+        ('    if not csrf_ok(_pre_given(), request.form.get("csrf")):', "    if False:"),),
         ("tests/test_console.py::test_token_sign_in_needs_the_login_forms_csrf_and_the_right_token",)),
     Mutant("K6", "the console's CSP allows inline script", "console/web.py", (
         ("CSP = (\"default-src 'none'; script-src 'self'; ",
