@@ -16,7 +16,7 @@ BAD = {
 }
 
 
-def start(args: list[str], env: dict[str, str], tmp_path, timeout: float = 60) -> subprocess.CompletedProcess:
+def start(args: list[str], env: dict[str, str], tmp_path, timeout: float = 180) -> subprocess.CompletedProcess:
     return subprocess.run(args, env=subprocess_env({"VAR_DIR": str(tmp_path / "var"), **env}), cwd=tmp_path,
                           capture_output=True, text=True, timeout=timeout)
 

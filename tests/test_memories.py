@@ -18,6 +18,7 @@ import requests
 
 from core.cron import Cron
 from core.keys import Keys
+from memory.scopes import keys as scope_keys
 from memory.scopes.dream import LATE_S
 from memory.scopes.paths import Scope
 from memory.scopes.store import Caps, Memories
@@ -69,7 +70,7 @@ def settle_day(stack: OwnStack, r: redis.Redis, when: datetime) -> None:
     stack.set_clock(r, when)
     slot = Cron.parse(settings_from(stack.env).memory.dream_cron).previous_at_or_before(when).timestamp()
     if when.timestamp() - slot <= LATE_S:
-        done = Keys(stack.profile).memory_dream_slot(int(slot))
+        done = scope_keys.memory_dream_slot(Keys(stack.profile), int(slot))
         wait_for(lambda: r.exists(done), 30, what="the sweeper's look at the consolidation slot")
 
 
@@ -255,7 +256,7 @@ def test_consolidation_keeps_the_newer_owner_says_since_when_and_was_and_a_faile
     [kept] = store(r, stack).files(scope).values()
     assert kept.text == "报表负责人：李四（自 12-09 起；原为 张三）", kept.text
     assert any("整理记忆" in line for line in store(r, stack).log(scope))
-    assert r.zscore(Keys(stack.profile).memory_changed, scope.name) is None  # tidy until someone writes again
+    assert r.zscore(scope_keys.memory_changed(Keys(stack.profile)), scope.name) is None  # tidy until someone writes
     _, listed = ask(stack, feishu, "ou_dream", "/memory", **where)
     assert "整理记忆" in listed
     # a consolidation whose model call keeps failing changes nothing and is dead-lettered
