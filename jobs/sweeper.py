@@ -4,7 +4,7 @@ The webhook's PUSH script queues a kick record in the same atomic step that stor
 request path costs one Redis round trip and never builds RQ jobs. The main loop only talks to Redis
 and RQ: it dispatches kicks, moves due retries to the kick list, sweeps every dirty route (a full ZSCAN
 per sweep, so none waits longer than one sweep), runs the watchdog and, while work is paused, probes
-the failed credential, and turns due timers into inbox events (timers/scheduler.py). Calls to the
+the failed credential, and runs each feature's periodic work (due timers into inbox events, digests). Calls to the
 Open API (bot identity, admin alerts) run on a side thread, so a
 Feishu outage never holds up dispatch. Several sweepers may run: a kick is popped by exactly one of
 them, and KICK takes a route's lease with SET NX.
@@ -28,7 +28,6 @@ from runs.alerts import alert
 from runs.queues import rq_queue_name
 from runs.runtime import Runtime
 from state.store import server_checks
-from timers import scheduler
 from turn.registry import app_of
 
 log = logging.getLogger(__name__)
@@ -39,7 +38,6 @@ HEALTH_CHECK_S = 3600
 HELD_PAUSE_S = 0.05
 MAX_WAIT_S = 1.0  # upper bound on a blocking pop, so due retries and a stop request are seen quickly
 SWEEP_PAGE = 500
-DIGEST_CHECK_S = 1.0  # each configured digest chat has its next slot's timer (one ADD per chat per slot)
 
 
 def dispatch(rt: Runtime, timeout: float) -> int:
@@ -220,7 +218,8 @@ class Sweeper:
         self.rt = rt
         self.stop = threading.Event()
         self.paused = Paused(rt)
-        self.next_sweep = self.next_health = self.next_recovery = self.next_timers = self.next_digests = 0.0
+        self.next_sweep = self.next_health = self.next_recovery = 0.0
+        self.next_periodic: dict[str, float] = {}
 
     def tick(self) -> None:
         now = time.monotonic()
@@ -238,22 +237,20 @@ class Sweeper:
         if now >= self.next_recovery:
             recover(self.rt)
             self.next_recovery = now + self.rt.settings.recovery_check_seconds
-        self._timers(now)
-        wait = min(self.next_sweep, self.next_recovery, self.next_timers) - time.monotonic()
+        self._periodic(now)
+        wait = min(self.next_sweep, self.next_recovery, *self.next_periodic.values()) - time.monotonic()
         dispatch(self.rt, timeout=max(0.05, min(wait, MAX_WAIT_S)))
 
-    def _timers(self, now: float) -> None:
-        """Due timers into their routes' inboxes; digests get their next slot (timers/scheduler.py)."""
-        if now >= self.next_digests:
-            for task in app_of(self.rt).periodic:  # a digest's next slot, a memory consolidation slot
-                try:
-                    task.run(self.rt)
-                except Exception:  # one feature's housekeeping failing must not stop the others or the sweep
-                    log.exception(f"periodic {task.name} failed", extra={"reason": task.name})
-            self.next_digests = now + DIGEST_CHECK_S
-        if now >= self.next_timers:
-            scheduler.fire_due(self.rt)
-            self.next_timers = now + self.rt.settings.timers.check_seconds
+    def _periodic(self, now: float) -> None:
+        """Each feature's periodic work when it is due: due timers, a digest's next slot, a consolidation slot."""
+        for task in app_of(self.rt).periodic:
+            if now < self.next_periodic.get(task.name, 0.0):
+                continue
+            self.next_periodic[task.name] = now + task.every(self.rt.settings)
+            try:
+                task.run(self.rt)
+            except Exception:  # one feature's work failing must not stop the others or the sweep
+                log.exception(f"periodic {task.name} failed", extra={"reason": task.name})
 
     def serve(self) -> None:
         log.info("sweeper started")

@@ -20,7 +20,7 @@ from timers.followup import fire_followup
 from timers.instant import now_line
 from timers.keys import timers_due
 from timers.model import DIGEST, FOLLOWUP, Timer
-from timers.scheduler import ensure_digests
+from timers.scheduler import ensure_digests, fire_due
 from turn.registry import Command, Context, Event, Feature, Gauge, Part, Periodic, RouteWork, Said, TimerKind
 
 
@@ -89,6 +89,7 @@ FEATURE = Feature(
     events=(Event(TIMER_TYPE, _wake_up, tell_sender=False),),  # nobody sent it: the dead letter and the alert say it
     route_work=(RouteWork(DIGEST_ROUTE, lambda c: fire(c, None)),),
     timer_kinds=(TimerKind(FOLLOWUP, _followup), TimerKind(DIGEST, _digest)),
-    periodic=(Periodic("digests", ensure_digests),),
+    periodic=(Periodic("digests", ensure_digests),  # a chat's next digest slot, then whatever is due
+              Periodic("due timers", fire_due, every=lambda s: s.timers.check_seconds)),
     gauges=(Gauge("timers_pending", "Timers waiting to fall due (follow-ups, digests, triage)", timers_due),),
 )

@@ -198,12 +198,12 @@ class RouteWork:
 
 @dataclass(frozen=True)
 class Periodic:
-    """Housekeeping each sweeper runs about once a second (idempotent across sweepers): a digest's next slot, a
-    memory consolidation slot's events."""
+    """Work each sweeper runs on its loop, idempotent across sweepers: due timers into their routes' inboxes (every
+    TIMER_CHECK_SECONDS), a digest's next slot and a consolidation slot's events (about once a second)."""
 
     name: str
     run: Callable[[Runtime], object]
-
+    every: Callable[[Settings], float] = lambda _settings: 1.0  # seconds between runs
 
 @dataclass(frozen=True)
 class Gauge:
