@@ -20,6 +20,7 @@ from materials import feature as materials
 from memory.scopes import feature as memory
 from polls import feature as polls
 from runs.runtime import Runtime
+from share import feature as share
 from state.store import resolve_url, state_client
 from timers import feature as timers
 from triage import feature as triage
@@ -42,6 +43,7 @@ FEATURES: tuple[Feature, ...] = (
     timers.FEATURE,  # follow-ups, digests, /followups /cancel
     triage.FEATURE,  # quiet triage of unaddressed topic messages
     polls.FEATURE,  # /poll in a group: one vote per person, closed at a time said
+    share.FEATURE,  # /share <chat>, 同步到…, the share_to_chat tool: a result posted into another chat, authorised
 )
 
 

@@ -48,7 +48,10 @@ CAPABILITIES = {c.name: c for c in (
     Capability("thread_history", READ_MESSAGES, "topic history: bootstrap, read_thread, first-answer materials",
                also=("im:message.group_msg",)),
     Capability("chat_members", ("im:chat.members:read", "im:chat:readonly", "im:chat"),
-               "membership checks (item references, /item link)"),
+               "membership checks (item references, /item link, delivery to another chat)"),
+    # 搜索对用户或机器人可见的群列表 (im-v1 chat/search).
+    Capability("chat_search", ("im:chat:readonly", "im:chat", "im:chat:read", "im:chat.group_info:readonly"),
+               "naming a chat by its name (/share 运维群; an oc_ id or a chat link still works)"),
     Capability("chat_info", ("im:chat.group_info:readonly", "im:chat:readonly", "im:chat"),
                "who owns a group (without it only MEMORY_ADMINS change a chat's shared memory)"),
     Capability("record_events", ("bitable:app", "drive:drive"), "Bitable record events (records naming a topic)"),

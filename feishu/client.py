@@ -21,10 +21,12 @@ from lark_oapi.api.im.v1 import (
     GetChatMembersRequest,
     GetChatRequest,
     GetMessageRequest,
+    IsInChatChatMembersRequest,
     PatchMessageRequest,
     PatchMessageRequestBody,
     ReplyMessageRequest,
     ReplyMessageRequestBody,
+    SearchChatRequest,
 )
 from lark_oapi.core.cache import ICache
 from lark_oapi.core.exception import ObtainAccessTokenException
@@ -220,6 +222,36 @@ class FeishuApi:
                 break
         return members
 
+    def bot_in_chat(self, chat_id: str) -> bool:
+        """Whether the bot is in the chat now (GET /im/v1/chats/:chat_id/members/is_in_chat with the tenant token:
+        "根据使用的 access_token 判断对应的用户或者机器人是否在指定的群里", im-v1 chat-members is_in_chat)."""
+        req = IsInChatChatMembersRequest.builder().chat_id(chat_id).build()
+        resp = self._call(self.client.im.v1.chat_members.is_in_chat, req, "chat_members")
+        return bool(getattr(resp.data, "is_in_chat", False))
+
+    def search_chats(self, query: str, *, max_pages: int = 5) -> list[tuple[str, str]]:
+        """(chat_id, name) of the group chats visible to the bot whose name or members match `query` (GET
+        /im/v1/chats/search: the chats it is in and public ones, keyword match; 20 a page, the documented default)."""
+        found: list[tuple[str, str]] = []
+        token: str | None = None
+        for _ in range(max_pages):
+            builder = SearchChatRequest.builder().query(query[:64]).page_size(20)
+            if token:
+                builder = builder.page_token(token)
+            resp = self._call(self.client.im.v1.chat.search, builder.build(), "chat_search")
+            data = resp.data
+            found += [(str(c.chat_id), str(c.name or "")) for c in (data.items or []) if c.chat_id]
+            token = data.page_token if data.has_more else None
+            if not token:
+                break
+        return found
+
+    def chat_name(self, chat_id: str) -> str:
+        """The group's name (GET /im/v1/chats/:chat_id); "" when Feishu names none."""
+        req = GetChatRequest.builder().chat_id(chat_id).build()
+        resp = self._call(self.client.im.v1.chat.get, req, "chat_info")
+        return str(getattr(resp.data, "name", "") or "")
+
     def chat_owner(self, chat_id: str) -> str:
         """The group's owner as an open_id (GET /im/v1/chats/:chat_id, owner_id with user_id_type=open_id); "" when
         Feishu names none (a chat the bot created has the bot as owner: no person)."""
@@ -238,11 +270,15 @@ class FeishuApi:
         return self.send(chat_id, "interactive", card, uuid=uuid)
 
     def send(self, chat_id: str, msg_type: str, content: dict[str, Any], *, uuid: str) -> str:
+        return self.send_sent(chat_id, msg_type, content, uuid=uuid).message_id
+
+    def send_sent(self, chat_id: str, msg_type: str, content: dict[str, Any], *, uuid: str) -> Sent:
+        """A new message in a chat, with the AppLink Feishu answered the send with (`message_app_link`)."""
         body = (CreateMessageRequestBody.builder().receive_id(chat_id).msg_type(msg_type)
                 .content(json.dumps(content, ensure_ascii=False)).uuid(uuid).build())
         req = CreateMessageRequest.builder().receive_id_type("chat_id").request_body(body).build()
         resp = self._call(self.client.im.v1.message.create, req)
-        return str(resp.data.message_id)
+        return Sent(str(resp.data.message_id), str(resp.data.message_app_link or ""))
 
     def bot_open_id(self) -> str:
         req = (lark.BaseRequest.builder().http_method(lark.HttpMethod.GET).uri("/open-apis/bot/v3/info")

@@ -136,13 +136,20 @@ class Outbox:
 
     def post_card(self, to: Destination, key: str, card: dict[str, Any]) -> str:
         """Post a card as a new message in `to.chat_id` once per (route, key), as `card` does for replies."""
+        return self.post_card_sent(to, key, card).message_id
+
+    def post_card_sent(self, to: Destination, key: str, card: dict[str, Any]) -> Sent:
+        """As `post_card`, with the AppLink Feishu answered the post with (kept in the ledger beside the id)."""
         ledger, uid = self.k.sent(to.route_key, key), reply_uuid(to.route_key, key, 0)
-        done = self.r.hget(ledger, uid)
+        done, link = self.r.hmget(ledger, [uid, f"{uid}:link"])
         if done:
-            return str(done)
-        message_id = self._paced(to.chat_id, to.fence, lambda: self.feishu.send_card(to.chat_id, card, uuid=uid))
-        self.record(ledger, uid, message_id)
-        return message_id
+            return Sent(str(done), str(link or ""))
+        sent = self._paced(to.chat_id, to.fence, lambda: self.feishu.send_sent(to.chat_id, "interactive", card,
+                                                                                uuid=uid))
+        if sent.app_link:
+            self.record(ledger, f"{uid}:link", sent.app_link)
+        self.record(ledger, uid, sent.message_id)
+        return sent
 
     def post(self, to: Destination, key: str, text: str, *, people: Mapping[str, str] | None = None) -> list[str]:
         """Post `text` (rendered) as new messages in `to.chat_id`, once per (route, key, chunk), like `reply` does

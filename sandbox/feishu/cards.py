@@ -27,6 +27,7 @@ class CardsAndPeople:
         user_names: dict[str, str]
         users: dict[str, dict[str, str]]
         members: dict[str, list[str]]
+        bot_out: set[str]
         card_history: dict[str, list[str]]
         render_defects: DefectLog
         subscriptions: list[dict[str, str]]
@@ -63,8 +64,42 @@ class CardsAndPeople:
         with self.lock:
             return str(self.chats.get(chat_id, {}).get("name", ""))
 
+    def set_bot_in(self, chat_id: str, present: bool) -> None:
+        """The bot joins or leaves a chat: out of it, sends and replies answer 230002, its members listing 232011,
+        is_in_chat false, and only a public chat stays in its search."""
+        with self.lock:
+            if chat_id not in self.chats:
+                self.add_chat(chat_id)
+            (self.bot_out.discard if present else self.bot_out.add)(chat_id)
+
+    def is_in_chat(self, chat_id: str) -> dict[str, Any]:
+        """GET …/members/is_in_chat with the tenant token: is the bot in the chat (im-v1 chat-members is_in_chat)."""
+        with self.lock:
+            if chat_id not in self.chats:
+                raise FeishuError(232011)  # the page documents no code for an unknown chat: as the members listing
+            return {"is_in_chat": chat_id not in self.bot_out}
+
+    def search_chats(self, query: dict[str, str]) -> dict[str, Any]:
+        """GET chats/search: group chats the bot is in and public ones ("当前身份所在的群、对当前身份公开的群"), p2p
+        never; the keyword matches names (case-insensitively; Feishu also matches members and pinyin)."""
+        raw = query.get("page_size") or "20"
+        if not raw.isdigit() or not 1 <= int(raw) <= 100:
+            raise FeishuError(99992402, "field validation failed: page_size must be between 1 and 100")
+        size, (offset, _) = int(raw), decode_page(query.get("page_token"), "ByCreateTimeAsc")
+        word = (query.get("query") or "").casefold()
+        with self.lock:
+            seen = [c for c in self.chats.values() if c.get("chat_mode") != "p2p" and word in c["name"].casefold()
+                    and (c["chat_id"] not in self.bot_out or c.get("chat_type") == "public")]
+            items = [{k: c.get(k, "") for k in ("chat_id", "name", "description", "avatar", "owner_id",
+                                                 "owner_id_type", "tenant_key", "chat_status")}
+                     | {"external": False} for c in seen[offset:offset + size]]
+        more = offset + size < len(seen)
+        return {"items": items, "page_token": encode_page(offset + size, "ByCreateTimeAsc") if more else "",
+                "has_more": more}
+
     def chat_members(self, chat_id: str, query: dict[str, str]) -> dict[str, Any]:
-        """GET chat members: people only (bots are never listed), page_size 1..100 (default 20)."""
+        """GET chat members: people only (bots are never listed), page_size 1..100 (default 20); the bot must be in
+        the chat ("机器人或授权用户必须在群组中": 232011 otherwise)."""
         id_type = query.get("member_id_type") or "open_id"
         if id_type not in ("open_id", "union_id", "user_id"):
             raise FeishuError(99992402, "field validation failed: member_id_type")
@@ -74,7 +109,7 @@ class CardsAndPeople:
         size = int(raw)
         offset, _ = decode_page(query.get("page_token"), "ByCreateTimeAsc")
         with self.lock:
-            if chat_id not in self.chats:
+            if chat_id not in self.chats or chat_id in self.bot_out:
                 raise FeishuError(232011)
             everyone = list(self.members.get(chat_id, []))
             items = [{"member_id_type": id_type, "member_id": user_ids(m)[id_type],

@@ -71,6 +71,7 @@ def register_control(app: Flask, emu: Any) -> None:
         return emu.add_chat(
             body["chat_id"], body.get("chat_mode", "group"), body.get("group_message_type", "chat"),
             body.get("name", ""), members=body.get("members"), owner=body.get("owner", ""),
+            chat_type=body.get("chat_type", "private"), bot_in=bool(body.get("bot_in", True)),
         )
 
     def set_members() -> dict[str, Any]:

@@ -126,13 +126,21 @@ class FeishuEmulator(Controls, DocControls, CardKitControls, ItemsApi, LoopbackS
 
     def add_chat(
         self, chat_id: str, chat_mode: str = "group", group_message_type: str = "chat", name: str = "",
-        members: list[str] | None = None, owner: str = "",
+        members: list[str] | None = None, owner: str = "", *, chat_type: str = "private", bot_in: bool = True,
     ) -> dict[str, Any]:
-        """Register a chat; `members` (open_ids) are what GET chat members lists, `owner` what GET chat names."""
-        chat = self.store.add_chat(chat_id, chat_mode, group_message_type, name, owner)
+        """Register a chat; `members` (open_ids) are what GET chat members lists, `owner` what GET chat names,
+        `chat_type` public or private (a public one is found by chat search even without the bot), `bot_in`
+        whether the bot is a member (set_bot_in)."""
+        chat = self.store.add_chat(chat_id, chat_mode, group_message_type, name, owner, chat_type)
         if members is not None:
             self.store.set_members(chat_id, members)
+        self.store.set_bot_in(chat_id, bot_in)
         return chat
+
+    def set_bot_in(self, chat_id: str, present: bool) -> None:
+        """The bot is added to (or removed from) a chat: out of it, sends and replies answer 230002, the members
+        listing 232011, is_in_chat false."""
+        self.store.set_bot_in(chat_id, present)
 
     def add_message(
         self, message_id: str | None, chat_id: str, text: str = "", sender_open_id: str = "ou_user",
@@ -278,6 +286,8 @@ class FeishuEmulator(Controls, DocControls, CardKitControls, ItemsApi, LoopbackS
             ("/open-apis/im/v1/messages/<message_id>/resources/<file_key>", "GET", "resource", self._resource),
             ("/open-apis/im/v1/messages/<message_id>", "PATCH", "message_patch", self._patch),
             ("/open-apis/im/v1/chats/<chat_id>/members", "GET", "chat_members", self._members),
+            ("/open-apis/im/v1/chats/<chat_id>/members/is_in_chat", "GET", "chat_is_in", self._is_in_chat),
+            ("/open-apis/im/v1/chats/search", "GET", "chat_search", self._search_chats),
             ("/open-apis/im/v1/messages/<message_id>/reactions", "POST", "reaction_add", self._react),
             ("/open-apis/im/v1/messages/<message_id>/reactions/<reaction_id>", "DELETE", "reaction_remove",
              self._unreact),
@@ -359,6 +369,12 @@ class FeishuEmulator(Controls, DocControls, CardKitControls, ItemsApi, LoopbackS
 
     def _chat(self, record: dict[str, Any]) -> dict[str, Any]:
         return ok(self.store.chat(record["params"]["chat_id"]))
+
+    def _is_in_chat(self, record: dict[str, Any]) -> dict[str, Any]:
+        return ok(self.store.is_in_chat(record["params"]["chat_id"]))
+
+    def _search_chats(self, record: dict[str, Any]) -> dict[str, Any]:
+        return ok(self.store.search_chats(record["query"]))
 
     def _react(self, record: dict[str, Any]) -> dict[str, Any]:
         return ok(self.store.add_reaction(record["params"]["message_id"], record["json"]))

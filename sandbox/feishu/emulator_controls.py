@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 OPS = (
     "token", "bot_info", "scopes", "reply", "create", "get", "list", "chat", "resource", "message_patch",
-    "chat_members",
+    "chat_members", "chat_is_in", "chat_search",
     "drive_subscribe", "bitable_fields", "bitable_search", "bitable_batch_get", "bitable_create", "bitable_update",
     "reaction_add", "reaction_remove", "reaction_list",
     "doc_meta", "doc_blocks", "doc_children", "wiki_node", "sheet_meta", "sheet_values", "perm_public", "perm_members",

@@ -275,6 +275,9 @@ OP_SCOPES: dict[str, tuple[str, ...]] = {
     "get": ("im:message:readonly", "im:message"),
     "list": READ_MESSAGES,
     "chat_members": ("im:chat.members:read", "im:chat:readonly", "im:chat"),
+    # 判断用户或机器人是否在群里 (chat-members is_in_chat) and 搜索对用户或机器人可见的群列表 (chat/search)
+    "chat_is_in": ("im:chat", "im:chat:readonly", "im:chat.members:read", "im:chat.group_info:readonly"),
+    "chat_search": ("im:chat", "im:chat:readonly", "im:chat:read", "im:chat.group_info:readonly"),
     "chat": ("im:chat.group_info:readonly", "im:chat:readonly", "im:chat"),  # 获取群信息
     "drive_subscribe": ("bitable:app", "drive:drive"),
     # documents: each API reference's "权限要求" list (sandbox/documents/api.py names the pages)

@@ -73,6 +73,7 @@ class FeishuStore(CardsAndPeople, MessageReads, Reactions):
             self.reactions: dict[str, list[dict[str, Any]]] = {}  # message_id → reactions, removed ones kept
             self.gone_threads: set[str] = set()  # topics removed (230019)
             self.app_links: dict[str, str] = {}  # message_id → message_app_link minted when the bot sent it
+            self.bot_out: set[str] = set()  # chats the bot is not in (never added, or removed): 230002 / 232011
             self._last_ms = 0
 
     # -- tokens -------------------------------------------------------------------------------------
@@ -117,13 +118,13 @@ class FeishuStore(CardsAndPeople, MessageReads, Reactions):
 
     def add_chat(
         self, chat_id: str, chat_mode: str = "group", group_message_type: str = "chat", name: str = "",
-        owner: str = "",
+        owner: str = "", chat_type: str = "private",
     ) -> dict[str, Any]:
         chat: dict[str, Any] = {"chat_id": chat_id, "name": name or chat_id, "chat_mode": chat_mode}
         if owner and chat_mode != "p2p":  # GET chat answers owner_id in the user_id_type asked (open_id here)
             chat.update(owner_id=owner, owner_id_type="open_id")
         if chat_mode == "group":
-            chat.update(group_message_type=group_message_type, chat_type="private")
+            chat.update(group_message_type=group_message_type, chat_type=chat_type)
         chat.update(tenant_key=TENANT_KEY, external=False, description="", avatar="", chat_status="normal")
         with self.lock:
             self.chats[chat_id] = chat
@@ -325,6 +326,8 @@ class FeishuStore(CardsAndPeople, MessageReads, Reactions):
         chat = self.chats.get(chat_id) or {}
         if chat.get("chat_status") == "dissolved":
             raise FeishuError(232009)
+        if chat_id in self.bot_out:
+            raise FeishuError(230002)  # send/reply: "Bot/User can NOT be out of the chat"
         if thread_id and thread_id in self.gone_threads:
             raise FeishuError(230019)
         if in_thread and chat.get("no_thread_replies"):

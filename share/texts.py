@@ -1,0 +1,45 @@
+"""The share feature's reply texts (Chinese and English), said in the language of the message answered."""
+
+from __future__ import annotations
+
+from core.texts import Texts
+
+TEXTS = Texts({
+    "off": {"zh": "同步到其他群的功能已关闭。", "en": "Delivery to other chats is turned off."},
+    "who": {"zh": "只有群成员本人可以让我同步消息。", "en": "Only a person can ask me to deliver a result."},
+    "limit": {"zh": "你这一小时已经同步了 {n} 次，请约 {minutes} 分钟后再试。",
+              "en": "You have delivered {n} results this hour; try again in about {minutes} minutes."},
+    "same_chat": {"zh": "「{chat}」就是这个群，不用同步。", "en": "「{chat}」 is this chat already."},
+    "not_found": {"zh": "没有找到叫「{chat}」的群（要我也在群里）。可以改用群 ID（oc_…）或群链接。",
+                  "en": "I found no chat called 「{chat}」 that I am in. Use its id (oc_…) or a chat link."},
+    "ambiguous": {"zh": "有 {n} 个群都叫「{chat}」，请改用群 ID（oc_…）或群链接指明是哪一个。",
+                  "en": "{n} chats are called 「{chat}」: name it by its id (oc_…) or a chat link."},
+    "bot_out": {"zh": "我不在「{chat}」里，先把我拉进那个群再同步。",
+                "en": "I am not in 「{chat}」: add me to it first."},
+    "not_member": {"zh": "你不在「{chat}」里，不能往那里同步。",
+                   "en": "You are not a member of 「{chat}」, so I cannot post there for you."},
+    "left_origin": {"zh": "你已不在这个群里，不能把这里的内容同步出去。",
+                    "en": "You are no longer a member of this chat, so its content cannot be delivered for you."},
+    "no_scope": {"zh": "暂时不能同步：应用缺少权限 {scope}（管理员在开发者后台开通并发布后即可）。",
+                 "en": "I cannot deliver now: the app lacks the {scope} scope (an admin can grant it)."},
+    "no_search": {"zh": "应用缺少搜索群的权限 {scope}，按群名找不到群：请改用群 ID（oc_…）或群链接。",
+                  "en": "The app lacks {scope} to find chats by name: use the chat's id (oc_…) or a chat link."},
+    "nothing": {"zh": "这里还没有可以同步的回答（重置之后的新回答才算）。",
+                "en": "There is no answer here to deliver yet (only answers since the last reset count)."},
+    "no_item": {"zh": "这里没有关联事项，没有首答可同步。", "en": "No item here, so no first answer to deliver."},
+    "pending": {"zh": "这个事项的首答还在分析中，完成后再同步。",
+                "en": "The item's first answer is still being written; deliver it once it is done."},
+    "done": {"zh": "已同步到「{chat}」：{link}", "en": "Delivered to 「{chat}」: {link}"},
+    "failed": {"zh": "没能同步到「{chat}」：{why}", "en": "Could not deliver to 「{chat}」: {why}"},
+    "why_out": {"zh": "我已不在那个群里。", "en": "I am no longer in that chat."},
+    "why_gone": {"zh": "那个群已解散。", "en": "That chat was dissolved."},
+    "why_other": {"zh": "飞书拒绝了这条消息（{code}）。", "en": "Feishu refused the message ({code})."},
+    "origin_topic": {"zh": "「{chat}」的话题", "en": "a topic of 「{chat}」"},
+    "origin_chat": {"zh": "「{chat}」", "en": "「{chat}」"},
+    "origin_p2p": {"zh": "与助手的私聊", "en": "a private chat with the assistant"},
+    "a_group": {"zh": "另一个群", "en": "another chat"},
+    "card_title": {"zh": "同步自{origin}", "en": "From {origin}"},
+    "card_by": {"zh": "由 {who} 从{origin}同步", "en": "Delivered for {who} from {origin}"},
+    "card_link": {"zh": "查看原话题", "en": "Open where it came from"},
+    "someone": {"zh": "有人", "en": "someone"},
+})
