@@ -1,5 +1,7 @@
 """The model's `share_to_chat` tool: the text the model chose, delivered for the person whose message asked for it.
 
+Offered to a turn whose batch speaks of delivering (`ASKS`), not to every request: the others keep their budget.
+
 A call is decided at once through the one authorised path (share/access.py): the model reads "granted" or why not,
 and tells the person. What was granted is posted once the answer is kept and posted (`replied`, from the turn's
 recall record): a rerun of the turn posts that very text once, and a turn a user reset overtook posts nothing.
@@ -10,6 +12,7 @@ the asker — checked, named in the post and counted.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
@@ -24,6 +27,11 @@ from share.spec import SpecError, Target, read_target
 from turn.registry import Context, Part
 
 MAX_PER_TURN = 2
+# Words that speak of delivering something somewhere: only a batch that says one is offered the tool (like items'
+# propose tool in an item's topic), so every other request keeps its room and its cached prefix. Generous on purpose:
+# a false hit costs one tool's tokens; the model still decides.
+ASKS = re.compile(r"同步|转发|转给|分享|发到|发给|发去|贴到|贴给|抄送|\b(?:share|forward|post|send|deliver)\b",
+                  re.IGNORECASE)
 TOOL = {"name": "share_to_chat", "description": (
     "Post a result into another group chat for the person asking (they and you must both be in it: checked). "
     "message_id: their message; chat: as they named it (name, oc_ id or chat link); text: what to post, "
@@ -44,6 +52,9 @@ class SharePart(Part):
         self.turn, self.limit, self.max_chars = turn, limit, max_chars
         self.granted: list[dict[str, Any]] = []
         self.calls = 0
+
+    def tools(self) -> list[dict[str, Any]]:
+        return [TOOL] if asks_delivery(self.turn.batch) else []
 
     def call(self, name: str, args: dict[str, Any], room: int) -> str | None:
         if name != TOOL["name"]:
@@ -81,6 +92,11 @@ class SharePart(Part):
 
     def record(self) -> dict[str, Any]:
         return {"shares": self.granted} if self.granted else {}
+
+
+def asks_delivery(batch: Sequence[Inbound]) -> bool:
+    """Whether a message of the batch speaks of delivering something (the tool is offered then). Pure."""
+    return any(ASKS.search(m.text or "") for m in batch)
 
 
 def asking_message(batch: Sequence[Inbound], message_id: str) -> Inbound | None:

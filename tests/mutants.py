@@ -823,6 +823,41 @@ MUTANTS: tuple[Mutant, ...] = (
         ("worker: exec python -m jobs.worker", "worker: python -m jobs.worker"),),
         ("tests/test_run_e2e.py::test_procfile_service_answers_sandbox_messages",)),
     # (end of R)
+    Mutant("Y1", "a delivery posts into a chat the asker is not in", "share/access.py", (
+        ("    if not member_now(rt, chat_id, ask.asker):\n", "    if False:\n"),),
+        ("tests/test_share.py::test_a_non_member_of_b_a_chat_without_the_bot_and_one_who_left_a_are_refused",)),
+    Mutant("Y2", "a delivery never asks whether the bot is in the target chat", "share/access.py", (
+        ("    if not _bot_in(rt, chat_id):\n", "    if False:\n"),),
+        ("tests/test_share.py::test_a_non_member_of_b_a_chat_without_the_bot_and_one_who_left_a_are_refused",)),
+    Mutant("Y3", "a delivery trusts the asker's old membership of the origin chat", "share/access.py", (
+        ("    for chat in dict.fromkeys((*origin, *ask.also_in)):", "    for chat in ():"),),
+        ("tests/test_share.py::test_a_non_member_of_b_a_chat_without_the_bot_and_one_who_left_a_are_refused",)),
+    Mutant("Y4", "the hour's limit is never reached", "share/limit.py", (
+        ("if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[3]) then", "if false then"),),
+        ("tests/test_share.py::test_a_person_gets_n_deliveries_an_hour_and_a_rerun_holds_its_own_slot",
+         "tests/test_share.py::test_the_hour_s_limit_a_reset_and_a_missing_scope")),
+    Mutant("Y5", "a rerun of the same delivery takes a second slot", "share/limit.py", (
+        ("if redis.call('ZSCORE', KEYS[1], ARGV[4]) then return {1, '0'} end\n", ""),),
+        ("tests/test_share.py::test_a_person_gets_n_deliveries_an_hour_and_a_rerun_holds_its_own_slot",)),
+    Mutant("Y6", "a refusal for the app's missing scope spends the person's slot", "share/access.py", (
+        ("        slots.release(ask.asker, ask.key)\n", ""),),
+        ("tests/test_share.py::test_the_hour_s_limit_a_reset_and_a_missing_scope",)),
+    Mutant("Y7", "a chat name matches whatever the search returns (a near-match, a namesake)", "share/access.py", (
+        ("cid for cid, name in seen if same_name(name, target.name)", "cid for cid, name in seen"),),
+        ("tests/test_share.py::test_a_member_asking_in_a_gets_the_answer_posted_in_b_with_the_back_link",)),
+    Mutant("Y8", "the card is posted around the outbox with a fresh uuid (a retried run posts twice)",
+           "share/post.py", (
+        ("        sent = rt.outbox.post_card_sent(to, f\"share-{ask.key}\", card)",
+         "        import os\n"
+         "        sent = rt.feishu.send_sent(granted.chat_id, \"interactive\", card, uuid=os.urandom(8).hex())"),),
+        ("tests/test_share.py::test_a_member_asking_in_a_gets_the_answer_posted_in_b_with_the_back_link",)),
+    Mutant("Y9", "the delivered result is put into the card as written (mentions, <at id=all>)", "share/card.py", (
+        ("    card.markdown(card_markdown(before_table(clip(body.strip(), max_chars), MARKDOWN_TABLES_MAX)))",
+         "    card.markdown(clip(body.strip(), max_chars))"),),
+        ("tests/test_share.py::test_the_card_names_the_asker_links_back_and_defuses_the_result",)),
+    Mutant("Y10", "the tool's grant is never posted after the answer", "share/part.py", (
+        ("    for share in (completion.recall or {}).get(\"shares\") or []:", "    for share in []:"),),
+        ("tests/test_share.py::test_asked_in_words_in_an_item_topic_the_model_s_tool_posts_the_conclusion",)),
 )
 
 

@@ -25,7 +25,7 @@ from share import keys as share_keys
 from share import standin
 from share.card import share_card
 from share.limit import WINDOW_S, Slots
-from share.part import TOOL, asking_message
+from share.part import TOOL, asking_message, asks_delivery
 from share.spec import ANSWER, FIRST_ANSWER, SpecError, Target, inert, read_command, read_target
 from tests.harness import BOT_OPEN_ID, deliver, message_id, reply_text, settings_from, unique, wait_for
 from tests.harness import wait_route_idle as idle
@@ -133,6 +133,15 @@ def test_the_tool_is_the_named_messages_sender_s_and_a_mixed_batch_must_name_it(
     assert asking_message([one, _msg("om_3", "ou_a")], "") is not None and asking_message([one], "om_x") is None
 
 
+@pytest.mark.parametrize("text, offered", [
+    ("把结论同步到运维群", True), ("帮我转发给产品群", True), ("share this with the ops chat", True),
+    ("登录页报错怎么查？", False), ("postgres 慢查询怎么排查", False), ("/status", False),
+])
+def test_the_tool_is_offered_only_to_a_batch_that_speaks_of_delivering(text: str, offered: bool) -> None:
+    """Every other request keeps its budget and its cached prefix (tight budgets: tests/test_rotation.py)."""
+    assert asks_delivery([_msg("om_1", "ou_a", "你好"), _msg("om_2", "ou_b", text)]) is offered
+
+
 def _body(history: list[dict[str, Any]], batch: str) -> dict[str, Any]:
     return {"tools": [TOOL], "messages": [*history, {"role": "user", "content": batch}]}
 
@@ -217,6 +226,7 @@ def test_a_member_asking_in_a_gets_the_answer_posted_in_b_with_the_back_link(sta
                                                                               r: redis.Redis) -> None:
     asker = "ou_" + unique("asker")
     a, b = _chats(feishu, asker)
+    feishu.add_chat(unique("oc_old"), name="运维群-归档", members=[asker])  # a near name: never taken for 运维群
     _say(stack, feishu, a, asker, "网关 502 怎么处理？")
     feishu.inject_fault("create", "gateway_after")  # the card is stored, the answer lost: the retry must not repost
     _mid, said = _say(stack, feishu, a, asker, "/share 运维群")
@@ -229,6 +239,15 @@ def test_a_member_asking_in_a_gets_the_answer_posted_in_b_with_the_back_link(sta
     assert said == [f"已同步到「运维群」：{feishu.app_link(cards[0]['message_id'])}"]
     assert feishu.app_link(cards[0]["message_id"]).startswith(f"https://applink.feishu.cn/client/chat/open?openChatId={b}")
     assert r.zcard(share_keys.slots(stack.keys, asker)) == 1
+
+    p2p = unique("oc_p2p")  # from a private chat with the bot: no link back (nobody else could open it)
+    question = deliver(stack.web, feishu, chat_id=p2p, chat_type="p2p", text="怎么扩容？", sender_open_id=asker)
+    wait_for(lambda: feishu.replies_to(message_id(question)), 40, what="the private answer")
+    share = deliver(stack.web, feishu, chat_id=p2p, chat_type="p2p", text="同步到 运维群", sender_open_id=asker)
+    said = reply_text(wait_for(lambda: feishu.replies_to(message_id(share)), 40, what="the private delivery")[0])
+    assert said.startswith("已同步到「运维群」：") and len(_cards(feishu, b)) == 2
+    private = _shown(feishu, _cards(feishu, b)[-1])
+    assert "从与助手的私聊同步" in private and "怎么扩容" in private and "查看原话题" not in private
 
 
 def test_a_non_member_of_b_a_chat_without_the_bot_and_one_who_left_a_are_refused(stack: OwnStack, feishu: Any) -> None:

@@ -34,6 +34,7 @@ from sandbox.feishu.emulator import FeishuEmulator
 from sandbox.feishu.events import mention, message_event
 
 SANDBOX_USERS = {"ou_sandbox_user": "沙盒用户", "ou_sandbox_owner": "沙盒负责人", SANDBOX_CONSOLE_ADMIN: "沙盒运维"}
+SANDBOX_CHATS = {"oc_sandbox_group": "沙盒群", "oc_sandbox_ops": "运维群"}
 SETTLE_SECONDS = 1.0  # after the first reply, wait this long for further chunks of a long answer
 
 
@@ -92,6 +93,8 @@ def serve(_: argparse.Namespace) -> int:
     _print_items_hint(settings, python)
     print(f'sandbox: documents: {python} -m sandbox doc new "标题" "# 正文"  (paste the link it prints into say)',
           flush=True)
+    print(f'sandbox: delivery: after a --group answer, {python} -m sandbox say --group "把结论同步到运维群"  (the card '
+          "lands in 运维群, oc_sandbox_ops)", flush=True)
     print("sandbox: operator console: the web line 'console: http://…/console/' — sign in with Feishu as "
           f"{SANDBOX_CONSOLE_ADMIN} on the emulator's authorize page", flush=True)
     try:
@@ -103,11 +106,14 @@ def serve(_: argparse.Namespace) -> int:
 
 
 def _seed_items(feishu: FeishuEmulator, settings: Settings) -> None:
-    """The sandbox table (fixed ids, and the configured ones if they differ) and named sandbox users."""
+    """The sandbox table (fixed ids, and the configured ones if they differ), named sandbox users, and the group
+    `say --group` talks in beside a second one to deliver results into (`把结论同步到运维群`)."""
     for app, table in {(SANDBOX_APP_TOKEN, SANDBOX_TABLE_ID), table_ids(settings)}:
         feishu.add_table(app, table)
     for open_id, name in SANDBOX_USERS.items():
         feishu.add_user(open_id, name)
+    for chat_id, name in SANDBOX_CHATS.items():
+        feishu.add_chat(chat_id, name=name, members=list(SANDBOX_USERS))
 
 
 def _print_items_hint(settings: Settings, python: str) -> None:
