@@ -12,12 +12,14 @@ the asker — checked, named in the post and counted.
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
 from claude.client import Completion
+from core.errors import Permanent
 from core.inbound import Inbound
 from feishu.cards import clip
 from runs.outbox import Destination
@@ -26,6 +28,7 @@ from share.post import deliver
 from share.spec import SpecError, Target, read_target
 from turn.registry import Context, Part
 
+log = logging.getLogger(__name__)
 MAX_PER_TURN = 2
 # Words that speak of delivering something somewhere: only a batch that says one is offered the tool (like items'
 # propose tool in an item's topic), so every other request keeps its room and its cached prefix. Generous on purpose:
@@ -115,4 +118,8 @@ def replied(turn: Context, completion: Completion, max_chars: int) -> None:
         note = deliver(turn, ask, Granted(**share["granted"]), str(share["text"]), max_chars)
         to = Destination(turn.rk, ask.origin_chat, target=ask.message_id, in_thread=turn.kind == "topic",
                          fence=turn.fence)
-        turn.rt.outbox.reply(to, turn.batch_id, note, uuid_key=f"share-note-{ask.key}")
+        try:
+            turn.rt.outbox.reply(to, turn.batch_id, note, uuid_key=f"share-note-{ask.key}")
+        except Permanent as exc:  # the asking message recalled meanwhile: the card stands, the answer was posted
+            log.warning("delivery note not posted", extra={"route_key": turn.rk, "message_id": ask.message_id,
+                                                           "error": f"{exc.code}: {exc}"[:200]})
