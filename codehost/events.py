@@ -16,7 +16,7 @@ of what UTF-8 cannot carry.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
@@ -147,15 +147,14 @@ def _github_ci(event: str, repo: str, p: Mapping[str, Any], who: str) -> list[Ha
 
 
 def _github_pull(repo: str, action: str, pr: Mapping[str, Any], who: str) -> list[Happening]:
-    number = _n(pr.get("number"))
-    common = {"threads": ((PR, number),), "who": who, "title": _s(pr.get("title"), TITLE_CHARS),
-              "url": _url(pr.get("html_url"))}
+    threads, title, url = ((PR, _n(pr.get("number"))),), _s(pr.get("title"), TITLE_CHARS), _url(pr.get("html_url"))
     if action == "closed":
         merged = bool(pr.get("merged"))
-        return [Happening(GITHUB, repo, MERGED if merged else CLOSED, **common,  # type: ignore[arg-type]
+        return [Happening(GITHUB, repo, MERGED if merged else CLOSED, threads, who=who, title=title, url=url,
                           at=_time(pr.get("merged_at") if merged else pr.get("closed_at")))]
     sha = _s(_o(pr.get("head")).get("sha"), 64)
-    return [Happening(GITHUB, repo, HEAD, **common, sha=sha, at=_time(pr.get("updated_at")))] if sha else []  # type: ignore[arg-type]
+    return [Happening(GITHUB, repo, HEAD, threads, sha=sha, who=who, title=title, url=url,
+                      at=_time(pr.get("updated_at")))] if sha else []
 
 
 def _github_review(repo: str, p: Mapping[str, Any]) -> list[Happening]:
@@ -202,14 +201,14 @@ def _gitlab(event: str, repo: str, p: Mapping[str, Any]) -> list[Happening]:
 
 
 def _gitlab_mr(repo: str, attrs: Mapping[str, Any], who: str) -> list[Happening]:
-    action = _s(attrs.get("action"))
-    common = {"threads": ((MR, _n(attrs.get("iid"))),), "who": who, "title": _s(attrs.get("title"), TITLE_CHARS),
-              "url": _url(attrs.get("url")), "at": _time(attrs.get("updated_at"))}
+    action, threads = _s(attrs.get("action")), ((MR, _n(attrs.get("iid"))),)
+    title, url, at = _s(attrs.get("title"), TITLE_CHARS), _url(attrs.get("url")), _time(attrs.get("updated_at"))
     if action in ("merge", "close"):
-        return [Happening(GITLAB, repo, MERGED if action == "merge" else CLOSED, **common)]  # type: ignore[arg-type]
+        return [Happening(GITLAB, repo, MERGED if action == "merge" else CLOSED, threads, who=who, title=title,
+                          url=url, at=at)]
     sha = _s(_o(attrs.get("last_commit")).get("id"), 64)
     if action in ("open", "reopen", "update") and sha:
-        return [Happening(GITLAB, repo, HEAD, sha=sha, **common)]  # type: ignore[arg-type]
+        return [Happening(GITLAB, repo, HEAD, threads, sha=sha, who=who, title=title, url=url, at=at)]
     return []
 
 
@@ -270,5 +269,3 @@ def _time(value: Any) -> float:
         return 0.0
 
 
-def threads_of(happenings: Sequence[Happening]) -> list[Thread]:
-    return [t for h in happenings for t in h.thread_list()]

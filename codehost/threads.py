@@ -25,6 +25,8 @@ THREAD_TTL_S = 30 * 86400
 CHECKS_KEPT = 50
 
 # KEYS: ci hash   ARGV: check, sha, state (failed | passed), delivery, ttl, cap → 1 news, 0 not
+# Only news (or a check seen the first time) is written: the delivery that made the last change keeps its verdict
+# for its reruns, whatever repeated it since.
 _JUDGE = """
 local raw = redis.call('HGET', KEYS[1], ARGV[1])
 local old = false
@@ -36,7 +38,7 @@ if ARGV[3] == 'failed' then
 elseif old and old.state == 'failed' then
   sig = 1
 end
-if old or redis.call('HLEN', KEYS[1]) < tonumber(ARGV[6]) then
+if (old and sig == 1) or (not old and redis.call('HLEN', KEYS[1]) < tonumber(ARGV[6])) then
   redis.call('HSET', KEYS[1], ARGV[1], cjson.encode({sha = ARGV[2], state = ARGV[3], by = ARGV[4], sig = sig}))
   redis.call('EXPIRE', KEYS[1], ARGV[5])
 end
