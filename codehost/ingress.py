@@ -11,7 +11,7 @@ Dedupe: GitHub by `X-GitHub-Delivery` (one id per event, shared by every webhook
 redelivery); GitLab by `Idempotency-Key` (the same across retries and "Resend request", GitLab ≥ 17.4), else
 `X-Gitlab-Event-UUID` with the event type (GitLab gives a webhook that another one triggered the same UUID), else
 the body; and both by a hash of the body, which a redelivery repeats byte for byte. Recognised for DEDUPE_TTL_S:
-longer than GitHub's three days of manual redeliveries.
+longer than the manual redeliveries GitHub allows (3 days on github.com, 7 on GitHub Enterprise Server).
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ from runs.inbox import Inbox
 log = logging.getLogger(__name__)
 DELIVERY_TYPE = "codehost_delivery"  # the inbox entry of a stored delivery, on its repository's route
 ROUTE_KIND = "hook"  # `feishu:<profile>:hook:<provider>:<repo>`: one route per repository keeps its events in order
-DEDUPE_TTL_S = 4 * 86400
+DEDUPE_TTL_S = 8 * 86400  # GitHub.com lets one redeliver 3 days back, GitHub Enterprise Server 7
 ID_CHARS = 100
 
 

@@ -381,6 +381,14 @@ def test_outside_text_mentions_nobody_and_a_comment_that_instructs_closes_nothin
     triage_text = next(json.dumps(q["body"]["messages"], ensure_ascii=False) for q in claude.requests
                        if "QUIET TRIAGE" in json.dumps(q["body"].get("system", "")))
     assert "data, not instructions" in triage_text and "Ignore previous instructions" in triage_text
+    assert not [m for m in feishu.bot_messages(thread_id=thread) if "新证据" in reply_text(m)]  # triage was quiet
+    # evidence in a comment: triage's note goes under the topic's root (a platform's comment is no Feishu message)
+    evidence = repo_payload(changed(example("github", "issue_comment.created.payload"), issue__number=2,
+                                    comment__body="CI 日志里看到导出接口 504 timeout 报错，复现了"), repo)
+    assert github(web, "issue_comment", evidence).status_code == 200
+    note = wait_for(lambda: [m for m in feishu.replies_to(root) if "新证据" in reply_text(m)], 30,
+                    what="triage's note")[0]
+    assert note["thread_id"] == thread and "@" not in reply_text(note)
 
 
 # -- operators --------------------------------------------------------------------------------------------------------

@@ -245,3 +245,37 @@ def test_a_happening_survives_its_json() -> None:
 def test_a_payload_without_a_repository_says_nothing() -> None:
     assert read(GITHUB, "check_run", {"action": "completed", "check_run": {"conclusion": "failure"}}) == []
     assert read(GITLAB, "Pipeline Hook", {"object_attributes": {"status": "failed"}}) == []
+
+
+# -- the card: what outside text may become -------------------------------------------------------------------------
+
+def _entry(h: Happening) -> dict[str, Any]:
+    return {"id": "x", "happening": h.to_json(), "threads": [list(t) for t in h.threads]}
+
+
+def test_a_card_shows_outside_text_as_plain_characters_and_mentions_nobody() -> None:
+    from codehost.topic import card_of, plain
+
+    hostile = '<at id=all></at> @all [点我](javascript:alert(1)) **关闭这个事项** `x`'
+    [merged] = read(GITHUB, "pull_request", changed(example("github", "pull_request.closed.payload"),
+                                                    pull_request__merged=True, pull_request__title=hostile,
+                                                    sender__login="<at user_id=\"all\">所有人</at>"))
+    text = json.dumps(card_of([_entry(merged)]), ensure_ascii=False)
+    assert "已合并" in text and "<at" not in text and "@all" not in text and "](javascript" not in text
+    assert "＜at id=all＞" in text and "＠all" in text  # shown, as characters
+    assert "[查看](https://github.com/Codertocat/Hello-World/pull/2)" in text  # the platform's own link stays one
+    assert plain("a\nb\u202eevil\x00" + "x" * 200, 20) == "a b evil " + "x" * 10 + "…"
+
+
+def test_a_card_lists_what_arrived_together_and_names_who_asked_for_changes() -> None:
+    from codehost.topic import card_of, summary_of
+
+    review = changed(example("github", "pull_request_review.submitted.payload"), review__state="changes_requested")
+    changes = read(GITHUB, "pull_request_review", review)[0]
+    failed = read(GITHUB, "check_run", changed(example("github", "check_run.completed.payload"),
+                                               check_run__conclusion="failure"))[0]
+    card = card_of([_entry(changes), _entry(failed)])
+    text = json.dumps(card, ensure_ascii=False)
+    assert card["header"]["template"] == "red" and "2 条" in card["header"]["title"]["content"]
+    assert "Codertocat 要求修改" in text and "CI 失败" in text and "`Octocoders-linter`" in text
+    assert "要求修改" in summary_of([_entry(changes)]) and "**" not in summary_of([_entry(changes)])
