@@ -94,7 +94,8 @@ def report(samples: list[Sample], args: argparse.Namespace, started: dict[str, A
 
     hooks_vs_feishu = ratio("hooks", "feishu")
     stored = [s.drain_jobs for s in samples if s.target == "hooks" and s.mode == "closed"]
-    return {"targets": targets, "throughput_rps": rps, "hooks_kicks_per_phase": stored, "hooks_vs_baseline": ratio("hooks", "baseline"),
+    return {"targets": targets, "throughput_rps": rps, "hooks_kicks_per_phase": stored,
+            "hooks_vs_baseline": ratio("hooks", "baseline"),
             "feishu_vs_baseline": ratio("feishu", "baseline"), "hooks_vs_feishu": hooks_vs_feishu,
             "floor": FLOOR, "ok": hooks_vs_feishu is not None and hooks_vs_feishu >= FLOOR,
             "payload_bytes": len(EXAMPLE.read_bytes()),

@@ -62,7 +62,7 @@ def fan_out(c: Context) -> str:
 
 
 def _one(c: Context, delivery: str, n: int, h: Happening) -> str:
-    rt, now = c.rt, time.time()
+    rt, now = c.rt, c.rt.clock.now()
     if h.kind == HEAD:
         moved = [t.shown for t in h.thread_list() if watches_of(rt).on(t.aliases(), now)
                  and threads_of(rt).learn_head(t, h.sha)]

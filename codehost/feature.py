@@ -5,7 +5,6 @@ knows it only through the App."""
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING
 
 from codehost.commands import UNWATCH_COMMAND, WATCH_COMMAND, WATCHING_COMMAND
@@ -31,7 +30,7 @@ def _web(rt: Runtime) -> Blueprint:
 
 def _housekeeping(rt: Runtime) -> int:
     """Watches past their expiry go; a topic card whose timer event was lost gets a new one."""
-    return watches_of(rt).expire(time.time()) + rescue(rt)
+    return watches_of(rt).expire(rt.clock.now()) + rescue(rt)
 
 
 FEATURE = Feature(

@@ -11,7 +11,6 @@ posted into the topic that named it; CODEHOST_REPOS narrows the repositories.
 from __future__ import annotations
 
 import html
-import time
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -50,7 +49,7 @@ def record_read(rt: Runtime, item: Item, record: Record) -> None:
     """An item's record was read fresh (Feature.record_read): its links are watched, its status times them."""
     if rt.bitable is None:
         return
-    s, now, store = settings(), time.time(), watches_of(rt)
+    s, now, store = settings(), rt.clock.now(), watches_of(rt)
     status = record.text(rt.bitable.schema().name("status")).strip()
     if status and status in rt.settings.timers.closed_statuses:
         store.retime(item.item_id, now + s.codehost_keep_after_close_days * 86400, sooner=True)
@@ -102,7 +101,7 @@ def start(turn: Context, _parts: Mapping[str, Part]) -> Part | None:
     item_id = item_of_turn(turn)
     if not item_id:
         return None
-    store, now = watches_of(turn.rt), time.time()
+    store, now = watches_of(turn.rt), turn.rt.clock.now()
     for m in turn.batch:
         if m.sender_type == "user" and "://" in m.text:
             follow(store, item_id, m.text, source=TOPIC, who=m.sender_id, now=now)

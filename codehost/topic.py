@@ -16,7 +16,6 @@ import hashlib
 import json
 import logging
 import re
-import time
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -91,14 +90,14 @@ def _pend(rt: Runtime, rk: str, t: Timer, now: float) -> None:
 
 def _to_triage(c: Context, h: Happening, threads: Sequence[Thread]) -> str:
     """A comment from the platform: quiet triage decides (opted-in chats; it stays quiet unless the item changes)."""
-    m = c.message
+    m, now = c.message, c.rt.clock.now()
     where = threads[0].shown if threads else h.repo
     source = "GitHub" if h.provider == GITHUB else "GitLab"
     said = Inbound(event_id=m.message_id, message_id="ch_" + hashlib.sha1(m.message_id.encode()).hexdigest()[:20],
                    chat_id=m.chat_id, chat_type="group", sender_open_id=f"{h.provider}:{h.who}"[:80],
                    sender_type="user", message_type="text", text=f"[{source} 评论 · {h.who} · {where}] {h.text}",
-                   content="{}", create_time=str(int(time.time() * 1000)), thread_id=m.thread_id, root_id=m.root_id)
-    outcome = triage_keep(c.rt.settings, c.rt.state, c.rt.keys, said, c.rt.clock.now())
+                   content="{}", create_time=str(int(now * 1000)), thread_id=m.thread_id, root_id=m.root_id)
+    outcome = triage_keep(c.rt.settings, c.rt.state, c.rt.keys, said, now)
     log.info("code platform comment handed to quiet triage", extra={"route_key": c.rk, "reason": outcome})
     return f"comment: {outcome}"
 

@@ -163,12 +163,10 @@ class Watches:
     def expire(self, now: float, most: int = 200) -> int:
         """Remove watches past their expiry (the sweeper, about once a second); returns how many went."""
         wids = [str(w) for w in self.r.zrangebyscore(ck.watches_all(self.k), "-inf", now, start=0, num=most)]
-        gone = 0
-        for w in self._load(wids):
-            gone += self.remove(w)
-        for wid in set(wids) - {w.id for w in self._load(wids)}:  # a watch whose hash is gone: its entry too
+        found = self._load(wids)
+        for wid in set(wids) - {w.id for w in found}:  # an entry whose hash is gone: the entry goes too
             self.r.zrem(ck.watches_all(self.k), wid)
-        return gone
+        return sum(self.remove(w) for w in found)
 
     def count(self) -> int:
         return int(self.r.zcard(ck.watches_all(self.k)))

@@ -29,6 +29,7 @@ from tests.harness import (
     WebServer,
     deliver,
     message_id,
+    model_requests_with,
     reply_text,
     service_env,
     settings_from,
@@ -38,7 +39,7 @@ from tests.harness import (
 )
 from tests.own_stack import OwnStack
 from tests.test_codehost_pure import changed, example
-from tests.test_items import AT_BOT, open_topic, topic_rk
+from tests.test_items import AT_BOT, follow_up, open_topic, topic_rk
 
 SECRET, TOKEN, ADMIN = "gh-hooks-secret", "gl-hooks-token", "hooks-admin-token"
 APP, TABLE = "bascnHooksApp01", "tblHooks01"
@@ -274,6 +275,21 @@ def test_watch_unwatch_and_watching_in_a_topic_bounded_per_item(stack: OwnStack,
 
     p2p = deliver(web, feishu, chat_id=unique("oc_p2p"), chat_type="p2p", text=f"/watch https://github.com/{repo}/pull/9")
     assert "只有已登记为事项的话题" in reply_text(wait_for(lambda: feishu.replies_to(message_id(p2p)), 30)[0])
+
+
+def test_a_link_in_a_message_to_the_bot_is_watched_and_the_model_sees_what_the_item_watches(
+        stack: OwnStack, feishu: Any, claude: Any, r: redis.Redis) -> None:
+    web, keys = stack.web, stack.keys
+    chat, thread, root, item = open_topic(web, feishu, r, keys)
+    repo = f"octo/{unique('turn').lower()}"
+    follow_up(web, feishu, chat, thread, root, f"@_user_1 修复在 https://github.com/{repo}/pull/8 ，进展如何？",
+              sender="ou_dev")
+    [w] = Watches(r, keys).of_item(item.item_id)
+    assert (w.thread.repo, w.thread.number, w.source, w.added_by) == (repo, 8, "topic", "ou_dev")
+    follow_up(web, feishu, chat, thread, root, "@_user_1 现在 CI 怎么样？", sender="ou_pm")
+    [request] = model_requests_with(claude, "现在 CI 怎么样")
+    text = json.dumps(request["body"]["messages"], ensure_ascii=False)
+    assert "<code_threads" in text and f"{repo}#8" in text
 
 
 # -- the door: who may trigger it, what is stored -------------------------------------------------------------------

@@ -179,6 +179,18 @@ def test_a_check_on_an_older_commit_than_the_known_head_says_nothing(rig: Rig) -
     assert rig.told(rk) == [] and "no watched pull request has head old" in out
     out = rig.run(GITHUB, "workflow_run", ci_payload("workflow_run", repo, "failure", "older", []))
     assert rig.told(rk) == [], out
+    # GitLab names the merge request in every pipeline of it, also one that ends after a newer push
+    project = f"g/{unique('oldmr').lower()}"
+    item2, rk2 = rig.item()
+    rig.watch(item2, Thread(GITLAB, project, MR, 1))
+    pushed = changed(example("gitlab", "merge_request_hook"), project__path_with_namespace=project,
+                     object_attributes__action="update", object_attributes__last_commit__id="beef2")
+    assert "head of" in rig.run(GITLAB, "Merge Request Hook", pushed)
+    stale = changed(example("gitlab", "pipeline_hook"), project__path_with_namespace=project,
+                    object_attributes__status="failed", object_attributes__sha="beef1")
+    assert "not its head" in rig.run(GITLAB, "Pipeline Hook", stale) and rig.told(rk2) == []
+    fresh = changed(stale, object_attributes__sha="beef2")
+    assert "1 item(s) told" in rig.run(GITLAB, "Pipeline Hook", fresh)
 
 
 def test_one_failure_told_once_whatever_redelivers_or_reruns_it(rig: Rig) -> None:
