@@ -26,7 +26,7 @@ from codehost import keys as ck
 from codehost.events import CHANGES, CI, CLOSED, COMMENT, FAILED, MERGED, Happening
 from codehost.links import GITHUB, ISSUE, MR, PIPELINE, PR, RUN, Thread
 from codehost.settings import settings
-from core.errors import AdapterError
+from core.errors import AdapterError, Permanent
 from core.inbound import Inbound
 from feishu.cards import choice_card
 from runs.outbox import Destination, LeaseLost
@@ -124,8 +124,13 @@ def post_card(c: Context) -> str:
     item = rt.items.get(t.item_id)
     root = (item.root_id if item else "") or t.root_id
     rt.state.hset(state_key, mapping={"last": repr(now), "posted_by": t.id})  # before the post: no second card
-    rt.outbox.card(Destination(c.rk, t.chat_id, root, in_thread=True, fence=c.fence), f"codehost-{t.id}",
-                   card_of(entries))
+    try:
+        rt.outbox.card(Destination(c.rk, t.chat_id, root, in_thread=True, fence=c.fence), f"codehost-{t.id}",
+                       card_of(entries))
+    except Permanent as exc:  # the topic is gone or closed to the bot: retrying cannot post it, nothing waits on it
+        _settle(rt, c.rk, t.id, raw)
+        log.warning("code platform card not postable: given up", extra={"route_key": c.rk, "error": str(exc)[:200]})
+        return f"given up: {exc.__class__.__name__}"
     _settle(rt, c.rk, t.id, raw)
     timers_of(rt).told(t.id, summary_of(entries))
     _record_ci(c, item, entries)

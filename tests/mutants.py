@@ -872,6 +872,10 @@ MUTANTS: tuple[Mutant, ...] = (
         ("    dedupe = f\"ch:{delivery}:{n}:{item_id}\"",
          "    dedupe = f\"ch:{delivery}:{n}:{item_id}:{time.time()}\""),),
         ("tests/test_codehost_store.py::test_one_failure_told_once_whatever_redelivers_or_reruns_it",)),
+    Mutant("W13", "a card for a topic gone from Feishu is retried into dead letters", "codehost/topic.py", (
+        ("    except Permanent as exc:  # the topic is gone",
+         "    except ZeroDivisionError as exc:  # the topic is gone"),),
+        ("tests/test_codehost.py::test_a_topic_gone_from_feishu_gives_its_card_up_without_dead_letters",)),
 )
 
 

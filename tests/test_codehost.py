@@ -194,6 +194,22 @@ def test_a_delivery_for_a_repository_or_pull_request_nobody_watches_is_200_and_p
     assert any("nobody watches" in e["reason"] for e in log_of(r, stack) if e.get("repo") == repo)
 
 
+def test_a_topic_gone_from_feishu_gives_its_card_up_without_dead_letters(stack: OwnStack, feishu: Any,
+                                                                           r: redis.Redis) -> None:
+    web, keys = stack.web, stack.keys
+    chat, thread, root, _item = open_topic(web, feishu, r, keys)
+    repo = f"octo/{unique('gone').lower()}"
+    watch(stack, feishu, chat, thread, root, f"https://github.com/{repo}/pull/2")
+    feishu.remove_topic(thread)  # replies inside it now fail with 230019
+    failed = changed(example("github", "check_run.completed.payload"), check_run__conclusion="failure")
+    assert github(web, "check_run", repo_payload(failed, repo)).status_code == 200
+    rk = topic_rk(keys, chat, thread)
+    wait_for(lambda: not r.zscore(ck.flushes(keys), rk) and r.zcard(ck.topic_buffer(keys, rk)) == 0
+             and r.hget(ck.topic(keys, rk), "last"), 30, what="the card given up")
+    settle(stack, r, rk)
+    assert cards(feishu, thread) == [] and stack.dead_letters(rk) == []
+
+
 # -- GitLab: pipeline failed, merge request merged; a link a person posted ----------------------------------------
 
 def test_gitlab_pipeline_failed_and_merge_request_merged_reach_the_topic_that_linked_it(
