@@ -288,9 +288,9 @@ def _columns(table_fields: list[dict[str, Any]]) -> dict[str, Column]:
     configured ones)."""
     out = {}
     for f in table_fields:
-        name, kind = f.get("field_name") if isinstance(f, dict) else None, f.get("type") if isinstance(f, dict) else 0
-        if isinstance(name, str):
-            out[name] = Column(name, kind if isinstance(kind, int) else 0)
+        if isinstance(f, dict) and isinstance(f.get("field_name"), str):
+            kind = f.get("type")
+            out[f["field_name"]] = Column(f["field_name"], kind if isinstance(kind, int) else 0)
     return out
 
 
