@@ -26,7 +26,7 @@ def note(r: redis.Redis, keys: Keys, outcome: str, reason: str, **fields: Any) -
     entry = {"at": round(time.time(), 3), "outcome": outcome, "reason": reason[:200],
              **{k: str(v)[:200] for k, v in fields.items()}}
     key = ck.refusals(keys) if outcome == REFUSED else ck.deliveries(keys)
-    pipe = r.pipeline(transaction=False)
+    pipe = r.pipeline()  # MULTI/EXEC: the list never without its expiry
     pipe.lpush(key, json.dumps(entry, ensure_ascii=False))
     pipe.ltrim(key, 0, KEPT - 1)
     pipe.expire(key, TTL_S)

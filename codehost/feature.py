@@ -30,7 +30,7 @@ def _web(rt: Runtime) -> Blueprint:
 
 def _housekeeping(rt: Runtime) -> int:
     """Watches past their expiry go; a topic card whose timer event was lost gets a new one."""
-    return watches_of(rt).expire(rt.clock.now()) + rescue(rt)
+    return watches_of(rt).sweep(rt.clock.now()) + rescue(rt)
 
 
 FEATURE = Feature(

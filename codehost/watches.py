@@ -5,7 +5,7 @@ when; its id is derived from the item and the thread, so seeing the same link ag
 one. Each write is one script: a watch is added only within CODEHOST_WATCHES_PER_ITEM per item and
 CODEHOST_WATCHES_MAX per deployment, never over an `/unwatch` (a mute) unless `/watch` asks again. Every watch sits
 in one sorted set by its expiry — CODEHOST_WATCH_DAYS after it was last seen, or CODEHOST_KEEP_AFTER_CLOSE_DAYS after
-its item closed — which the sweeper trims (`expire`); the deployment bound keeps everything else bounded.
+its item closed — which the sweeper trims (`sweep`); the deployment bound keeps everything else bounded.
 """
 
 from __future__ import annotations
@@ -160,7 +160,7 @@ class Watches:
         keys = [ck.item_watches(self.k, item_id), ck.watches_all(self.k)]
         return int(self._retime(keys, [repr(until), "sooner" if sooner else "later"]))
 
-    def expire(self, now: float, most: int = 200) -> int:
+    def sweep(self, now: float, most: int = 200) -> int:
         """Remove watches past their expiry (the sweeper, about once a second); returns how many went."""
         wids = [str(w) for w in self.r.zrangebyscore(ck.watches_all(self.k), "-inf", now, start=0, num=most)]
         found = self._load(wids)

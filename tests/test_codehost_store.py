@@ -77,7 +77,7 @@ def test_watches_expire_and_a_closed_item_moves_their_end_sooner_never_later(r: 
     assert w.retime("itm_a", NOW + 50, sooner=True) == 2  # closed: 50 s left
     assert w.retime("itm_a", NOW + 500, sooner=True) == 0  # read closed again later: not extended
     assert w.on([pr("o/r", 1)], NOW + 60) == []  # past its end: no longer counts, even before the sweep
-    assert w.expire(NOW + 10) == 0 and w.expire(NOW + 60) == 2
+    assert w.sweep(NOW + 10) == 0 and w.sweep(NOW + 60) == 2
     assert w.of_item("itm_a") == [] and w.count() == 0
     assert not r.exists(*[k for k in r.scan_iter(f"{keys.prefix}:f:codehost:t:*")] or ["-"])
     w.add("itm_b", pr("o/r", 3), source=TOPIC, who="", now=NOW, bounds=BOUNDS)
