@@ -33,6 +33,7 @@ from tests.harness import BOT_OPEN_ID, deliver, free_port, message_id, reply_tex
 from tests.harness import wait_route_idle as idle
 from tests.own_stack import OwnStack
 from tests.test_items import open_topic
+from timers.keys import timers_due
 
 TZ = ZoneInfo("Asia/Shanghai")
 NOON = datetime(2026, 12, 1, 12, 0, tzinfo=TZ)
@@ -203,7 +204,7 @@ def test_a_follow_up_cancelled_in_the_browser_never_fires(browser: WebDriver, st
     sent = len(feishu.bot_messages(chat))
     stack.set_clock(r, datetime.fromtimestamp(timer["due"], TZ) + timedelta(minutes=5))
     # the scheduler looks every 0.2 s; a pending timer this late would have been pushed and answered by now
-    wait_for(lambda: r.zscore(Keys(stack.profile).timers_due, timer["id"]) is None, 10, what="no due entry")
+    wait_for(lambda: r.zscore(timers_due(Keys(stack.profile)), timer["id"]) is None, 10, what="no due entry")
     idle(r, Keys(stack.profile), rk, polls=8)
     assert len(feishu.bot_messages(chat)) == sent
     assert stack.admin("GET", f"timers/{timer['id']}").json()["state"] == "cancelled"

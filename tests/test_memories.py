@@ -19,6 +19,7 @@ import requests
 from core.cron import Cron
 from core.keys import Keys
 from memory.scopes.dream import LATE_S
+from memory.scopes.keys import memory_dream_slot
 from memory.scopes.paths import Scope
 from memory.scopes.store import Caps, Memories
 from sandbox.feishu.events import mention
@@ -69,7 +70,7 @@ def settle_day(stack: OwnStack, r: redis.Redis, when: datetime) -> None:
     stack.set_clock(r, when)
     slot = Cron.parse(settings_from(stack.env).memory.dream_cron).previous_at_or_before(when).timestamp()
     if when.timestamp() - slot <= LATE_S:
-        done = Keys(stack.profile).memory_dream_slot(int(slot))
+        done = memory_dream_slot(Keys(stack.profile), int(slot))
         wait_for(lambda: r.exists(done), 30, what="the sweeper's look at the consolidation slot")
 
 
