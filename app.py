@@ -11,6 +11,7 @@ import logging
 import threading
 from typing import TYPE_CHECKING, Any
 
+from codehost import feature as codehost
 from core import logs
 from core.keys import Keys
 from core.settings import Settings, load_feature_settings, load_settings
@@ -25,7 +26,7 @@ from state.store import resolve_url, state_client
 from timers import feature as timers
 from triage import feature as triage
 from turn import session
-from turn.registry import App, Feature
+from turn.registry import App, Feature, app_of
 
 if TYPE_CHECKING:
     from flask import Flask
@@ -44,6 +45,7 @@ FEATURES: tuple[Feature, ...] = (
     triage.FEATURE,  # quiet triage of unaddressed topic messages
     polls.FEATURE,  # /poll in a group: one vote per person, closed at a time said
     share.FEATURE,  # /share <chat>, 同步到…, the share_to_chat tool: a result posted into another chat, authorised
+    codehost.FEATURE,  # GitHub/GitLab webhooks into the watching item's topic, /watch /unwatch /watching
 )
 
 
@@ -75,6 +77,9 @@ def create_app(settings: Settings | None = None) -> Flask:
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     app.extensions["feishu_ingress"] = ingress
     app.register_blueprint(bp)
+    for feature in app_of(runtime).features:  # a feature's own endpoints (another system's webhook)
+        if feature.web is not None:
+            app.register_blueprint(feature.web(runtime))
     admin.init_app(app, runtime)
     console.init_app(app, runtime)
     threading.Thread(target=_warm_identity, args=(settings, ingress), daemon=True).start()

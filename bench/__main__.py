@@ -1,6 +1,6 @@
 """`make bench`: every benchmark in turn, each reporting ratios against a baseline measured in the same run.
 
-    python -m bench                 # ingest, pipeline, state, runs, assembly, items, longconn, render, … (~60 min)
+    python -m bench                 # ingest, hooks, pipeline, state, runs, assembly, items, render, … (~60 min)
     python -m bench pipeline state  # a selection
 """
 
@@ -10,8 +10,8 @@ import importlib
 import sys
 import time
 
-ORDER = ("ingest", "pipeline", "state", "retention", "runs", "elastic", "assembly", "items", "documents", "longconn",
-         "render", "recovery", "streaming", "timers", "memory", "console")
+ORDER = ("ingest", "hooks", "pipeline", "state", "retention", "runs", "elastic", "assembly", "items", "documents",
+         "longconn", "render", "recovery", "streaming", "timers", "memory", "console")
 
 
 def main(argv: list[str]) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import itertools
 import os
 import socket
@@ -36,6 +37,7 @@ class Phase:
     token: str = ""
     app_id: str = ""
     connection_close: bool = False  # send `Connection: close`: a new TCP connection per request
+    builder: str = ""  # `module:function(phase) -> [raw request]` for another endpoint's requests; "" = Feishu's
 
 
 @dataclass
@@ -56,6 +58,10 @@ class _Closed(Exception):
 
 def build_requests(phase: Phase) -> list[bytes]:
     """Signed+encrypted events as raw HTTP bytes, each with fresh message/event ids (repeats are deduped)."""
+    if phase.builder:  # another endpoint's requests (bench/hooks.py: GitHub's webhook)
+        module, _, name = phase.builder.partition(":")
+        built: list[bytes] = getattr(importlib.import_module(module), name)(phase)
+        return built
     run = uuid.uuid4().hex[:8]
     out = []
     for i in range(phase.requests):

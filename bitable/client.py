@@ -33,7 +33,7 @@ from lark_oapi.core.exception import ObtainAccessTokenException
 from bitable.cells import cell_chat_ids, cell_links, cell_text, cell_user_ids
 from bitable.errors import LOCAL_RETRY, TOKEN_INVALID, BitableError, SchemaError, classify
 from bitable.lock import TableLock, lock_key
-from bitable.schema import Schema, check
+from bitable.schema import Column, Schema, check
 from core.keys import Keys
 from core.settings import Settings
 
@@ -118,6 +118,7 @@ class Bitable:
         ttl = 2 * settings.feishu_timeout_seconds + 5
         self.lock = TableLock(state, lock_key(self.app_token, self.table_id), ttl_s=ttl, wait_s=ttl + 10)
         self._schema: Schema | None = None
+        self._columns: dict[str, Column] = {}
         self._schema_lock = threading.Lock()
         self.state = state
         self._schema_key = f"{keys.prefix}:bitable:fields:{self.app_token}:{self.table_id}"
@@ -147,9 +148,15 @@ class Bitable:
                 cached = self.state.get(self._schema_key)
                 table_fields = json.loads(cached) if cached else self.fields()
                 self._schema = check(self.settings, table_fields)
+                self._columns = _columns(table_fields)
                 if not cached:
                     self.state.set(self._schema_key, json.dumps(table_fields, ensure_ascii=False), ex=SCHEMA_TTL_S)
             return self._schema
+
+    def column(self, name: str) -> Column | None:
+        """An optional column of the table by its name (read with the schema), or None when the table has none."""
+        self.schema()
+        return self._columns.get(name)
 
     def check_now(self) -> Schema:
         """Read the field list now and check it (the start-up and hourly check); the shared copy follows."""
@@ -161,7 +168,7 @@ class Bitable:
             raise
         self.state.set(self._schema_key, json.dumps(table_fields, ensure_ascii=False), ex=SCHEMA_TTL_S)
         with self._schema_lock:
-            self._schema = schema
+            self._schema, self._columns = schema, _columns(table_fields)
         return schema
 
     def search(self, field_name: str, value: str | Sequence[str] | None, operator: str = "is", *,
@@ -274,6 +281,17 @@ class Bitable:
                 "bitable %s %s: code=%s msg=%s http=%s app=%s table=%s log_id=%s", op,
                 "failed" if final else "will retry", err.code, err.msg, err.http_status, self.app_token,
                 self.table_id, err.log_id)
+
+
+def _columns(table_fields: list[dict[str, Any]]) -> dict[str, Column]:
+    """Every column of a field list by its name (the optional ones a feature may write: bitable/schema.py checks the
+    configured ones)."""
+    out = {}
+    for f in table_fields:
+        if isinstance(f, dict) and isinstance(f.get("field_name"), str):
+            kind = f.get("type")
+            out[f["field_name"]] = Column(f["field_name"], kind if isinstance(kind, int) else 0)
+    return out
 
 
 def _locally_retried(err: BitableError) -> bool:

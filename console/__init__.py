@@ -13,6 +13,7 @@ def init_app(app: Flask, runtime: Runtime) -> None:
     from console import (  # noqa: F401  (their views register on the blueprint)
         auditlog,
         deadletters,
+        features,
         items,
         login,
         memory,

@@ -9,6 +9,7 @@ from flask import abort
 from bitable import keys as item_keys
 from bitable.index import Item
 from bitable.refs import answer_link, record_link, topic_link
+from console.features import item_panels
 from console.web import bp, page, rt, window
 
 
@@ -26,7 +27,7 @@ def item(item_id: str) -> str:
     found = rt().items.get(item_id)
     if found is None:
         abort(404)
-    return page("item.html", it=rt().items.public(found), links=_links(found))
+    return page("item.html", it=rt().items.public(found), links=_links(found), panels=item_panels(item_id))
 
 
 def _row(it: Item) -> dict[str, Any]:

@@ -104,7 +104,15 @@ def local(target: str | None) -> str:
 
 def page(template: str, **context: Any) -> str:
     said = signins().said(operator().sid)
-    return render_template(f"console/{template}", op=operator(), csrf=operator().csrf, said=said, **context)
+    return render_template(f"console/{template}", op=operator(), csrf=operator().csrf, said=said,
+                           feature_pages=_feature_pages(), **context)
+
+
+def _feature_pages() -> list[tuple[str, str]]:
+    """(path, title) of the features' own pages (`Feature.panels`), for the menu."""
+    from turn.registry import app_of
+
+    return [(f"/console/f/{name}/{p.name}", p.title) for name, p in app_of(rt()).panels(of_item=False)]
 
 
 @dataclass(frozen=True)

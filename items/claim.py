@@ -27,6 +27,7 @@ from items.texts import say
 from routing.keys import item_route
 from runs.outbox import LeaseLost
 from runs.runtime import Runtime
+from turn.registry import app_of
 from turn.thread import list_page
 
 log = logging.getLogger(__name__)
@@ -182,6 +183,8 @@ def record_changed(rt: Runtime, rk: str, record_id: str, fence: Callable[[], boo
     record = rt.bitable.batch_get([record_id]).get(record_id)
     if record is None:
         return "absent"
+    if (known := rt.items.by_record(record_id)) is not None:  # what other features learn from the edit
+        app_of(rt).record_read(rt, known, record)
     schema = rt.bitable.schema()
     cell = " ".join([*record.links(schema.name("topic_link")), record.text(schema.name("topic_link"))])
     threads = thread_ids(cell)

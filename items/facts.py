@@ -26,7 +26,7 @@ from feishu.cards import STATUS_ZH, clip
 from items import keys as items_keys
 from items.texts import say
 from runs.runtime import Runtime
-from turn.registry import Context
+from turn.registry import Context, app_of
 
 log = logging.getLogger(__name__)
 FACT_CHARS, ANSWER_CHARS = 2000, 6000
@@ -124,6 +124,8 @@ def build(rt: Runtime, kind: str, batch: Sequence[Inbound]) -> ItemContext:
         records = {}
     parts, footers = [], []
     for item in allowed:
+        if item.record_id in records:  # read fresh: what other features learn from it (links an item watches)
+            app_of(rt).record_read(rt, item, records[item.record_id])
         block, footer, evidence = _item_block(rt, item, records.get(item.record_id), batch[-1].text)
         parts.append(block)
         footers.append((footer, evidence))

@@ -24,6 +24,7 @@ from core.keys import Keys
 from core.settings import Settings, load_settings
 from feishu.capabilities import CAPABILITIES
 from feishu.client import FeishuApi
+from turn.registry import App, load_app
 
 PRESENT, MISSING, UNKNOWN = "present", "missing", "unknown"
 CONSOLE = "开发者后台 / Developer Console"
@@ -123,10 +124,16 @@ def verdict(need: Need, granted: set[str] | None, fields_error: str | None) -> s
     return UNKNOWN  # events and callbacks: no API reads the console's subscriptions
 
 
-def check(settings: Settings, api: FeishuApi, fields_error: str | None = None) -> list[dict[str, Any]]:
+def check(settings: Settings, api: FeishuApi, fields_error: str | None = None,
+          app: App | None = None) -> list[dict[str, Any]]:
+    """Every row: what the enabled features need of Feishu, then each feature's own (`Feature.checks`: a webhook's
+    secret and the URL to paste into another system)."""
     granted = granted_scopes(api)
-    return [{"feature": n.feature, "kind": n.kind, "needs": n.shown, "required": n.required,
+    rows = [{"feature": n.feature, "kind": n.kind, "needs": n.shown, "required": n.required,
              "verdict": verdict(n, granted, fields_error), "fix": n.fix} for n in needs(settings)]
+    own = app.checks(settings) if app is not None else []
+    return rows + [{"feature": c.what, "kind": "config", "needs": c.needs, "required": c.required,
+                    "verdict": c.verdict, "fix": c.fix} for c in own]
 
 
 def fields_check(settings: Settings, r: redis.Redis, keys: Keys, api: FeishuApi) -> str | None:
@@ -170,7 +177,7 @@ def report(settings: Settings) -> tuple[str, int]:
     r = state_client(resolve_url(settings))
     keys = Keys(settings.bot_profile)
     api = FeishuApi(settings, r, keys)
-    rows = check(settings, api, fields_check(settings, r, keys, api))
+    rows = check(settings, api, fields_check(settings, r, keys, api), load_app(settings))
     bad = [row for row in rows if row["required"] and row["verdict"] == MISSING]
     text = (f"{table(rows)}\n\n{len(bad)} required missing, "
             f"{sum(1 for x in rows if x['verdict'] == MISSING)} missing in all, "

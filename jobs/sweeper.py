@@ -185,7 +185,7 @@ class SideTasks(threading.Thread):
 def _preflight(rt: Runtime) -> None:
     """`python -m bot.doctor`'s checks at start-up and hourly, summarised for /readyz (`preflight`)."""
     try:
-        rows = doctor.check(rt.settings, rt.feishu)
+        rows = doctor.check(rt.settings, rt.feishu, app=app_of(rt))
         found = doctor.summary(rows)
         rt.state.set(rt.keys.preflight, json.dumps(found, ensure_ascii=False))
     except Exception as exc:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Literal
 
@@ -33,12 +34,16 @@ def route_kind(inbound: Inbound) -> Kind:
     return "topic" if inbound.thread_id else "group"
 
 
+_KIND = re.compile(r"^[a-z][a-z0-9_]{0,23}$")  # a feature's internal kind (`hook`): its RouteWork runs it
+
+
 def kind_of(route_key: str) -> str:
-    """Route keys carry their kind (`feishu:<profile>:<kind>:…`), so it never needs storing."""
-    kind = route_key.split(":")[2]
-    if kind not in ("p2p", "group", "topic", ITEM, DIGEST, MEMORY):
+    """Route keys carry their kind (`feishu:<profile>:<kind>:…`), so it never needs storing: one of the contract's,
+    the item machinery's, or an internal kind a feature declares (its `RouteWork`)."""
+    parts = route_key.split(":")
+    if len(parts) < 4 or parts[0] != "feishu" or not _KIND.match(parts[2]):
         raise ValueError(f"not a route key: {route_key!r}")
-    return kind
+    return parts[2]
 
 
 def item_route(profile: str, subject: str) -> str:

@@ -35,6 +35,11 @@ class Policy:
             require_mention=self.require_mention if o.require_mention is None else o.require_mention,
         )
 
+    def queue_of(self, kind: str) -> str:
+        """The queue a route kind's runs go to; an internal kind a feature declares shares the topics' queue (its
+        work ends in topics, like an item's)."""
+        return self.queues.get(kind) or self.queues["topic"]
+
     @property
     def queue_names(self) -> list[str]:
         return sorted(set(self.queues.values()))

@@ -79,16 +79,17 @@ class Inbox:
     # -- the webhook -----------------------------------------------------------------------------------
 
     def push(self, rk: str, event: str, *, message_id: str, content_key: str, queue: str,
-             reset_sid: str = "", index: Sequence[str] = ()) -> PushResult:
+             reset_sid: str = "", index: Sequence[str] = (), dedupe_ttl_s: int = DEDUPE_TTL_S) -> PushResult:
         """Store one event. `reset_sid`: the event is a user reset; the route's new session gets this id.
-        `index`: the ids the route is found by (its chat, the sender, the topic), besides the list of all routes."""
+        `index`: the ids the route is found by (its chat, the sender, the topic), besides the list of all routes.
+        `dedupe_ttl_s`: how long a redelivery is recognised (a sender that redelivers later keeps it longer)."""
         token = new_token()
         k = self.k
         keys = [k.seen_message(message_id), k.seen_content(content_key), k.inbox(rk), k.lease(rk), k.dirty,
                 k.kicks, k.metrics, k.route_state(rk), k.sessions(rk), k.routes,
                 *(k.routes_of(i) for i in dict.fromkeys(index) if i)]
         kick = Kick(route_key=rk, token=token, queue=queue).dumps()
-        res = self._push(keys, [event, token, KICK_TTL_MS, rk, time.time(), DEDUPE_TTL_S, kick, reset_sid,
+        res = self._push(keys, [event, token, KICK_TTL_MS, rk, time.time(), dedupe_ttl_s, kick, reset_sid,
                                 k.session_log_prefix(rk), self.session_retention_s, self.route_retention_s])
         return PushResult(duplicate=res == -1, kicked=res == 1)
 

@@ -117,7 +117,7 @@ class Runtime:
         return policy_from(self.settings)
 
     def queue_of(self, route_key: str) -> str:
-        return self.policy.queues[kind_of(route_key)]
+        return self.policy.queue_of(kind_of(route_key))
 
     def start_run(self, route_key: str, kick_token: str, queue: str | None = None) -> str:
         """Enqueue the drain run a kick token stands for, on its route kind's queue."""

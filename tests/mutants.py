@@ -858,6 +858,59 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("Y10", "the tool's grant is never posted after the answer", "share/part.py", (
         ("    for share in (completion.recall or {}).get(\"shares\") or []:", "    for share in []:"),),
         ("tests/test_share.py::test_asked_in_words_in_an_item_topic_the_model_s_tool_posts_the_conclusion",)),
+    # W: code-platform webhooks (issue 33)
+    Mutant("W1", "a GitHub delivery without a signature is taken as signed", "codehost/signature.py", (
+        ("    if not secret or not header:\n        return False\n    given",
+         "    if not header:\n        return True\n    given"),),
+        ("tests/test_codehost_pure.py::test_a_missing_wrong_or_tampered_github_signature_is_refused",)),
+    Mutant("W2", "any GitLab token is taken", "codehost/signature.py", (
+        ("    return hmac.compare_digest(header.encode(\"latin-1\", \"replace\"), token.encode(\"utf-8\"))",
+         "    return True"),),
+        ("tests/test_codehost_pure.py::test_a_gitlab_token_must_equal_the_configured_one",)),
+    Mutant("W3", "a failure already told on the same commit is news again", "codehost/threads.py", (
+        ("  if not (old and old.state == 'failed' and old.sha == ARGV[2]) then sig = 1 end", "  sig = 1"),),
+        ("tests/test_codehost_store.py::test_a_check_is_news_when_it_starts_failing_on_a_commit_and_when_it_recovers",
+         "tests/test_codehost_store.py::test_one_failure_told_once_whatever_redelivers_or_reruns_it")),
+    Mutant("W4", "CI on an older commit than the pull request's head is told", "codehost/fanout.py", (
+        ("        if head and h.sha and head != h.sha:", "        if False:"),),
+        ("tests/test_codehost_store.py::test_a_check_on_an_older_commit_than_the_known_head_says_nothing",)),
+    Mutant("W5", "a topic's cards ignore the interval", "codehost/topic.py", (
+        ("    due = max(now + s.codehost_gather_seconds, float(state.get(\"last\") or 0) + "
+         "s.codehost_card_interval_seconds)", "    due = now + s.codehost_gather_seconds"),
+        ("    if state.get(\"posted_by\") != t.id and now < float(state.get(\"last\") or 0) + "
+         "s.codehost_card_interval_seconds - 1:", "    if False:")),
+        ("tests/test_codehost.py::"
+         "test_merged_and_changes_requested_arriving_together_are_one_card_and_the_next_waits_a_minute",)),
+    Mutant("W6", "an /unwatch is undone by the link seen again", "codehost/watches.py", (
+        ("elseif tonumber(redis.call('HGET', KEYS[5], ARGV[7]) or '0') > tonumber(ARGV[2]) then\n  return -3\n",
+         "elseif false then\n  return -3\n"),),
+        ("tests/test_codehost_store.py::test_unwatch_mutes_the_thread_until_a_watch_command_asks_again",)),
+    Mutant("W7", "an item's watches are unbounded", "codehost/watches.py", (
+        ("if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[4]) then return -1 end\n", ""),),
+        ("tests/test_codehost_store.py::test_a_watch_is_added_once_renewed_when_seen_again_and_bounded_per_item",)),
+    Mutant("W8", "a redelivered webhook is stored again", "codehost/ingress.py", (
+        ("dumps(entry), message_id=dedupe[0],\n                                 content_key=dedupe[1],",
+         "dumps(entry), message_id=__import__('os').urandom(8).hex(),\n"
+         "                                 content_key=__import__('os').urandom(8).hex(),"),),
+        ("tests/test_codehost.py::test_a_malformed_or_oversized_body_is_refused_and_redelivery_without_ids_is_caught",)),
+    Mutant("W9", "outside text on a card keeps its markup and @", "codehost/topic.py", (
+        ("    return cut.translate(_MARKUP)", "    return cut"),),
+        ("tests/test_codehost_pure.py::test_a_card_shows_outside_text_as_plain_characters_and_mentions_nobody",)),
+    Mutant("W10", "quiet triage replies under a platform's comment id", "triage/run.py", (
+        ("    if not str(target[\"message_id\"]).startswith(\"om_\"):  # handed over by another feature: under the "
+         "topic's root\n        target = {**target, \"message_id\": item.root_id}\n", ""),),
+        ("tests/test_codehost.py::test_outside_text_mentions_nobody_and_a_comment_that_instructs_closes_nothing",)),
+    Mutant("W11", "a closed item keeps its watches", "codehost/follow.py", (
+        ("    if status and status in rt.settings.timers.closed_statuses:", "    if False:"),),
+        ("tests/test_codehost.py::test_links_in_the_record_are_watched_and_end_when_the_item_closes",)),
+    Mutant("W12", "a rerun of a delivery's run tells its topic again", "codehost/fanout.py", (
+        ("    dedupe = f\"ch:{delivery}:{n}:{item_id}\"",
+         "    dedupe = f\"ch:{delivery}:{n}:{item_id}:{time.time()}\""),),
+        ("tests/test_codehost_store.py::test_one_failure_told_once_whatever_redelivers_or_reruns_it",)),
+    Mutant("W13", "a card for a topic gone from Feishu is retried into dead letters", "codehost/topic.py", (
+        ("    except Permanent as exc:  # the topic is gone",
+         "    except ZeroDivisionError as exc:  # the topic is gone"),),
+        ("tests/test_codehost.py::test_a_topic_gone_from_feishu_gives_its_card_up_without_dead_letters",)),
 )
 
 

@@ -2,5 +2,11 @@
 
 In: unaddressed topic messages the web keeps (buffer); a triage timer per topic and quiet period.
 Out: one small-model decision per period — quiet, a note, or a proposal through the approval card — at most
-one unasked message per topic per post period (run).
+one unasked message per topic per post period (run). Another feature may hand it a message of its own (a comment
+from a code platform) through `keep`, as the web hands it an overheard one.
 """
+
+from triage.buffer import keep
+
+# What other features may use of triage (tests/test_layout.py).
+__all__ = ["keep"]

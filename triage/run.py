@@ -151,6 +151,8 @@ def _act(c: Context, t: Timer, item: Item, d: Decision, fresh: Sequence[dict[str
     if held:
         return _done(rt, rk, "capped", f"{d.kind} held back: {held}")
     target = _target(fresh, d)
+    if not str(target["message_id"]).startswith("om_"):  # handed over by another feature: under the topic's root
+        target = {**target, "message_id": item.root_id}
     # Taken before posting, so no other firing posts in the period; this firing's reruns and replays may finish it.
     rt.state.hset(state_key, mapping={"posted_at": repr(rt.clock.now()), "posted_by": firing})
     if d.kind == "propose" and item.record_id and rt.bitable is not None:
@@ -166,9 +168,11 @@ def _act(c: Context, t: Timer, item: Item, d: Decision, fresh: Sequence[dict[str
 
 
 def _target(fresh: Sequence[dict[str, Any]], d: Decision) -> dict[str, Any]:
-    """The message the note answers: the first evidence message the model named, else the newest."""
-    by_id = {str(m["message_id"]): m for m in fresh}
-    return next((by_id[e] for e in d.evidence if e in by_id), fresh[-1])
+    """The message the note answers: the first evidence message the model named, else the newest — a Feishu message
+    (`om_…`): a message another feature handed over (a code platform's comment) has none to reply under."""
+    said = [m for m in fresh if str(m["message_id"]).startswith("om_")] or list(fresh)
+    by_id = {str(m["message_id"]): m for m in said}
+    return next((by_id[e] for e in d.evidence if e in by_id), said[-1])
 
 
 def _as_inbound(t: Timer, m: dict[str, Any]) -> Inbound:

@@ -12,13 +12,19 @@ to an `App`, once per process (importing a module registers nothing). A `Feature
 - `Opener`: a message that starts the feature's work instead of a turn (a topic's opening report);
 - `RouteWork`: the whole work of an internal route kind (an item's analysis route, a chat's digest route);
 - `TimerKind`: what a due timer of its kind does;
-- `Periodic`: housekeeping every sweeper runs about once a second (idempotent across sweepers).
+- `Periodic`: housekeeping every sweeper runs about once a second (idempotent across sweepers);
+- `web`: HTTP endpoints of its own (another system's webhook), a Flask blueprint the web registers — as thin as
+  the Feishu edge: verify, parse the minimum, one PUSH, ack;
+- `Check`: rows `python -m bot.doctor` prints for it (a secret set or not, a URL to paste elsewhere);
+- `Panel`: a table the operator console shows for it, on a page of its own or on each item's page;
+- `record_read`: what it learns from an item's record whenever a run reads the record fresh.
 """
 
 from __future__ import annotations
 
 import importlib
 import json
+import logging
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -31,14 +37,18 @@ from core.keys import Keys
 from runs.outbox import Destination
 
 if TYPE_CHECKING:
+    from flask import Blueprint
     from pydantic_settings import BaseSettings
 
+    from bitable.client import Record
+    from bitable.index import Item
     from claude.client import Completion
     from core.settings import Settings
     from memory.sessions import RouteState
     from runs.runtime import Runtime
 
 Fence = Callable[[], bool]
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -234,6 +244,30 @@ class Action:
 
 
 @dataclass(frozen=True)
+class Check:
+    """A row the doctor prints for the feature (`python -m bot.doctor`, the console's overview): what it is, what it
+    needs (a variable, a URL to paste into another system), whether that is there, and how to set it up."""
+
+    what: str
+    needs: str
+    verdict: str  # present | missing | unknown | off (not configured, and not required)
+    fix: str
+    required: bool = False
+
+
+@dataclass(frozen=True)
+class Panel:
+    """A table the operator console shows for the feature: on a page of its own (`/console/f/<feature>/<name>`, in the
+    console's menu) or, `of_item`, on every item's page. `rows(runtime, item id or "")` reads Redis only (never an
+    Open API) and returns rows of column → value; every value is shown as text."""
+
+    name: str
+    title: str
+    rows: Callable[[Runtime, str], Sequence[Mapping[str, Any]]]
+    of_item: bool = False
+
+
+@dataclass(frozen=True)
 class Feature:
     """Everything one feature adds, declared from its own room and registered on an `App` (nothing registers on
     import). A feature is one folder plus one line in the App's feature list (app.py)."""
@@ -258,6 +292,13 @@ class Feature:
     # `overheard(settings, redis, keys, message, now)` → a short outcome for the log ("" = not its business). The
     # request path stays thin: a few Redis commands, never an Open API or model call.
     overheard: Callable[[Settings, Any, Keys, Inbound, float], str] | None = None
+    # Its HTTP endpoints (another system's webhook): a blueprint the web registers, built from the web's runtime.
+    web: Callable[[Runtime], Blueprint] | None = None
+    checks: Callable[[Settings], Sequence[Check]] = lambda _settings: ()  # its rows in the doctor's table
+    panels: tuple[Panel, ...] = ()  # its tables in the operator console
+    # What it learns from an item's record each time a run reads it fresh (a record event, a turn's item facts):
+    # `record_read(runtime, item, record)`. Failures are logged, never the reading run's.
+    record_read: Callable[[Runtime, Item, Record], None] | None = None
     # Its offline-model behaviour in sandbox mode: `standin(request body)` → an answer (text or content blocks, as
     # a real model would choose: its tool with real arguments), or None to pass; the stand-in asks it first.
     standin: Callable[[dict[str, Any]], Any] | None = None
@@ -338,11 +379,29 @@ class App:
         return [*reading, *(t for f in self.features for t in f.tools(kind))]
 
     def overheard(self, settings: Settings, r: Any, keys: Keys, m: Inbound, now: float) -> str:
-        """What the features made of an unaddressed topic message: the first outcome one reports ("" = none)."""
+        """What the features made of an unaddressed topic message: every outcome reported, in the features' order,
+        joined ("" = none). Each feature hears it: a message can feed triage and name a link another one follows."""
+        said = [f.overheard(settings, r, keys, m, now) for f in self.features if f.overheard is not None]
+        return "; ".join(s for s in said if s)
+
+    def record_read(self, rt: Runtime, item: Item, record: Record) -> None:
+        """Every feature's `record_read` for a record a run just read; one failing is logged, the others still run,
+        and the reading run goes on (what a feature learns from a record is never worth the item's own work)."""
         for f in self.features:
-            if f.overheard is not None and (said := f.overheard(settings, r, keys, m, now)):
-                return said
-        return ""
+            if f.record_read is None:
+                continue
+            try:
+                f.record_read(rt, item, record)
+            except Exception as exc:
+                log.warning("a feature's record_read failed", extra={"reason": f.name, "error": repr(exc)[:200]})
+
+    def checks(self, settings: Settings) -> list[Check]:
+        """Every feature's doctor rows, in the features' order."""
+        return [c for f in self.features for c in f.checks(settings)]
+
+    def panels(self, *, of_item: bool) -> list[tuple[str, Panel]]:
+        """(feature name, panel) of every feature's console tables of one kind."""
+        return [(f.name, p) for f in self.features for p in f.panels if p.of_item == of_item]
 
     def gauges(self, keys: Keys) -> list[tuple[str, str, str]]:
         """Every feature's gauges, as core.metrics renders them: (name, help, the sorted set)."""

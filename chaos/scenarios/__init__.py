@@ -10,6 +10,7 @@ def load_all() -> dict[int, Scenario]:
         crashes,
         edges,
         faults,
+        hooks,
         hosts,
         items,
         memory,
