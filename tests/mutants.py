@@ -212,7 +212,7 @@ MUTANTS: tuple[Mutant, ...] = (
         ("    room = max(0, maximum - sum(alive.values()))", "    room = 0"),),
         ("tests/test_elastic.py::test_a_burst_of_routes_runs_at_once_and_the_pool_shrinks_back",)),
     Mutant("E10", "pushes are acknowledged before a replica has them", "memory/groupcommit.py", (
-        ("        waited = self.replicas.add(pipe)", "        waited = False"),),
+        ("        waited = self.replicas.wanted()", "        waited = False"),),
         ("tests/test_sentinel.py::test_failover_mid_load_loses_nothing_and_answers_once",)),
     Mutant("E11", "a chaining horse passes jobs waiting in its RQ queue", "jobs/drain.py", (
         ("        if origin and rt.rq.llen(waiting_jobs):", "        if False:"),),
@@ -764,6 +764,13 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("R4", "nothing trims a route index (routes past their retention stay listed)", "runs/inbox.py", (
         ('        return int(self.r.zremrangebyscore(index, "-inf", cut))', "        return 0"),),
         ("tests/test_inbox.py::test_a_route_index_drops_routes_past_their_retention_when_trimmed_not_per_event",)),
+    Mutant("R8", "the group commit writes on a connection the server has closed (a 503 instead of a reconnect)",
+           "memory/groupcommit.py", (
+        ("            stale = conn.can_read()\n", "            stale = False\n"),),
+        ("tests/test_groupcommit.py::test_a_dropped_connection_is_reopened_and_the_call_answered",)),
+    Mutant("R9", "a forked child writes on its parent's group-commit connection", "memory/groupcommit.py", (
+        ("        if self._conn is None or self._pid != os.getpid():\n", "        if self._conn is None:\n"),),
+        ("tests/test_groupcommit.py::test_a_forked_child_talks_over_its_own_connection",)),
     Mutant("R60", "a mid-stream model error (HTTP 200, overloaded_error) is mapped by its status: permanent",
            "claude/client.py", (
         ("    if status < 400:  # a mid-stream error: the HTTP status is the stream's\n"
