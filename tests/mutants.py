@@ -764,6 +764,12 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("R4", "nothing trims a route index (routes past their retention stay listed)", "runs/inbox.py", (
         ('        return int(self.r.zremrangebyscore(index, "-inf", cut))', "        return 0"),),
         ("tests/test_inbox.py::test_a_route_index_drops_routes_past_their_retention_when_trimmed_not_per_event",)),
+    Mutant("R5", "decrypt's hand-made CBC chain xors each block with the wrong neighbour", "edge/crypto.py", (
+        ('int.from_bytes(blob[:-16], "big")', 'int.from_bytes(blob[16:], "big")'),),
+        ("tests/test_crypto.py::test_official_test_vector",)),
+    Mutant("R6", "a thread's kept AES cipher serves whatever key it is asked for", "edge/crypto.py", (
+        ("    found = kept.get(encrypt_key)\n", "    found = next(iter(kept.values()), None)\n"),),
+        ("tests/test_crypto.py::test_each_thread_decrypts_with_the_key_it_is_given_among_many",)),
     Mutant("R8", "the group commit writes on a connection the server has closed (a 503 instead of a reconnect)",
            "memory/groupcommit.py", (
         ("            stale = conn.can_read()\n", "            stale = False\n"),),
