@@ -770,6 +770,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("R6", "a thread's kept AES cipher serves whatever key it is asked for", "edge/crypto.py", (
         ("    found = kept.get(encrypt_key)\n", "    found = next(iter(kept.values()), None)\n"),),
         ("tests/test_crypto.py::test_each_thread_decrypts_with_the_key_it_is_given_among_many",)),
+    Mutant("R7", "the fast inbox entry is not the json module's text (the generation slips in)", "core/inbound.py", (
+        ('        return inbound.model_dump_json(exclude={"gen"})', "        return inbound.model_dump_json()"),),
+        ("tests/test_parsers.py::test_an_inbox_entry_is_the_json_text_of_the_message_without_its_generation",)),
     Mutant("R8", "the group commit writes on a connection the server has closed (a 503 instead of a reconnect)",
            "memory/groupcommit.py", (
         ("            stale = conn.can_read()\n", "            stale = False\n"),),
