@@ -780,6 +780,16 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("R9", "a forked child writes on its parent's group-commit connection", "memory/groupcommit.py", (
         ("        if self._conn is None or self._pid != os.getpid():\n", "        if self._conn is None:\n"),),
         ("tests/test_groupcommit.py::test_a_forked_child_talks_over_its_own_connection",)),
+    Mutant("R15", "an ingest outcome's kept counter is never counted", "core/metrics.py", (
+        ("    counter.inc()\n", ""),),
+        ("tests/test_ingress_http.py::test_health_ready_and_metrics",)),
+    Mutant("R16", "the answer encoded once is not the answer", "edge/web.py", (
+        ('SUCCESS_JSON = json.dumps(SUCCESS).encode()', 'SUCCESS_JSON = b"{}"'),),
+        ("tests/test_ingress_http.py::test_the_trace_check_sees_an_accepted_event",)),
+    Mutant("R17", "rq-dashboard's gate hangs on a blueprint no request has (its pages open)", "console/rqdash.py", (
+        ("    app.before_request_funcs.setdefault(rq_dashboard.blueprint.name, []).insert(0, _gate)",
+         '    app.before_request_funcs.setdefault("rq", []).insert(0, _gate)'),),
+        ("tests/test_console.py::test_without_a_sign_in_every_page_redirects_to_it_and_every_action_is_403",)),
     Mutant("R60", "a mid-stream model error (HTTP 200, overloaded_error) is mapped by its status: permanent",
            "claude/client.py", (
         ("    if status < 400:  # a mid-stream error: the HTTP status is the stream's\n"
