@@ -673,11 +673,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("K15", "signing out leaves the sign-in valid for whoever kept the cookie", "console/login.py", (
         ("    signins().close(op.sid)\n", "    pass\n"),),
         ("tests/test_console.py::test_token_sign_in_needs_the_login_forms_csrf_and_the_right_token",)),
-    Mutant("K16", "the route indexes never expire (an idle chat's index stays forever)", "runs/inbox_lua.py", (
-        ("    redis.call('EXPIRE', KEYS[i], keep_index)\n", ""),),
-        ("tests/test_inbox.py::test_an_idle_route_leaves_nothing_behind_after_its_retention",)),
-    # (end of K)
-    # Issue 31: features as plugins on an App.
+    Mutant("K16", "the route indexes never expire (an idle chat's index stays forever)", "runs/inbox.py", (
+        ("                pipe.expire(key, self.route_retention_s)\n", "                pass\n"),),
+        ("tests/test_inbox.py::test_a_route_index_drops_routes_past_their_retention_when_trimmed_not_per_batch",)),
     Mutant("P1", "a card click goes to items whatever action its button names", "turn/session.py", (
         ('    action = app.actions.get(name or app.action_for(value) or "")',
          '    action = app.actions.get("items:approve")'),),
@@ -750,20 +748,19 @@ MUTANTS: tuple[Mutant, ...] = (
         ("    low = {name: r for name, r in ratios.items() if r < FLOOR_RATIO}",
          "    low = {name: r for name, r in ratios.items() if r < 0}"),),
         ("tests/test_bench_ingest.py::test_the_benchmark_exits_1_when_any_ratio_is_below_the_floor",)),
-    Mutant("R2", "every event trims its route indexes again (the index upkeep back on the request path)",
+    Mutant("R2", "the webhook's PUSH indexes the route again (the index upkeep back on the request path)",
            "runs/inbox_lua.py", (
-        ("  if keep_index > 0 then  -- an index nobody adds to any more goes with its last route\n",
-         "  if keep_index > 0 then  -- an index nobody adds to any more goes with its last route\n"
-         "    redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', at - keep_index)\n"),),
-        ("tests/test_ingress_http.py::test_an_accepted_event_is_one_script_call_that_also_indexes_its_route",)),
-    Mutant("R3", "the route indexes are left out of the PUSH script (nothing indexes the route)", "runs/inbox.py", (
-        ("                k.kicks, k.metrics, k.route_state(rk), k.sessions(rk), k.routes,\n"
-         "                *(k.routes_of(i) for i in dict.fromkeys(index) if i)]",
-         "                k.kicks, k.metrics, k.route_state(rk), k.sessions(rk)]"),),
-        ("tests/test_ingress_http.py::test_an_accepted_event_is_one_script_call_that_also_indexes_its_route",)),
+        ("redis.call('HINCRBY', KEYS[7], 'events_queued', 1)\nif redis.call",
+         "redis.call('HINCRBY', KEYS[7], 'events_queued', 1)\n"
+         "redis.call('ZADD', (string.gsub(KEYS[5], 'dirty$', 'routes')), ARGV[5], ARGV[4])\nif redis.call"),),
+        ("tests/test_ingress_http.py::test_an_accepted_event_is_one_script_call_that_leaves_the_route_indexes_to_its_run",)),
+    Mutant("R3", "a run never indexes the routes it takes (the console finds no chat, person or topic)",
+           "jobs/drain.py", (
+        ("        self.rt.inbox.index(self.rk, index_ids(items))", "        index_ids(items)"),),
+        ("tests/test_pipeline.py::test_the_run_that_takes_a_message_indexes_its_route_by_chat_person_and_topic",)),
     Mutant("R4", "nothing trims a route index (routes past their retention stay listed)", "runs/inbox.py", (
         ('        return int(self.r.zremrangebyscore(index, "-inf", cut))', "        return 0"),),
-        ("tests/test_inbox.py::test_a_route_index_drops_routes_past_their_retention_when_trimmed_not_per_event",)),
+        ("tests/test_inbox.py::test_a_route_index_drops_routes_past_their_retention_when_trimmed_not_per_batch",)),
     Mutant("R5", "decrypt's hand-made CBC chain xors each block with the wrong neighbour", "edge/crypto.py", (
         ('int.from_bytes(blob[:-16], "big")', 'int.from_bytes(blob[16:], "big")'),),
         ("tests/test_crypto.py::test_official_test_vector",)),
