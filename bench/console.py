@@ -65,7 +65,8 @@ def populate(url: str, profile: str, routes: int, timers: int, dead: int, extras
         event = json.dumps({"event_id": f"ev{n}", "message_id": f"om_{n}", "chat_id": chat, "chat_type": "group",
                             "sender_open_id": sender, "sender_type": "user", "message_type": "text",
                             "text": f"问题 {n}", "content": "{}"})
-        inbox.push(rk, event, message_id=f"om_{n}", content_key=f"c{n}", queue="runs", index=(chat, sender))
+        inbox.push(rk, event, message_id=f"om_{n}", content_key=f"c{n}", queue="runs")
+        inbox.index(rk, (chat, sender))  # as the run that takes it would (no worker runs here)
     store = Timers(r, keys)
     now = time.time()
     for n in range(timers):

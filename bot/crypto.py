@@ -11,9 +11,11 @@ import hashlib
 import hmac
 import json
 import os
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from Crypto.Cipher import AES
 
@@ -74,6 +76,21 @@ def _key(encrypt_key: str) -> bytes:
     return hashlib.sha256(encrypt_key.encode("utf-8")).digest()
 
 
+_ciphers = threading.local()  # per thread: key → its AES block cipher (ECB), kept across requests
+CIPHERS_KEPT = 8
+
+
+def _block_cipher(encrypt_key: str) -> Any:
+    """Setting up AES costs more than decrypting an event, so each thread keeps the few keys it has seen."""
+    kept: dict[str, Any] = _ciphers.__dict__
+    found = kept.get(encrypt_key)
+    if found is None:
+        if len(kept) >= CIPHERS_KEPT:
+            kept.clear()
+        found = kept[encrypt_key] = AES.new(_key(encrypt_key), AES.MODE_ECB)
+    return found
+
+
 def encrypt(plaintext: str, encrypt_key: str, *, iv: bytes | None = None) -> str:
     """base64(IV || AES-256-CBC(sha256(key), IV, pkcs7(plaintext)))."""
     iv = iv or os.urandom(16)
@@ -91,7 +108,11 @@ def decrypt(token: str, encrypt_key: str) -> str:
         raise DecryptError("not base64") from None
     if len(blob) < 32 or len(blob) % 16:
         raise DecryptError("bad ciphertext length")
-    plain = AES.new(_key(encrypt_key), AES.MODE_CBC, blob[:16]).decrypt(blob[16:])
+    body = blob[16:]
+    # CBC by hand over the kept block cipher: each plaintext block is D(its ciphertext block) xor the ciphertext
+    # block before it (the IV for the first), so the whole xor is one big-integer operation.
+    mixed = int.from_bytes(_block_cipher(encrypt_key).decrypt(body), "big") ^ int.from_bytes(blob[:-16], "big")
+    plain = mixed.to_bytes(len(body), "big")
     pad = plain[-1]
     if not 1 <= pad <= 16 or plain[-pad:] != bytes([pad]) * pad:
         raise DecryptError("bad padding")

@@ -88,7 +88,7 @@ class Ingress:
         self.bot_open_id = identity.CachedOpenId(state, self.keys)
         self.inbox = Inbox(state, self.keys, int(settings.run_lease_seconds * 1000),
                            session_retention_s=settings.session_retention_s,
-                           route_retention_s=settings.route_retention_s)  # the route indexes' expiry, as configured
+                           route_retention_s=settings.route_retention_s)
         self.policy = policy_from(settings)
         self.encrypt_key = settings.secret("feishu_encrypt_key")
         self.token = settings.secret("feishu_verification_token")
@@ -252,8 +252,7 @@ class Ingress:
         reset = command is not None and command.resets
         pushed = self.inbox.push(route.key, dumps(inbound), message_id=inbound.message_id,
                                  content_key=inbound.content_key(), queue=route.queue,
-                                 reset_sid=new_session_id() if reset else "",
-                                 index=(inbound.chat_id, inbound.sender_id, inbound.thread_id or ""))
+                                 reset_sid=new_session_id() if reset else "")
         ctx["outcome"] = "duplicate" if pushed.duplicate else "queued"
         log.info("message accepted", extra={**ctx, "reason": ctx["outcome"]})
         return Response(200)

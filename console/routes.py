@@ -1,4 +1,4 @@
-"""Routes: the newest first, or those of one chat, person or topic (the indexes the inbox keeps on every event);
+"""Routes: the newest first, or those of one chat, person or topic (the indexes a run writes as it takes events);
 one route's policy, session chain, last turns with what they fetched, included and left pending, its pending
 and in-turn messages, timers, memory and item."""
 

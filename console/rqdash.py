@@ -52,8 +52,10 @@ def init_app(app: Flask) -> None:
     app.register_blueprint(rq_dashboard.blueprint, url_prefix=PREFIX)
     with app.app_context():
         rqw.setup_rq_connection(app)
-    app.before_request(_gate)
-    app.after_request(_headers)
+    # On rq-dashboard's own requests only (every webhook event paid for them as app-level hooks): the gate first,
+    # before rq-dashboard's own hooks, as an app-level one ran.
+    app.before_request_funcs.setdefault(rq_dashboard.blueprint.name, []).insert(0, _gate)
+    app.after_request_funcs.setdefault(rq_dashboard.blueprint.name, []).append(_headers)
 
 
 def _gate() -> Response | tuple[str, int] | None:

@@ -7,6 +7,7 @@ import hashlib
 import json
 
 from pydantic import BaseModel
+from pydantic_core import PydanticSerializationError
 
 # Message types of entries that are not people's messages, each answered by the service (turn/registry.py Event).
 CARD_ACTION_TYPE, RECORD_CHANGED_TYPE, TIMER_TYPE = "card_action", "record_changed", "timer"
@@ -61,5 +62,12 @@ class Inbound(BaseModel):
 
 
 def dumps(inbound: Inbound) -> str:
-    """The inbox entry: a JSON object without `gen`, which PUSH appends as the object's last member."""
-    return json.dumps(inbound.model_dump(mode="json", exclude={"gen"}), ensure_ascii=False, separators=(",", ":"))
+    """The inbox entry: a JSON object without `gen`, which PUSH appends as the object's last member.
+
+    pydantic's serializer writes the same text as `json.dumps(..., ensure_ascii=False, separators=(",", ":"))` of the
+    model's dump, in a quarter of the time (the webhook's hot path); text UTF-8 cannot carry (a lone surrogate) it
+    refuses, so that takes the slow way, to fail where it always did."""
+    try:
+        return inbound.model_dump_json(exclude={"gen"})
+    except PydanticSerializationError:
+        return json.dumps(inbound.model_dump(mode="json", exclude={"gen"}), ensure_ascii=False, separators=(",", ":"))

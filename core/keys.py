@@ -107,11 +107,11 @@ class Keys:
 
     @property
     def routes(self) -> str:
-        """ZSET route → time of its last event: every route, newest first (the console's routes page)."""
+        """ZSET route → when a run last took its events: every route, newest first (the console's routes page)."""
         return f"{self.prefix}:routes"
 
     def routes_of(self, ident: str) -> str:
-        """ZSET route → time of its last event, for one chat, person or topic id (`oc_…`, `ou_…`, `omt_…`)."""
+        """ZSET route → when a run last took its events, for one chat, person or topic id (`oc_…`, `ou_…`, `omt_…`)."""
         return f"{self.prefix}:routes_of:{ident}"
 
     def pool(self, host: str) -> str:

@@ -9,6 +9,7 @@ import json
 import time
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import redis
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
@@ -50,8 +51,14 @@ COUNTERS = {
 OLDEST_SAMPLE = 20
 
 
+_EVENTS_BY: dict[tuple[str, int], Any] = {}  # (outcome, status) → its counter; looking labels up costs more
+
+
 def observe_ingest(status: int, outcome: str, seconds: float) -> None:
-    EVENTS.labels(outcome, str(status)).inc()
+    counter = _EVENTS_BY.get((outcome, status))
+    if counter is None:
+        counter = _EVENTS_BY[(outcome, status)] = EVENTS.labels(outcome, str(status))
+    counter.inc()
     INGEST.observe(seconds)
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from pydantic import ValidationError
 
-from core.inbound import Inbound
+from core.inbound import CARD_ACTION_TYPE, RECORD_CHANGED_TYPE, TIMER_TYPE, Inbound
 
 
 def batch_id_of(raw: list[str]) -> str:
@@ -36,6 +36,16 @@ def parse(raw: list[str]) -> Parsed:
         else:
             readable.append(inbound)
     return Parsed(readable, unreadable)
+
+
+def index_ids(batch: list[Inbound | None]) -> list[str]:
+    """The chat, person and topic ids a batch's people's messages are looked up by (the route indexes); the service's
+    own entries (card clicks, record changes, timers) name none."""
+    found: list[str] = []
+    for m in batch:
+        if m is not None and m.message_type not in (CARD_ACTION_TYPE, RECORD_CHANGED_TYPE, TIMER_TYPE):
+            found += [m.chat_id, m.sender_id, m.thread_id or ""]
+    return found
 
 
 def ids(raw: list[str]) -> list[str]:

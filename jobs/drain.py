@@ -27,7 +27,7 @@ from rq.queue import Queue
 
 from core import metrics
 from core.inbound import Inbound
-from jobs.batches import Parsed, batch_id_of, ids, parse, parse_one
+from jobs.batches import Parsed, batch_id_of, ids, index_ids, parse, parse_one
 from jobs.giveup import GiveUp, Outcome
 from jobs.segments import COMMAND, STALE, next_segment
 from memory.sessions import RouteState
@@ -179,8 +179,10 @@ class Drain:
         """Consume the segment at the front of the batch (jobs/segments.py); None when the run goes on."""
         work = app_of(self.rt).route_work.get(self.kind)
         if work is not None:  # an internal route (an item's analysis, a chat's digest): one entry at a time, no session
+            self.rt.inbox.index(self.rk)  # in the list of every route; it has no chat, person or topic of its own
             return self._guarded(raw[:1], work.run)
         items = [parse_one(item) for item in raw]
+        self.rt.inbox.index(self.rk, index_ids(items))  # the console's lookups, written here, not by the webhook
         state = self.rt.sessions.state(self.rk)
         seg = next_segment(items, state.generation, app_of(self.rt), self.kind, self.rt.settings)
         self.gen = state.generation

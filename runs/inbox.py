@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -79,23 +79,36 @@ class Inbox:
     # -- the webhook -----------------------------------------------------------------------------------
 
     def push(self, rk: str, event: str, *, message_id: str, content_key: str, queue: str,
-             reset_sid: str = "", index: Sequence[str] = (), dedupe_ttl_s: int = DEDUPE_TTL_S) -> PushResult:
+             reset_sid: str = "", dedupe_ttl_s: int = DEDUPE_TTL_S) -> PushResult:
         """Store one event. `reset_sid`: the event is a user reset; the route's new session gets this id.
-        `index`: the ids the route is found by (its chat, the sender, the topic), besides the list of all routes.
-        `dedupe_ttl_s`: how long a redelivery is recognised (a sender that redelivers later keeps it longer)."""
+        `dedupe_ttl_s`: how long a redelivery is recognised (a sender that redelivers later keeps it longer).
+        The route indexes are not written here but by the run that takes the event (`index`)."""
         token = new_token()
         k = self.k
         keys = [k.seen_message(message_id), k.seen_content(content_key), k.inbox(rk), k.lease(rk), k.dirty,
-                k.kicks, k.metrics, k.route_state(rk), k.sessions(rk), k.routes,
-                *(k.routes_of(i) for i in dict.fromkeys(index) if i)]
+                k.kicks, k.metrics, k.route_state(rk), k.sessions(rk)]
         kick = Kick(route_key=rk, token=token, queue=queue).dumps()
         res = self._push(keys, [event, token, KICK_TTL_MS, rk, time.time(), dedupe_ttl_s, kick, reset_sid,
-                                k.session_log_prefix(rk), self.session_retention_s, self.route_retention_s])
+                                k.session_log_prefix(rk), self.session_retention_s])
         return PushResult(duplicate=res == -1, kicked=res == 1)
+
+    # -- the route indexes: the console's lookups ---------------------------------------------------------
+
+    def index(self, rk: str, ids: Iterable[str] = (), now: float | None = None) -> None:
+        """Note a route in the index of every route and in the index of each chat, person or topic id given, scored
+        by now. A run calls it when it takes a batch, so no webhook request pays for the indexes (issue 32). An
+        index nobody adds to any more expires with its last route (the routes' retention after their last batch)."""
+        at = time.time() if now is None else now
+        pipe = self.r.pipeline(transaction=False)
+        for key in (self.k.routes, *(self.k.routes_of(i) for i in dict.fromkeys(ids) if i)):
+            pipe.zadd(key, {rk: at})
+            if self.route_retention_s > 0:
+                pipe.expire(key, self.route_retention_s)
+        pipe.execute()
 
     def trim_index(self, index: str, now: float | None = None) -> int:
         """Drop the routes past their retention from a route index; the sweeper (all routes) and the console (the
-        index it reads) call it, so no event pays for it. Returns how many went."""
+        index it reads) call it, so no batch pays for it. Returns how many went."""
         if self.route_retention_s <= 0:
             return 0
         cut = (time.time() if now is None else now) - self.route_retention_s

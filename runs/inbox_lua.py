@@ -11,15 +11,15 @@ Invariants (checked by tests/test_protocol.py against real Redis):
   a user reset overtook its turn or it was sent before one, consumes it without a record).
 """
 
-# KEYS: seen_msg, seen_content, inbox, lease, dirty, kicks, metrics, route, sessions, then the route indexes
-#       (every route by last event; the routes of a chat, a person, a topic: the console's lookups)
+# KEYS: seen_msg, seen_content, inbox, lease, dirty, kicks, metrics, route, sessions
 # ARGV: event, kick_token, kick_ttl_ms, route_key, now, dedupe_ttl_s, kick_record,
-#       reset_sid ('' = not a reset), session_log_prefix, retention_s, index_retention_s (0 = kept)
+#       reset_sid ('' = not a reset), session_log_prefix, retention_s
 # Dedupe, append and kick are one step: a crash between them would lose the event and the
 # redelivery would then be deduped away. Each stored event gets the route's generation as its JSON
 # object's last member. A user reset takes effect here, when it is accepted: the generation moves on
 # (fencing every run that began before it), the current session ends as `user_reset`, and the route
-# points to a new, empty session.
+# points to a new, empty session. The route indexes (the console's lookups) are not written here: the run that
+# takes the event writes them (Inbox.index), so no webhook request pays for them (issue 32).
 PUSH = """
 if not redis.call('SET', KEYS[1], '1', 'NX', 'EX', ARGV[6]) then
   redis.call('HINCRBY', KEYS[7], 'dedupe_hits', 1)
@@ -58,13 +58,6 @@ end
 redis.call('RPUSH', KEYS[3], event)
 redis.call('ZADD', KEYS[5], 'NX', ARGV[5], ARGV[4])
 redis.call('HINCRBY', KEYS[7], 'events_queued', 1)
-local at, keep_index = tonumber(ARGV[5]), tonumber(ARGV[11] or '0')
-for i = 10, #KEYS do  -- an index entry lives as long as the route it names (its retention after its last event)
-  redis.call('ZADD', KEYS[i], at, ARGV[4])
-  if keep_index > 0 then  -- an index nobody adds to any more goes with its last route
-    redis.call('EXPIRE', KEYS[i], keep_index)
-  end
-end  -- entries of routes past their retention are trimmed off the request path (Inbox.trim_index)
 if redis.call('SET', KEYS[4], 'k:' .. ARGV[2], 'NX', 'PX', ARGV[3]) then
   redis.call('RPUSH', KEYS[6], ARGV[7])
   return 1

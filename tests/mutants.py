@@ -212,7 +212,7 @@ MUTANTS: tuple[Mutant, ...] = (
         ("    room = max(0, maximum - sum(alive.values()))", "    room = 0"),),
         ("tests/test_elastic.py::test_a_burst_of_routes_runs_at_once_and_the_pool_shrinks_back",)),
     Mutant("E10", "pushes are acknowledged before a replica has them", "state/groupcommit.py", (
-        ("        waited = self.replicas.add(pipe)", "        waited = False"),),
+        ("        waited = self.replicas.wanted()", "        waited = False"),),
         ("tests/test_sentinel.py::test_failover_mid_load_loses_nothing_and_answers_once",)),
     Mutant("E11", "a chaining horse passes jobs waiting in its RQ queue", "jobs/drain.py", (
         ("        if origin and rt.rq.llen(waiting_jobs):", "        if False:"),),
@@ -673,11 +673,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("K15", "signing out leaves the sign-in valid for whoever kept the cookie", "console/login.py", (
         ("    signins().close(op.sid)\n", "    pass\n"),),
         ("tests/test_console.py::test_token_sign_in_needs_the_login_forms_csrf_and_the_right_token",)),
-    Mutant("K16", "the route indexes never expire (an idle chat's index stays forever)", "runs/inbox_lua.py", (
-        ("    redis.call('EXPIRE', KEYS[i], keep_index)\n", ""),),
-        ("tests/test_inbox.py::test_an_idle_route_leaves_nothing_behind_after_its_retention",)),
-    # (end of K)
-    # Issue 31: features as plugins on an App.
+    Mutant("K16", "the route indexes never expire (an idle chat's index stays forever)", "runs/inbox.py", (
+        ("                pipe.expire(key, self.route_retention_s)\n", "                pass\n"),),
+        ("tests/test_inbox.py::test_a_route_index_drops_routes_past_their_retention_when_trimmed_not_per_batch",)),
     Mutant("P1", "a card click goes to items whatever action its button names", "turn/session.py", (
         ('    action = app.actions.get(name or app.action_for(value) or "")',
          '    action = app.actions.get("items:approve")'),),
@@ -752,20 +750,45 @@ MUTANTS: tuple[Mutant, ...] = (
         ("    low = {name: r for name, r in ratios.items() if r < FLOOR_RATIO}",
          "    low = {name: r for name, r in ratios.items() if r < 0}"),),
         ("tests/test_bench_ingest.py::test_the_benchmark_exits_1_when_any_ratio_is_below_the_floor",)),
-    Mutant("R2", "every event trims its route indexes again (the index upkeep back on the request path)",
+    Mutant("R2", "the webhook's PUSH indexes the route again (the index upkeep back on the request path)",
            "runs/inbox_lua.py", (
-        ("  if keep_index > 0 then  -- an index nobody adds to any more goes with its last route\n",
-         "  if keep_index > 0 then  -- an index nobody adds to any more goes with its last route\n"
-         "    redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', at - keep_index)\n"),),
-        ("tests/test_ingress_http.py::test_an_accepted_event_is_one_script_call_that_also_indexes_its_route",)),
-    Mutant("R3", "the route indexes are left out of the PUSH script (nothing indexes the route)", "runs/inbox.py", (
-        ("                k.kicks, k.metrics, k.route_state(rk), k.sessions(rk), k.routes,\n"
-         "                *(k.routes_of(i) for i in dict.fromkeys(index) if i)]",
-         "                k.kicks, k.metrics, k.route_state(rk), k.sessions(rk)]"),),
-        ("tests/test_ingress_http.py::test_an_accepted_event_is_one_script_call_that_also_indexes_its_route",)),
+        ("redis.call('HINCRBY', KEYS[7], 'events_queued', 1)\nif redis.call",
+         "redis.call('HINCRBY', KEYS[7], 'events_queued', 1)\n"
+         "redis.call('ZADD', (string.gsub(KEYS[5], 'dirty$', 'routes')), ARGV[5], ARGV[4])\nif redis.call"),),
+        ("tests/test_ingress_http.py::test_an_accepted_event_is_one_script_call_that_leaves_the_route_indexes_to_its_run",)),
+    Mutant("R3", "a run never indexes the routes it takes (the console finds no chat, person or topic)",
+           "jobs/drain.py", (
+        ("        self.rt.inbox.index(self.rk, index_ids(items))", "        index_ids(items)"),),
+        ("tests/test_pipeline.py::test_the_run_that_takes_a_message_indexes_its_route_by_chat_person_and_topic",)),
     Mutant("R4", "nothing trims a route index (routes past their retention stay listed)", "runs/inbox.py", (
         ('        return int(self.r.zremrangebyscore(index, "-inf", cut))', "        return 0"),),
-        ("tests/test_inbox.py::test_a_route_index_drops_routes_past_their_retention_when_trimmed_not_per_event",)),
+        ("tests/test_inbox.py::test_a_route_index_drops_routes_past_their_retention_when_trimmed_not_per_batch",)),
+    Mutant("R5", "decrypt's hand-made CBC chain xors each block with the wrong neighbour", "bot/crypto.py", (
+        ('int.from_bytes(blob[:-16], "big")', 'int.from_bytes(blob[16:], "big")'),),
+        ("tests/test_crypto.py::test_official_test_vector",)),
+    Mutant("R6", "a thread's kept AES cipher serves whatever key it is asked for", "bot/crypto.py", (
+        ("    found = kept.get(encrypt_key)\n", "    found = next(iter(kept.values()), None)\n"),),
+        ("tests/test_crypto.py::test_each_thread_decrypts_with_the_key_it_is_given_among_many",)),
+    Mutant("R7", "the fast inbox entry is not the json module's text (the generation slips in)", "core/inbound.py", (
+        ('        return inbound.model_dump_json(exclude={"gen"})', "        return inbound.model_dump_json()"),),
+        ("tests/test_parsers.py::test_an_inbox_entry_is_the_json_text_of_the_message_without_its_generation",)),
+    Mutant("R8", "the group commit writes on a connection the server has closed (a 503 instead of a reconnect)",
+           "state/groupcommit.py", (
+        ("            stale = conn.can_read()\n", "            stale = False\n"),),
+        ("tests/test_groupcommit.py::test_a_dropped_connection_is_reopened_and_the_call_answered",)),
+    Mutant("R9", "a forked child writes on its parent's group-commit connection", "state/groupcommit.py", (
+        ("        if self._conn is None or self._pid != os.getpid():\n", "        if self._conn is None:\n"),),
+        ("tests/test_groupcommit.py::test_a_forked_child_talks_over_its_own_connection",)),
+    Mutant("R15", "an ingest outcome's kept counter is never counted", "core/metrics.py", (
+        ("    counter.inc()\n", ""),),
+        ("tests/test_ingress_http.py::test_health_ready_and_metrics",)),
+    Mutant("R16", "the answer encoded once is not the answer", "bot/web.py", (
+        ('SUCCESS_JSON = json.dumps(SUCCESS).encode()', 'SUCCESS_JSON = b"{}"'),),
+        ("tests/test_ingress_http.py::test_the_trace_check_sees_an_accepted_event",)),
+    Mutant("R17", "rq-dashboard's gate hangs on a blueprint no request has (its pages open)", "console/rqdash.py", (
+        ("    app.before_request_funcs.setdefault(rq_dashboard.blueprint.name, []).insert(0, _gate)",
+         '    app.before_request_funcs.setdefault("rq", []).insert(0, _gate)'),),
+        ("tests/test_console.py::test_without_a_sign_in_every_page_redirects_to_it_and_every_action_is_403",)),
     Mutant("R60", "a mid-stream model error (HTTP 200, overloaded_error) is mapped by its status: permanent",
            "claude/client.py", (
         ("    if status < 400:  # a mid-stream error: the HTTP status is the stream's\n"

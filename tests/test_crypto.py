@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from lark_oapi.core.utils.decryptor import AESCipher
 
 from bot.crypto import (
+    CIPHERS_KEPT,
     SIGNATURE_HEADER,
     TIMESTAMP_HEADER,
     DecryptError,
@@ -83,3 +84,21 @@ def test_wrong_key_does_not_yield_plaintext() -> None:
     except DecryptError:
         return
     assert out != json.dumps({"challenge": "c"})
+
+
+def test_each_thread_decrypts_with_the_key_it_is_given_among_many() -> None:
+    """decrypt keeps a set-up cipher per thread and key (issue 32: setting AES up costs more than decrypting an
+    event): more keys than it keeps, interleaved, from several threads, never borrow another key's cipher."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    keys = [f"key-{i}" for i in range(CIPHERS_KEPT + 3)]
+    tokens = {k: encrypt(f"plain for {k}", k) for k in keys}
+
+    def run(offset: int) -> list[str]:
+        order = keys[offset:] + keys[:offset]
+        return [decrypt(tokens[k], k) for _ in range(3) for k in order]
+
+    with ThreadPoolExecutor(4) as pool:
+        for offset, got in enumerate(pool.map(run, range(4))):
+            order = keys[offset:] + keys[:offset]
+            assert got == [f"plain for {k}" for _ in range(3) for k in order]

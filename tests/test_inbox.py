@@ -320,17 +320,19 @@ def test_an_idle_route_leaves_nothing_behind_after_its_retention(redis_url: str)
     assert all(ttl > 0 for ttl in left.values()), left  # what is left (message dedupe marks) expires too
 
 
-def test_a_route_index_drops_routes_past_their_retention_when_trimmed_not_per_event(redis_url: str) -> None:
-    """Issue 32: PUSH only adds to the route indexes; the routes past their retention leave an index when the sweeper
-    (all routes) or the console (the index it reads) trims it, so no event pays for an index's upkeep."""
+def test_a_route_index_drops_routes_past_their_retention_when_trimmed_not_per_batch(redis_url: str) -> None:
+    """Issue 32: storing an event indexes nothing; the run that takes it adds its route to the indexes (`index`), and
+    routes past their retention leave an index when the sweeper (all routes) or the console (the index it reads) trims
+    it, so no batch pays for an index's upkeep."""
     r = redis.Redis.from_url(redis_url, decode_responses=True)
     keys = Keys(unique("trim"))
     inbox = Inbox(r, keys, lease_ms=2000, route_retention_s=100)
-    inbox.push("rk_old", "{}", message_id=unique("m"), content_key=unique("c"), queue="q", index=("oc_trim",))
-    r.zadd(keys.routes, {"rk_old": time.time() - 101})  # its last event was past the retention
-    r.zadd(keys.routes_of("oc_trim"), {"rk_old": time.time() - 101})
-    inbox.push("rk_new", "{}", message_id=unique("m"), content_key=unique("c"), queue="q", index=("oc_trim",))
-    assert r.zscore(keys.routes, "rk_old") is not None  # a push leaves the old entry alone
-    assert 0 < r.ttl(keys.routes_of("oc_trim")) <= 100  # an index nobody adds to still goes with its last route
+    inbox.push("rk_new", "{}", message_id=unique("m"), content_key=unique("c"), queue="q")
+    assert not r.exists(keys.routes, keys.routes_of("oc_trim"))  # the webhook's PUSH leaves the indexes to the run
+    inbox.index("rk_old", ("oc_trim", ""), now=time.time() - 101)  # its last batch was past the retention
+    inbox.index("rk_new", ("oc_trim", "oc_trim"))
+    assert r.zscore(keys.routes, "rk_old") is not None  # adding leaves the old entry alone
+    assert 0 < r.ttl(keys.routes) <= 100 and 0 < r.ttl(keys.routes_of("oc_trim")) <= 100  # they go with their routes
+    assert not r.exists(keys.routes_of(""))
     assert inbox.trim_index(keys.routes) == 1 and inbox.trim_index(keys.routes_of("oc_trim")) == 1
     assert r.zrange(keys.routes, 0, -1) == r.zrange(keys.routes_of("oc_trim"), 0, -1) == ["rk_new"]

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bot.envelope import Envelope, MessageEvent, to_inbound
-from core.inbound import Inbound
+from core.inbound import Inbound, Mention, dumps
 from feishu.message import FORWARDED_PLACEHOLDER, ContentError, content_object, has_lone_surrogate
 from routing.admission import admit
 from routing.policy import Policy
@@ -251,3 +251,19 @@ def test_system_templates_are_filled_or_their_placeholders_dropped(content: str,
 
 def test_a_forwarded_bundle_is_left_for_the_worker_to_fetch() -> None:
     assert parse(event("merge_forward", sample_content("merge_forward"))).text == FORWARDED_PLACEHOLDER
+
+
+@settings(deadline=None)
+@given(st.text(), st.text(), st.one_of(st.none(), st.text()), st.booleans())
+def test_an_inbox_entry_is_the_json_text_of_the_message_without_its_generation(
+        text: str, name: str, thread: str | None, everyone: bool) -> None:
+    """`dumps` takes pydantic's serializer for speed (the webhook's hot path); it must write exactly what the
+    json module writes, so entries read the same whichever release stored them."""
+    inbound = Inbound(event_id="ev", message_id="om", chat_id="oc", chat_type="group", sender_open_id="ou",
+                      sender_type="user", message_type="text", text=text,
+                      content=json.dumps({"text": text}, ensure_ascii=False), thread_id=thread,
+                      mentions=[Mention(key="@_user_1", open_id=None, name=name)], mentioned_all=everyone, gen=7)
+    entry = dumps(inbound)
+    assert entry == json.dumps(inbound.model_dump(mode="json", exclude={"gen"}), ensure_ascii=False,
+                               separators=(",", ":"))
+    assert Inbound.model_validate_json(entry) == inbound.model_copy(update={"gen": None})

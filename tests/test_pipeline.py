@@ -214,3 +214,17 @@ def _all_covered(claude, texts: list[str]) -> bool:
 
 def _last_in(message: str, texts: list[str]) -> int:
     return max(i for i, t in enumerate(texts) if t in message)
+
+
+def test_the_run_that_takes_a_message_indexes_its_route_by_chat_person_and_topic(service, feishu, r, keys) -> None:
+    """Issue 32: the console finds a route by its chat, its people and its topic; the webhook stores the event only,
+    and the run that takes it writes those indexes, each going with its routes after their retention."""
+    chat, thread, sender = unique("oc_idx"), unique("omt_idx"), unique("ou_idx")
+    env = deliver(service, feishu, chat_id=chat, chat_type="group", sender_open_id=sender, thread_id=thread,
+                  text="@_user_1 话题里的问题", mentions=AT_BOT)
+    feishu.wait_for(lambda: feishu.replies_to(message_id(env)))
+    rk = route_key("topic", chat, thread)
+    wait_route_idle(r, keys, rk)
+    for index in (keys.routes, keys.routes_of(chat), keys.routes_of(sender), keys.routes_of(thread)):
+        assert r.zscore(index, rk) is not None, index
+        assert r.ttl(index) > 0, index
