@@ -9,6 +9,8 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from sandbox.claude.cache import TooManyBreakpoints, blocks_of, total_tokens
+
 REPLY_PREFIX = "收到。你说的是："
 REMOVED_PARAMS = ("temperature", "top_p", "top_k")  # 400 since API version 2026-10-21
 STREAM_CHUNK_CHARS = 16
@@ -80,6 +82,10 @@ def validate(body: Any, *, needs_max_tokens: bool = True) -> dict[str, Any]:
     _check_messages(body.get("messages"))
     _check_system(body.get("system"))
     _check_tools(body.get("tools"))
+    try:
+        blocks_of(body)  # at most four cache_control breakpoints
+    except TooManyBreakpoints as exc:
+        raise _invalid(str(exc)) from None
     return body
 
 
@@ -131,20 +137,8 @@ def _unwrapped(text: str) -> str:
 
 
 def input_tokens(body: dict[str, Any]) -> int:
-    payload = {"system": body.get("system"), "tools": body.get("tools"), "messages": body["messages"]}
-    return max(1, len(json.dumps(payload, ensure_ascii=False)) // 4)
-
-
-def cached_prefix(body: dict[str, Any]) -> tuple[str, int] | None:
-    """(key, tokens) of the system prefix up to the first cache_control block, if the request marks one."""
-    system = body.get("system")
-    if not isinstance(system, list):
-        return None
-    for i, block in enumerate(system):
-        if block.get("cache_control"):
-            prefix = system[: i + 1]
-            return stable_hash(prefix), max(1, len(json.dumps(prefix, ensure_ascii=False)) // 4)
-    return None
+    """The request's input tokens as the stand-in counts them (per block: sandbox/claude/cache.py)."""
+    return total_tokens(body)
 
 
 def content_blocks(answer: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
