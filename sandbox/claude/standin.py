@@ -29,6 +29,7 @@ from sandbox.claude.faults import (
     overlaps,
 )
 from sandbox.claude.followups import check_reply, schedule_reply
+from sandbox.claude.instructions import instructed_reply
 from sandbox.claude.items import analysis_reply, propose_reply
 from sandbox.claude.memory import memory_reply
 from sandbox.claude.recall import recall_reply
@@ -355,7 +356,7 @@ def builtin_reply(body: dict[str, Any]) -> Answer:
     """The stand-in's own chain, asked in order: the first that recognises the request answers it."""
     return (check_reply(body) or triage_reply(body) or analysis_reply(body) or dream_reply(body)
             or memory_reply(body) or schedule_reply(body) or propose_reply(body) or recall_reply(body)
-            or document_reply(body) or wire.default_reply(body))
+            or document_reply(body) or instructed_reply(body) or wire.default_reply(body))
 
 
 def _broken_off(frames: list[str], fault: Fault, request_id: str) -> list[str]:

@@ -114,6 +114,31 @@ def _check_tools(tools: Any) -> None:
         raise _invalid("tools: tool names must be unique")
 
 
+_UNAVAILABLE = re.compile(r"<tools_unavailable>(.*?)</tools_unavailable>", re.DOTALL)
+
+
+def offered(body: dict[str, Any], name: str) -> bool:
+    """Whether the request offers tool `name` and its turn may use it: listed in `tools` and not named in the turn's
+    <tools_unavailable> (a model reads that and does not call it)."""
+    if name not in {t.get("name") for t in body.get("tools") or [] if isinstance(t, dict)}:
+        return False
+    for m in reversed(body.get("messages") or []):
+        content = m.get("content")
+        texts = block_text(content) if isinstance(content, (str, list)) else ""
+        if m.get("role") == "user" and "<message " in texts:  # the turn's own message (not a tool result)
+            found = _UNAVAILABLE.search(texts)
+            return not (found and re.search(rf"(^|; ){re.escape(name)}:", found.group(1)))
+    return True
+
+
+_QUOTED = re.compile(r"<quoted\b[^>]*>.*?</quoted>(?: \(the rest: read_message[^)]*\))?\n?", re.DOTALL)
+
+
+def without_quotes(text: str) -> str:
+    """A message's own words: the <quoted> message it replies to is data, never the sender's request."""
+    return _QUOTED.sub("", text)
+
+
 def block_text(content: Any) -> str:
     """The text of a message's content: the string itself or its text blocks concatenated."""
     if isinstance(content, str):
@@ -133,7 +158,7 @@ _MESSAGE_TAG = re.compile(r"<message\b[^>]*>\n?(.*?)\n?</message>", re.DOTALL)
 def _unwrapped(text: str) -> str:
     """The user's words without the attribution tags a chat bot wraps them in, unescaped (readable replies)."""
     inner = _MESSAGE_TAG.findall(text)
-    return " / ".join(html.unescape(part.strip()) for part in inner) if inner else text
+    return " / ".join(html.unescape(without_quotes(part).strip()) for part in inner) if inner else text
 
 
 def input_tokens(body: dict[str, Any]) -> int:
@@ -191,7 +216,7 @@ def _frame(event: str, data: dict[str, Any]) -> str:
     return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
 
 
-COMPRESSION_MARKER = "<<session-compression v1>>"  # memory/compress.py's compression system prompt
+COMPRESSION_MARKER = "You compress the older part of a team chat"  # how memory/compress.py's prompt opens
 SUMMARY_CHARS_PER_TURN = 40
 _TURN = re.compile(r'<turn role="(user|assistant)">\n?(.*?)\n?</turn>', re.DOTALL)
 
