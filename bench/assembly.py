@@ -40,7 +40,7 @@ from state.embedded import ensure_server, stop_server
 from turn.rotation import load
 
 OUT = Path(__file__).resolve().parent / "results" / "context.json"
-BUDGET, RESERVE = 2000, 256
+BUDGET, RESERVE = 6000, 256
 SAMPLE = 200  # assemblies timed per set
 TEXT = "调度日志显示任务按时启动，耗时正常，输出文件大小也和前几天差不多，但是下游看板的数字仍然对不上。" * 3
 
