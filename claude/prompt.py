@@ -74,7 +74,7 @@ def message_attrs(m: Inbound, names: Mapping[str, str] | None = None, tz: tzinfo
         attrs += f' name="{html.escape(name)}"'
     if tz is not None and m.create_time and m.create_time.isdigit():
         attrs += f' time="{iso_ms(int(m.create_time), tz)}"'
-    if m.parent_id:
+    if m.parent_id and not m.thread_id:  # in a topic every message's parent is its root: structure, not a quote
         attrs += f' quotes="{html.escape(m.parent_id)}"'
     return attrs
 

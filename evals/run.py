@@ -109,5 +109,6 @@ def run(keep: bool = True) -> tuple[list[Result], str]:
         if keep:
             save(found)
         client, model, live = client_for(rig.stack.claude.url)
+        rig.stack.claude.cache.clear()  # each answered as a first request, as the live model sees them
         results = evaluate(found, client, model)
     return results, table(results, model, live)

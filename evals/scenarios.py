@@ -163,7 +163,7 @@ def quotes(rig: Rig) -> list[Recorded]:
     answer = rig.wait(lambda: rig.stack.feishu.replies_to(first), label="the answer")[0]["message_id"]
     cursor = len(rig.requests)
     rig.say(chat, "你上面说的第二点具体指什么？", sender="ou_dan", parent=answer, root=answer)
-    inlined = Recorded("quote_inlined", "a reply quoting the bot's answer: the quote is inlined, no read_message",
+    inlined = Recorded("quote_of_the_answer", "a reply quoting the bot's answer: named by its head, no read_message",
                        _with(rig, cursor, "你上面说的第二点"), Rubric(tool=NO_TOOL, must_not_call=("read_message",)),
                        route=_first_rounds(rig, 0, chat))
     old = rig.say(chat, "明天上午提醒我交周报", sender="ou_dan")

@@ -99,7 +99,7 @@ def duplicates(body: Mapping[str, Any]) -> list[str]:
 
 def placeholders(body: Mapping[str, Any]) -> list[str]:
     problems = []
-    sent = json.dumps(body.get("messages"), ensure_ascii=False)
+    sent = "\n".join(_texts(body))
     if "[interactive]" in sent:
         problems.append("a card shown as [interactive]")
     if found := _EPOCH_TIME.search(sent):

@@ -121,9 +121,21 @@ def follow_up(web: WebServer, feishu: Any, chat: str, thread: str, root: str, te
 
 # -- 1. a topic's report → one record, one card: placeholder → summary → full --------------------------------
 
-def test_a_topic_report_becomes_one_record_and_a_first_answer_in_three_versions(rig, feishu, r) -> None:
+def test_a_topic_report_becomes_one_record_and_a_first_answer_in_three_versions(rig, feishu, claude, r) -> None:
     web, keys, _ = rig
+    cursor = len(claude.requests)
     chat, thread, _root, item = open_topic(web, feishu, r, keys)
+    # Issue 34: the summary and the full analysis share system and materials (cached) before their tasks; the full
+    # one sees the summary already shown; each may answer at its length whatever MAX_OUTPUT_TOKENS (256 here) is.
+    calls = [c for c in claude.requests_since(cursor) if "<materials>" in json.dumps(c["body"]["messages"])]
+    summary, full = (next(c for c in calls if task in json.dumps(c["body"]["messages"])) for task in
+                     ("SHORT SUMMARY", "FULL ANALYSIS"))
+    assert summary["body"]["system"] == full["body"]["system"]
+    assert summary["body"]["messages"][0]["content"][0] == full["body"]["messages"][0]["content"][0]  # materials
+    assert "<summary_shown" in full["body"]["messages"][0]["content"][1]["text"] and "摘要：" in \
+        full["body"]["messages"][0]["content"][1]["text"]
+    assert summary["body"]["max_tokens"] >= 512 and full["body"]["max_tokens"] >= 2048 > RESERVE
+    assert full["usage"]["cache_read_input_tokens"] > 0  # the shared prefix, read from the cache
     records = records_of(feishu, item.item_id)
     assert len(records) == 1 and item.record_id == records[0]["record_id"]
     fields = records[0]["fields"]
@@ -372,11 +384,16 @@ def _status_writes(feishu: Any, record_id: str) -> list[Any]:
             if w["record_id"] == record_id and "状态" in w["fields"]]
 
 
-def test_an_approval_writes_once_strangers_and_rejections_write_nothing(rig, feishu, r) -> None:
+def test_an_approval_writes_once_strangers_and_rejections_write_nothing(rig, feishu, claude, r) -> None:
     web, keys, _ = rig
     chat, thread, root, item = open_topic(web, feishu, r, keys)
     rk = topic_rk(keys, chat, thread)
     follow_up(web, feishu, chat, thread, root, "确认修好了，把状态改成已解决", sender="ou_dev")
+    # Issue 34: the tool lists the status options the table offers (its field's options), so a model picks one.
+    asked = model_requests_with(claude, "把状态改成已解决")[0]["body"]
+    propose = next(t for t in asked["tools"] if t["name"] == "propose_record_change")
+    assert propose["input_schema"]["properties"]["value"]["description"].endswith(
+        "Status options: 待处理, 处理中, 待确认, 已解决, 已关闭")
     card = wait_for(lambda: _proposal_card(feishu, chat), 30, what="the approval card")
     buttons = _buttons(feishu, card["message_id"])
     _click(web, "ou_stranger", buttons["approve"], card["message_id"], chat)

@@ -109,9 +109,17 @@ def test_people_are_shown_by_name_and_quoted_messages_are_inlined(service, feish
     batch = body["messages"][-1]["content"][0]["text"]
     assert 'sender="ou_named"' in batch and 'name="王芳"' in batch  # the open_id stays the key
     assert re.search(r'time="\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+08:00"', batch)
-    quoted = re.search(rf'<quoted message_id="{answer}" sender="assistant"[^>]*>(.*?)</quoted>', batch, re.DOTALL)
-    assert quoted and "发布前要检查哪三件事" in quoted.group(1)  # the bot's answer, whole, as data
+    # The bot's answer is in the history already: the quote names it by its head, never repeats it whole.
+    quoted = re.search(rf'<quoted ref="{answer}" sender="assistant" shown="above">(.*?)</quoted>', batch, re.DOTALL)
+    assert quoted and "发布前要检查哪三件事" in quoted.group(1)
     assert structure.duplicates(body) == [] and structure.placeholders(body) == []
+    # A message the conversation never showed (the person's own, not sent to the bot) is inlined whole, as data.
+    aside = unique("om_aside")
+    feishu.add_message(aside, chat, text="备忘：发布窗口是周四 20:00", sender_open_id="ou_named", chat_mode="p2p")
+    ask(service, feishu, r, keys, chat, "这条备忘对吗？", sender_open_id="ou_named", parent_id=aside, root_id=aside)
+    batch = turn_request(claude, "这条备忘对吗")["messages"][-1]["content"][0]["text"]
+    assert re.search(rf'<quoted message_id="{aside}" sender="ou_named" name="王芳" time="[^"]+\+08:00">'
+                     r"备忘：发布窗口是周四 20:00</quoted>", batch)
 
 
 def test_the_bots_card_reads_as_text_and_tool_rounds_stay_in_history(service, feishu, claude, r, keys) -> None:

@@ -99,6 +99,8 @@ def test_a_long_conversation_rotates_and_keeps_what_matters_within_budget(rig, f
     compressions = [c["body"] for c in claude.requests
                     if claude_wire.COMPRESSION_MARKER in json.dumps(c["body"]["system"], ensure_ascii=False)]
     assert len(compressions) == 1
+    # Issue 34: the compression prompt opens with its own words (no literal "<<session-compression v1>>").
+    assert compressions[0]["system"][0]["text"].startswith("You compress the older part of a team chat")
     compressed = text_of(compressions[0])
     carried = json.dumps(r.lrange(keys.session_log(rk, s2["id"]), 0, -1), ensure_ascii=False)
     assert BACKGROUND in compressed  # every turn of S1 was either compressed or carried over into S2

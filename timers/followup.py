@@ -193,6 +193,8 @@ def _recent(rt: Runtime, rk: str, state: RouteState, t: Timer | None = None) -> 
     kept: list[str] = []
     used = 0
     for e in reversed(entries):
+        if asked and t is not None and t.source_message_id in (e.get("message_ids") or []):
+            continue  # shown whole in <asked>: never twice
         line = f'<turn role="{e.get("role")}">\n{e.get("text", "")}\n</turn>'
         if used + len(line) > TAIL_CHARS:
             break

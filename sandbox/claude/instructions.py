@@ -10,7 +10,7 @@ import html
 import re
 from typing import Any
 
-from sandbox.claude.wire import _unwrapped, block_text, without_quotes
+from sandbox.claude.wire import block_text
 
 _FILE = re.compile(r'<file path="/memories/(people|chats)/([A-Za-z0-9_-]+)/instructions\.md"[^>]*>\n(.*?)\n</file>',
                    re.DOTALL)
@@ -35,5 +35,5 @@ def instructed_reply(body: dict[str, Any]) -> str | None:
     senders = set(_SENDER.findall(text.split("<turn_context", 1)[0]))
     english = any(kind == "people" and ident in senders and _ENGLISH.search(words) for kind, ident, words in files)
     if english:
-        return "Received. You said: " + without_quotes(_unwrapped(text.split("<turn_context", 1)[0])).strip()
+        return "Received. I will answer in English, as your memory asks."
     return None
