@@ -305,7 +305,7 @@ class Reader(Pages):
             return f'<already_in_context ref="{html.escape(mid)}"/> Its whole text is above.'
         item = get_message(self.rt.feishu, mid) if mid else None
         if item is None or not self.scope.allows(item):
-            return "No such message in this conversation."
+            raise ToolRefused("No such message in this conversation.")  # a tool error (is_error)
         add_once(self.fetched, mid)
         if offset:
             return self._message_from(item, mid, offset, room)
