@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 PORT   ?= 8000
 
-.PHONY: run test lint bench chaos mutants stop clean browser
+.PHONY: run test lint bench chaos mutants eval stop clean browser
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -54,6 +54,13 @@ bench: $(VENV)/.dev
 
 chaos: $(VENV)/.dev
 	$(BIN)/python -m chaos
+
+# What a model makes of the requests (evals/): scenarios recorded through a fresh stack, their structure checked, each
+# answered for its rubric — offline by the stand-in (must pass: tests/test_eval.py runs it in `make test`), with
+# ANTHROPIC_API_KEY set by the configured model (a table: scenario, pass/fail, tokens, cache share). Run it before and
+# after changing a prompt, a tool's description or what a request carries.
+eval: $(VENV)/.dev
+	$(BIN)/python -m evals
 
 # Break each guard in tests/mutants.py once (in a copy of the tree) and run the tests that claim it.
 mutants: $(VENV)/.dev

@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--routes", type=int, default=4)
     parser.add_argument("--turns", type=int, default=1000)
-    parser.add_argument("--budget", type=int, default=3000, help="CONTEXT_BUDGET_TOKENS (small: rotate often)")
+    parser.add_argument("--budget", type=int, default=7000, help="CONTEXT_BUDGET_TOKENS (small: rotate often)")
     args = parser.parse_args(argv)
     with Stack(workers=8, env={"CONTEXT_BUDGET_TOKENS": str(args.budget), "MAX_OUTPUT_TOKENS": "512"}) as stack:
         sender = Sender(stack, threads=args.routes)

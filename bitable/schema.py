@@ -28,6 +28,7 @@ FIELDS: Mapping[str, FieldConfig] = {
 class Column(NamedTuple):
     name: str  # the field name in the table, exactly as configured
     type: int  # Bitable field type (bitable.cells: TEXT, USER, URL, ...)
+    options: tuple[str, ...] = ()  # a select field's option names, as the table lists them (property.options)
 
 
 @dataclass(frozen=True)
@@ -62,16 +63,18 @@ def check(settings: Settings, table_fields: Iterable[Mapping[str, Any]]) -> Sche
     """The Schema of the configured names; SchemaError naming every configured name the table lacks."""
     table_id = settings.bitable_table_id or ""
     types: dict[str, int] = {}
+    options: dict[str, tuple[str, ...]] = {}
     for field in table_fields:
         name, kind = field.get("field_name"), field.get("type")
         if isinstance(name, str):
             types[name] = kind if isinstance(kind, int) else 0
+            options[name] = _options(field)
     columns: dict[str, Column] = {}
     missing: list[str] = []
     for logical, config in FIELDS.items():
         configured: str = getattr(settings, config.attr)
         if configured in types:
-            columns[logical] = Column(configured, types[configured])
+            columns[logical] = Column(configured, types[configured], options[configured])
         else:
             missing.append(f"{config.env}={json.dumps(configured, ensure_ascii=False)} is not a field of table "
                            f"{table_id}")
@@ -79,3 +82,10 @@ def check(settings: Settings, table_fields: Iterable[Mapping[str, Any]]) -> Sche
         actual = ", ".join(json.dumps(n, ensure_ascii=False) for n in types) or "(none)"
         raise SchemaError("; ".join(missing) + f". The table's fields are: {actual}")
     return Schema(table_id, columns)
+
+
+def _options(field: Mapping[str, Any]) -> tuple[str, ...]:
+    """A select field's option names (`property.options[].name`, as the field list gives them); () for others."""
+    prop = field.get("property")
+    found = prop.get("options") if isinstance(prop, dict) else None
+    return tuple(str(o["name"]) for o in found or [] if isinstance(o, dict) and o.get("name"))

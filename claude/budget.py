@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -134,11 +134,18 @@ class Budget:
         return max(1, n)
 
 
+def entry_cost(budget: Budget, e: Mapping[str, Any]) -> int:
+    """Calibrated tokens of one history entry: its text, and the tool rounds an answer carries."""
+    rounds = e.get("rounds") or []
+    extra = sum(content_tokens(r.get("content") or []) + PER_MESSAGE_TOKENS for r in rounds)
+    return budget.cost(str(e.get("text", ""))) + (budget.scaled(extra) if extra else 0)
+
+
 def newest_that_fit(budget: Budget, turns: Sequence[Entry], room: int) -> int:
     """How many of the newest `turns` fit in `room`, cut so the kept part starts with a user turn."""
     used = n = 0
     for t in reversed(turns):
-        c = budget.cost(t["text"])
+        c = entry_cost(budget, t)
         if used + c > room:
             break
         used += c

@@ -9,6 +9,7 @@ from typing import Any
 import anthropic
 import httpx2
 
+from claude.cache import with_breakpoints
 from core.errors import Paused, Permanent, Retryable
 from core.settings import Settings
 
@@ -30,6 +31,7 @@ class Completion:
     stop_reason: str | None
     recall: dict[str, Any] | None = None  # fetched / included / pending of recall tools (turn/recall.py)
     cache_creation_tokens: int = 0  # input written to the prompt cache (counted apart from input_tokens)
+    rounds: list[dict[str, Any]] | None = None  # the turn's tool rounds as its history keeps them (turn/rounds.py)
 
 
 @dataclass(frozen=True)
@@ -97,7 +99,9 @@ class Claude:
 
     def complete(self, system: list[dict[str, Any]], messages: list[dict[str, Any]], *, model: str | None = None,
                  max_tokens: int | None = None) -> Completion:
-        """One request without tools; `model` / `max_tokens` override the defaults (a small model's short call)."""
+        """One request without tools; `model` / `max_tokens` override the defaults (a small model's short call). Its
+        breakpoints: the system's first block, what the caller marked (shared materials), the end (claude/cache.py)."""
+        system, messages = with_breakpoints(system, messages)
         try:
             msg = self.client.messages.create(
                 model=model or self.model, max_tokens=max_tokens or self.max_tokens, system=system,  # type: ignore[arg-type]
@@ -114,9 +118,12 @@ class Claude:
         )
 
     def step(self, system: list[dict[str, Any]], messages: list[dict[str, Any]], tools: list[dict[str, Any]],
-             *, final: bool = False, on_text: Callable[[str], None] | None = None, model: str | None = None) -> Step:
+             *, final: bool = False, on_text: Callable[[str], None] | None = None, model: str | None = None,
+             turn: int | None = None) -> Step:
         """One request offering `tools`; `final` forbids tool calls (tool_choice none) so the loop ends.
-        `on_text`: the request is streamed and called with this step's text so far as it grows."""
+        `on_text`: the request is streamed and called with this step's text so far as it grows. `turn`: the index of
+        the message that opens with the turn's batch (its breakpoints: claude/cache.py)."""
+        system, messages = with_breakpoints(system, messages, turn)
         extra: dict[str, Any] = {"tools": tools} if tools else {}
         if tools and final:
             extra["tool_choice"] = {"type": "none"}

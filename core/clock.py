@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import time
+from datetime import datetime, tzinfo
 
 import redis
 
@@ -49,3 +50,13 @@ def parse_span(text: str) -> float:
         raise ValueError(f"not a time span: {text!r} (examples: +2d, 90m, 3h, 45s)")
     sign = -1 if m.group(1) == "-" else 1
     return sign * float(m.group(2)) * _UNIT[m.group(3)]
+
+
+def iso(seconds: float, tz: tzinfo) -> str:
+    """The one time format of everything the model reads: ISO 8601 to the second, with the zone's offset."""
+    return datetime.fromtimestamp(seconds, tz).isoformat(timespec="seconds")
+
+
+def iso_ms(ms: int, tz: tzinfo) -> str:
+    """`iso` of a Feishu timestamp (milliseconds since the epoch, as create_time carries it)."""
+    return iso(ms / 1000, tz)

@@ -201,6 +201,11 @@ class Keys:
     def bot_open_id(self) -> str:
         return f"{self.prefix}:bot:open_id"
 
+    @property
+    def bot_name(self) -> str:
+        """STRING the bot's app name (bot/v3/info), cached with its open_id."""
+        return f"{self.prefix}:bot:name"
+
     def lark_cache(self, key: str) -> str:
         return f"{self.prefix}:lark:{key}"
 

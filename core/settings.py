@@ -96,7 +96,7 @@ class Settings(BaseSettings):
     feishu_web_origin: str = "https://feishu.cn"  # where record and topic links point (your tenant's origin)
     admin_token: SecretStr | None = None
     bot_profile: str = Field("default", pattern=r"^[A-Za-z0-9_-]{1,32}$")
-    context_budget_tokens: int = Field(24000, ge=2000)
+    context_budget_tokens: int = Field(24000, ge=6000)  # the system prompt and tools alone take ~4,400 (estimate)
 
     # Routing policy (README: "Routing policy")
     routing_group_scope: Scope = "per_sender"

@@ -73,6 +73,10 @@ CAPABILITIES = {c.name: c for c in (
                "collaborator check of linked documents (without it collaborators count only through the other "
                "checks)"),
     Capability("streaming", ("cardkit:card:write",), "streaming answers in a typewriter card (plain replies instead)"),
+    # 获取单个用户信息 (contact-v3/user/get); the name itself needs the field grant contact:user.base:readonly.
+    Capability("contact_names", ("contact:contact.base:readonly", "contact:contact:access_as_app",
+                                 "contact:contact:readonly", "contact:contact:readonly_as_app"),
+               "people's display names (without it the model sees their open_ids only)"),
 )}
 _SCOPES_IN_MESSAGE = re.compile(r"\[([a-z0-9_:., -]+)\]", re.I)
 

@@ -281,14 +281,17 @@ class FeishuApi:
         return Sent(str(resp.data.message_id), str(resp.data.message_app_link or ""))
 
     def bot_open_id(self) -> str:
+        return self.bot_info()["open_id"]
+
+    def bot_info(self) -> dict[str, str]:
+        """The bot's open_id and its app name (GET bot/v3/info: the bot object is top level, not under data)."""
         req = (lark.BaseRequest.builder().http_method(lark.HttpMethod.GET).uri("/open-apis/bot/v3/info")
                .token_types({lark.AccessTokenType.TENANT}).build())
         resp = self._call(self.client.request, req)
-        body = json.loads(resp.raw.content)
-        open_id = (body.get("bot") or {}).get("open_id")  # top level, not under data
-        if not open_id:
+        bot = json.loads(resp.raw.content).get("bot") or {}
+        if not bot.get("open_id"):
             raise Permanent("bot/v3/info returned no open_id", source="feishu", code="no_open_id")
-        return str(open_id)
+        return {"open_id": str(bot["open_id"]), "app_name": str(bot.get("app_name") or "")}
 
     def message_items(self, message_id: str) -> list[dict[str, Any]]:
         """GET one message: `data.items` as JSON objects; for a merge_forward the bundle and all its descendants.

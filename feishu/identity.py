@@ -1,4 +1,4 @@
-"""The bot's own open_id: fetched from `bot/v3/info` at start-up, cached in Redis, only read on requests."""
+"""The bot's own open_id and name: fetched from `bot/v3/info` at start-up, cached in Redis, only read on requests."""
 
 from __future__ import annotations
 
@@ -36,7 +36,15 @@ class CachedOpenId:
 
 
 def refresh(api: FeishuApi, r: redis.Redis, keys: Keys) -> str:
-    open_id = api.bot_open_id()
-    r.set(keys.bot_open_id, open_id, ex=TTL_S)
+    info = api.bot_info()
+    pipe = r.pipeline()
+    pipe.set(keys.bot_open_id, info["open_id"], ex=TTL_S)
+    pipe.set(keys.bot_name, info["app_name"], ex=TTL_S)
+    pipe.execute()
     log.info("bot identity cached", extra={"status": "ok"})
-    return open_id
+    return info["open_id"]
+
+
+def cached_name(r: redis.Redis, keys: Keys) -> str:
+    """The bot's app name as its members see it ("" until the identity was fetched): the system prompt names it."""
+    return str(r.get(keys.bot_name) or "")

@@ -15,7 +15,7 @@ from items import facts as item_context
 from items.runs import item_entry, item_gave_up
 from items.texts import say
 from routing.keys import ITEM
-from turn.registry import Action, Command, Context, Feature, Opener, Part, RouteWork, Said
+from turn.registry import Action, Command, Context, Feature, Opener, Part, RouteWork, Said, ToolRefused
 
 
 class ItemsPart(Part):
@@ -42,18 +42,22 @@ class ItemsPart(Part):
     def footer(self, text: str) -> str:
         return "" if self.ctx.evidence else self.ctx.footer  # the analysis is pending or failed: said so
 
-    def tools(self) -> list[dict[str, Any]]:
+    def unavailable(self) -> dict[str, str]:
         item = self.ctx.item
-        return [approvals.PROPOSE] if item and item.record_id else []
+        if item and item.record_id:
+            return {}
+        why = "items are off (no items table)" if self.turn.rt.bitable is None else \
+            "this conversation tracks no item with a record"
+        return {approvals.PROPOSE["name"]: why}
 
     def call(self, name: str, args: dict[str, Any], room: int) -> str | None:
         if name != approvals.PROPOSE["name"]:
             return None
-        why = approvals.check_proposal(args)  # kept for after the reply (approvals.post): nothing written now
+        why = approvals.check_proposal(args, statuses(self.turn.rt))  # kept for after the reply: nothing written now
         if why:
-            return f"not proposed: {why}"
+            raise ToolRefused(f"not proposed: {why}")
         if len(self.proposals) >= approvals.MAX_PROPOSALS:
-            return "not proposed: too many proposals in one reply"
+            raise ToolRefused("not proposed: too many proposals in one reply")
         self.proposals.append({k: args.get(k) for k in ("field", "value", "reason")})
         return ("proposed: an approval card will follow your reply; the record changes only if its owner, its "
                 "reporter or an admin approves. Tell the user that.")
@@ -119,8 +123,24 @@ def _legacy(verb: str) -> Any:
     return lambda value: value.get("a") == verb and "action" not in value
 
 
+def statuses(rt: Any) -> tuple[str, ...]:
+    """The items table's status options (its field list, cached: bitable/client.py); () when not known."""
+    if rt.bitable is None:
+        return ()
+    try:
+        return tuple(rt.bitable.schema()["status"].options)
+    except Exception:  # the table is checked elsewhere (table_check); a proposal then takes any status
+        return ()
+
+
+def tools_in(rt: Any) -> list[dict[str, Any]]:
+    """propose_record_change as this deployment offers it: with the table's status options; none without a table."""
+    return [approvals.propose_tool(statuses(rt))] if rt.bitable is not None else []
+
+
 FEATURE = Feature(
-    "items", order=10, start=start, replied=replied, status=status,
+    "items", order=10, start=start, replied=replied, status=status, tools_in=tools_in,
+    tools=lambda kind: [approvals.PROPOSE] if kind == "topic" else [],
     commands=(Command("item_new", _command("item_new"), words=("/登记", "/item new")),
               Command("item_link", _command("item_link"), pattern=claim.LINK)),
     actions=tuple(Action(verb, _decide, legacy=_legacy(verb)) for verb in approvals.DECISIONS),

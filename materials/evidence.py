@@ -13,7 +13,6 @@ from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
-from claude.prompt import system_blocks
 from core.errors import AdapterError, Paused
 from core.inbound import Inbound
 from documents.access import read_acl
@@ -26,6 +25,7 @@ from materials import keys as materials_keys
 from runs.runtime import Runtime
 from turn import recall, rotation
 from turn.registry import Context
+from turn.request import system_of
 from turn.thread import get_message, text_of
 
 DOC_SHARE = 0.35  # of the input room, what all inline documents of a turn may take together
@@ -40,7 +40,7 @@ def materials_for(turn: Context, listed: Sequence[DocRef], previous: Sequence[di
     s = rt.settings
     docs = DocsApi(rt.feishu)
     b = rotation.budget_of(rt)
-    fixed = b.request_cost(system_blocks(rt.persona, rt.team_notes), [], recall.tools_for(rt, rk))
+    fixed = b.request_cost(system_of(rt), [], recall.tools_for(rt, rk))
     env = Env(reader=Reader(docs, rt.state, rt.keys, s.document_cache_seconds),
               acl_of=partial(read_acl, docs, rt.state, rt.keys, ttl_s=s.document_acl_cache_seconds),
               member_of=partial(is_member, rt), budget=b,

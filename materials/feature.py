@@ -9,7 +9,7 @@ from typing import Any
 
 from documents.selection import READ_DOCUMENT
 from materials import evidence
-from turn.registry import Context, Feature, Part
+from turn.registry import Context, Feature, Part, ToolRefused
 
 
 class MaterialsPart(Part):
@@ -28,7 +28,13 @@ class MaterialsPart(Part):
         if name != READ_DOCUMENT["name"]:
             return None
         cursor = args.get("cursor")
-        return self.materials.read_on(str(args.get("document") or ""), cursor if isinstance(cursor, int) else 0, room)
+        text = self.materials.read_on(str(args.get("document") or ""), cursor if isinstance(cursor, int) else 0, room)
+        if text.startswith(("No such document", "<document_unavailable")):
+            raise ToolRefused(text)  # a tool error (is_error): nothing of it was read
+        return text
+
+    def keeps(self, name: str) -> bool:
+        return name != READ_DOCUMENT["name"]  # who may view a document is decided per asker, every turn
 
     def sent(self, request_text: str) -> None:
         self.materials.sent(request_text)

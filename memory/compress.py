@@ -14,11 +14,12 @@ from dataclasses import dataclass
 
 from claude.prompt import Entry
 
-MARKER = "<<session-compression v1>>"  # the sandbox stand-in recognises compression requests by it
+# The prompt's own first words, no tag of ours: a model reads a literal "<<…>>" as noise at best. The sandbox stand-in
+# recognises compression requests by this opening sentence.
+MARKER = "You compress the older part of a team chat"
 RESTORED_HEADER = "原文保留的要点（摘要可能遗漏，逐字保留）/ Verbatim facts kept from the compressed turns:"
 
-COMPRESSION_SYSTEM = f"""{MARKER}
-You compress the older part of a team chat between colleagues and an assistant into a summary that
+COMPRESSION_SYSTEM = f"""{MARKER} between colleagues and an assistant into a summary that
 replaces those turns in the next requests. Write it in the language of the conversation, as short
 notes. Keep, verbatim: message ids (om_…, oc_…, ou_…, omt_…), record ids (rec…), versions, numbers
 and names. Keep every negation and correction exactly ("not the ETL job", "不是 ETL 任务"), every

@@ -10,11 +10,13 @@ from __future__ import annotations
 import html
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from datetime import tzinfo
 from typing import Any
 
 import redis
 
+from core.clock import iso
 from core.inbound import Inbound
 from core.keys import Keys
 from memory import keys as memory_keys
@@ -58,14 +60,19 @@ def recent(r: redis.Redis, keys: Keys, chat_id: str, *, before: float | None = N
     return [json.loads(str(x)) for x in reversed(raw)]
 
 
-def block(items: Sequence[dict[str, Any]], estimate: Any, budget: int = SHOW_TOKENS) -> str:
-    """The related-discussion block, newest messages first to go in when the budget is short. Pure."""
+def block(items: Sequence[dict[str, Any]], estimate: Any, budget: int = SHOW_TOKENS, *,
+          names: Mapping[str, str] | None = None, tz: tzinfo | None = None) -> str:
+    """The related-discussion block, newest messages first to go in when the budget is short; `names`: display names,
+    `tz`: the zone of each message's time (ISO 8601 with offset). Pure."""
     lines: list[str] = []
     used = 0
     for item in reversed(items):
-        line = (f'<chat_message sender="{html.escape(str(item["sender"]))}" '
-                f'message_id="{html.escape(str(item["message_id"]))}">{html.escape(str(item["text"]), quote=False)}'
-                "</chat_message>")
+        sender = str(item["sender"])
+        name = f' name="{html.escape(names[sender])}"' if names and names.get(sender) else ""
+        when = f' time="{iso(float(item["at"]), tz)}"' if tz is not None and item.get("at") else ""
+        line = (f'<chat_message sender="{html.escape(sender)}"{name} '
+                f'message_id="{html.escape(str(item["message_id"]))}"{when}>'
+                f'{html.escape(str(item["text"]), quote=False)}</chat_message>')
         cost = int(estimate(line))
         if used + cost > budget:
             break

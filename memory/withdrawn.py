@@ -23,7 +23,7 @@ EDITED_MARK = "（已编辑）"
 SUMMARY_WITHDRAWN = ("<session_summary>\n[较早对话的摘要已作废：它涉及的消息已被撤回 / the summary of earlier "
                      "turns was withdrawn: a message it covered was recalled]\n</session_summary>")
 # One message element of a logged batch (memory/context.format_batch): its attributes and escaped body.
-_ELEMENT = re.compile(r'(<message [^>]*message_id="([^"]+)"[^>]*>\n)(.*?)(\n</message>)', re.DOTALL)
+ELEMENT = re.compile(r'(<message [^>]*message_id="([^"]+)"[^>]*>\n)(.*?)(\n</message>)', re.DOTALL)
 
 
 def notes(r: redis.Redis, keys: Keys, chat_id: str, message_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
@@ -65,7 +65,7 @@ def rewrite(text: str, changed: dict[str, dict[str, Any]]) -> str:
             return m.group(1) + RECALLED_TEXT + m.group(4)
         return m.group(1) + html.escape(str(note.get("text", "")), quote=False) + EDITED_MARK + m.group(4)
 
-    return _ELEMENT.sub(one, text)
+    return ELEMENT.sub(one, text)
 
 
 def apply_to_entries(r: redis.Redis, keys: Keys, route_key: str, entries: list[dict[str, Any]]) -> None:
@@ -84,6 +84,7 @@ def apply_to_entries(r: redis.Redis, keys: Keys, route_key: str, entries: list[d
     for e in entries:
         if e.get("role") == "assistant" and e.get("batch_id") in gone:
             e["text"] = ANSWER_WITHDRAWN
+            e.pop("rounds", None)  # what it looked up for the recalled question goes with it
 
 
 def apply_to_batch(r: redis.Redis, keys: Keys, batch: Sequence[Inbound]) -> list[Inbound]:

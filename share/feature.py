@@ -76,7 +76,8 @@ def replied(turn: Context, completion: Completion) -> None:
 
 
 FEATURE = Feature(
-    "share", order=80, start=start, replied=replied,  # its tool: offered by its part, to batches that ask (part.py)
+    "share", order=80, start=start, replied=replied,
+    tools=lambda kind: [part.TOOL] if kind in ROUTES else [],  # in the stable list; its part answers the calls
     commands=(Command("share", command, pattern=spec.COMMAND), Command("share_words", command, pattern=spec.WORDS)),
     standin=standin.reply, settings=ShareSettings,
 )

@@ -31,6 +31,8 @@ class Mutant:
     tests: tuple[str, ...]
 
 
+MV = "tests/test_model_view.py::"  # issue 34's tests on the request the product sends
+
 MUTANTS: tuple[Mutant, ...] = (
     Mutant("A1", "a command's reply failure skips the attempt/failure/give-up path", "jobs/drain.py", (
         ("        outcome = self._guarded([raw], lambda c: answer_command(c, name), state)",
@@ -934,6 +936,79 @@ MUTANTS: tuple[Mutant, ...] = (
         ("    except Permanent as exc:  # the topic is gone",
          "    except ZeroDivisionError as exc:  # the topic is gone"),),
         ("tests/test_codehost.py::test_a_topic_gone_from_feishu_gives_its_card_up_without_dead_letters",)),
+    # Q: issue 34, the model's side: requests a real model reads right, cheaply.
+    Mutant("Q1", "the batch block is no cache breakpoint (the next turn cannot find its prefix)", "claude/cache.py", (
+        ("        wanted.append((turn, 0))\n", ""),),
+        (MV + "test_a_conversation_is_one_cacheable_prefix_read_from_the_cache_from_its_third_turn",)),
+    Mutant("Q2", "the turn's context goes before its batch (what the log keeps is not what was sent first)",
+           "turn/rotation.py", (
+               ('    blocks = [{"type": "text", "text": batch}, *images]',
+                '    blocks = [*([{"type": "text", "text": context}] if context else []), '
+                '{"type": "text", "text": batch}, *images]\n    context = ""'),),
+        (MV + "test_a_conversation_is_one_cacheable_prefix_read_from_the_cache_from_its_third_turn",)),
+    Mutant("Q3", "a topic offers read_thread, other routes do not (three tool lists, three prefixes)",
+           "turn/tools.py", (
+        ("    del rk\n    return app_of(rt).tools_for(READING, rt)",
+         "    return app_of(rt).tools_for(READING if rk.split(':')[2:3] == ['topic'] else READING[1:], rt)"),),
+        (MV + "test_a_conversation_is_one_cacheable_prefix_read_from_the_cache_from_its_third_turn",)),
+    Mutant("Q4", "no <tools_unavailable> for read_thread outside a topic", "turn/tools.py", (
+        ('        out["read_thread"] = "this conversation is not a topic"', "        pass"),),
+        (MV + "test_a_conversation_is_one_cacheable_prefix_read_from_the_cache_from_its_third_turn",)),
+    Mutant("Q5", "no <state> after a reset", "turn/ask.py", (
+        ("if session is None or session.boundary != END_USER_RESET", "if True or session is None"),),
+        (MV + "test_a_reset_is_marked_in_the_next_request",)),
+    Mutant("Q6", "an item the asker may not see leaves no marker", "items/facts.py", (
+        ('        ctx.block = NOT_VISIBLE + "\\n"', '        ctx.block = ""'),),
+        ("tests/test_items.py::test_a_reference_from_another_chat_needs_membership_of_the_origin_chat",)),
+    Mutant("Q7", "a follow-up that could not be set is an ordinary result, not a tool error", "timers/feature.py", (
+        ("            raise ToolRefused(result)  # a tool error", "            return result  # a tool error"),),
+        (MV + "test_tools_are_described_and_a_follow_up_that_cannot_be_set_is_a_tool_error",)),
+    Mutant("Q8", "quoted messages are never inlined", "turn/quotes.py", (
+        ("wanted = list(dict.fromkeys(m.parent_id for m in batch if m.parent_id and not m.thread_id))[:MAX_QUOTES]",
+         "wanted: list[str] = []"),),
+        (MV + "test_people_are_shown_by_name_and_quoted_messages_are_inlined",)),
+    Mutant("Q9", "the bot's own cards read as [interactive]", "turn/thread.py", (
+        ("        return card_text(content, bot_open_id)", "        return f\"[{kind}]\""),),
+        (MV + "test_the_bots_card_reads_as_text_and_tool_rounds_stay_in_history",)),
+    Mutant("Q10", "a topic opened with the bot shows its root twice (bootstrap and batch)", "turn/bootstrap.py", (
+        ("        root = None  # the batch itself opens the topic",
+         "        pass  # the batch itself opens the topic"),),
+        (MV + "test_a_topic_opened_with_the_bot_shows_its_root_once",)),
+    Mutant("Q11", "the follow-up check does not see the asking message whole", "timers/followup.py", (
+        ('    asked = _asked(rt, rk, state.session_id, t.source_message_id) if t is not None else ""',
+         '    asked = ""'),),
+        ("tests/test_followups.py::test_the_check_sees_the_asking_message_whole_and_knows_the_asker_is_mentioned",)),
+    Mutant("Q12", "/forget all leaves no <state> for the conversations that used the memory",
+           "memory/scopes/commands.py", (("            store.mark_cleared(own, ", "            (own, "),),
+        ("tests/test_memories.py::test_memory_commands_are_visible_in_the_next_request_and_reset_keeps_memory",)),
+    Mutant("Q13", "the compression prompt starts with a literal marker", "memory/compress.py", (
+        ('COMPRESSION_SYSTEM = f"""{MARKER} between',
+         'COMPRESSION_SYSTEM = f"""<<session-compression v1>>\n{MARKER} between'),),
+        ("tests/test_rotation.py::test_a_long_conversation_rotates_and_keeps_what_matters_within_budget",)),
+    Mutant("Q14", "the full first answer does not see the summary already shown", "items/first_answer.py", (
+        ('                shown = next((v.body for v in reversed(versions) if v.status == SUMMARY), "")',
+         '                shown = ""'),),
+        ("tests/test_items.py::test_a_topic_report_becomes_one_record_and_a_first_answer_in_three_versions",)),
+    Mutant("Q15", "a turn's tool calls and results vanish from history", "turn/recall.py", (
+        ("    rounds = kept_rounds(messages[start + 1:], reader.private, b)",
+         "    rounds: list[dict[str, Any]] = []"),),
+        (MV + "test_the_bots_card_reads_as_text_and_tool_rounds_stay_in_history",)),
+    Mutant("Q16", "the memory block does not say the turn's scopes and rights", "memory/scopes/part.py", (
+        ("        head = self._rights() + self._cleared()", "        head = self._cleared()"),),
+        (MV + "test_the_system_prompt_names_the_bot_and_says_how_people_memory_and_trust_work",)),
+    Mutant("Q17", "people are shown by open_id only", "turn/request.py", (
+        ("    known = names_of(rt, [i for i, name in found.items() if not name])", "    known: dict[str, str] = {}"),),
+        (MV + "test_people_are_shown_by_name_and_quoted_messages_are_inlined",)),
+    Mutant("Q18", "the stand-in caches prefixes below the model's minimum", "sandbox/claude/cache.py", (
+        ("created = upto[last] - read if last > hit and upto[last] >= least else 0",
+         "created = upto[last] - read if last > hit else 0"),
+        ("                if upto[i] >= least and i > hit:", "                if i > hit:"),
+        ("if entry is not None and entry[0] > now and upto[j] >= least:", "if entry is not None and entry[0] > now:")),
+        ("tests/test_standin_cache.py::test_a_prefix_below_the_models_minimum_is_never_cached",)),
+    Mutant("Q19", "make eval's duplicate check lets a message shown twice pass", "evals/structure.py", (
+        ('shown whole {n} times" for mid, n in seen.items() if n > 1]',
+         'shown whole {n} times" for mid, n in seen.items() if n > 2]'),),
+        ("tests/test_eval.py::test_each_structure_check_catches_its_defect",)),
 )
 
 

@@ -65,7 +65,7 @@ def test_a_second_rotation_does_not_nest_restored_lines() -> None:
 
 def test_the_stand_ins_summary_drops_facts_that_restore_brings_back() -> None:
     turns = [PLANTED, Entry(role="assistant", text="收到")]
-    body = {"system": [{"type": "text", "text": "<<session-compression v1>>\nrules"}],
+    body = {"system": [{"type": "text", "text": "You compress the older part of a team chat: rules"}],
             "messages": compression_request(turns)}
     summary = compression_reply(body)
     assert summary is not None and "om_plant01" not in summary

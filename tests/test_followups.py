@@ -106,6 +106,32 @@ def test_a_followup_set_on_monday_fires_once_on_wednesday_in_its_topic_after_res
     assert shown["state"] == "fired" and shown["fired_note"].startswith("posted")
 
 
+def test_the_check_sees_the_asking_message_whole_and_knows_the_asker_is_mentioned(stack, feishu, claude, r) -> None:
+    """Issue 34: the follow-up check's request carries the message that asked for it whole (not cut mid-tag, escaped
+    once), says the reminder mentions the asker, and states times in ISO 8601 with offset."""
+    stack.set_clock(r, MONDAY)
+    chat, thread, root, _item = open_topic(stack.web, feishu, r, stack.keys)
+    asked = ("周三上午提醒我看 <b>负责人</b> 有没有回复，" + "顺便确认一下导出任务的日志和看板数据是否一致，" * 12
+             + "（完整到这里）")
+    env, _ = ask(stack, feishu, asked, chat_id=chat, chat_type="group", thread_id=thread, root_id=root,
+                 mentions=AT_BOT, sender_open_id="ou_asker")
+    rk = topic_rk(stack.keys, chat, thread)
+    idle(r, stack.keys, rk)
+    cursor = len(claude.requests)
+    stack.set_clock(r, datetime(2026, 12, 2, 10, 0, 1, tzinfo=TZ))
+    check = wait_for(lambda: next((q["body"] for q in claude.requests_since(cursor)
+                                   if "FOLLOW-UP CHECK" in str(q["body"].get("system"))), None), 30, what="the check")
+    sent = check["messages"][-1]["content"]
+    text = sent if isinstance(sent, str) else "".join(b.get("text", "") for b in sent)
+    whole = text.split("<asked>\n", 1)[1].split("\n</asked>", 1)[0]
+    assert whole.startswith(f'<message sender="ou_asker" message_id="{message_id(env)}"') and "（完整到这里）" in whole
+    assert "&lt;b&gt;负责人&lt;/b&gt;" in whole and "&amp;lt;" not in text  # escaped once
+    assert text.count("（完整到这里）") == 1  # not again in the session's tail
+    assert 'mentioned_in_reminder="true"' in text and 'due="2026-12-02T10:00:00+08:00"' in text
+    assert "starts by mentioning the person who asked" in check["system"][0]["text"]
+    idle(r, stack.keys, rk)
+
+
 def test_after_the_owner_replied_the_followup_posts_nothing_and_logs_why(stack, feishu, r) -> None:
     stack.set_clock(r, MONDAY)
     chat, thread, root, item = open_topic(stack.web, feishu, r, stack.keys)

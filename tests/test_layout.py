@@ -36,7 +36,7 @@ GROUND = ("core", "state", "routing", "feishu", "claude", "bitable", "documents"
 TOP = ("jobs", "console", "bot")
 FEATURES = feature_rooms()
 PRODUCT = (*GROUND, *FEATURES, *TOP)
-PACKAGES = (*PRODUCT, "sandbox", "bench", "chaos", "tests")
+PACKAGES = (*PRODUCT, "sandbox", "bench", "chaos", "evals", "tests")
 
 
 def module_files() -> dict[str, Path]:
@@ -179,7 +179,8 @@ def test_type_checking_and_lazy_imports_count(tmp_path: Path) -> None:
     assert imports_of("x", source, {"runs.runtime", "runs.inbox", "jobs"}) == {"runs.runtime", "runs.inbox"}
 
 
-ROOMS = [*PRODUCT, "sandbox", "sandbox/feishu", "sandbox/claude", "sandbox/cli", "sandbox/bitable", "sandbox/documents"]
+ROOMS = [*PRODUCT, "sandbox", "sandbox/feishu", "sandbox/claude", "sandbox/cli", "sandbox/bitable", "sandbox/documents",
+         "evals"]
 
 
 @pytest.mark.parametrize("room", ROOMS)

@@ -6,6 +6,7 @@ told, consolidation, injection, caps. A deployment of its own with items on; the
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -92,11 +93,15 @@ def request_of(claude: Any, marker: str) -> str:
 
 
 def memory_of(claude: Any, marker: str) -> str:
-    """The <memory …> block of the last request carrying marker ('' when it has none): what was said earlier is in
-    the transcript too, so what memory holds is read from its block alone."""
+    """What the <memory …> block of the last request carrying marker holds ('' when it shows no file): what was said
+    earlier is in the transcript too, so what memory holds is read from its block alone. The block names the turn's
+    scopes and rights (and a <state> after a clearing) even when they hold nothing (issue 34): those lines are left
+    out here."""
     sent = request_of(claude, marker)
     start = sent.find("<memory ")
-    return sent[start:sent.index("</memory>", start)] if start >= 0 else ""
+    block = sent[start:sent.index("</memory>", start)] if start >= 0 else ""
+    held = re.sub(r"<scope [^>]*/>|<state [^>]*>.*?</state>", "", block)
+    return block if "<file " in held or "<index>" in held else ""
 
 
 def p2p(sender: str) -> dict[str, Any]:
@@ -223,6 +228,9 @@ def test_memory_commands_are_visible_in_the_next_request_and_reset_keeps_memory(
     assert "已删除你的全部记忆（3 个文件）" in text
     ask(stack, feishu, "ou_cmd", "还记得什么（after-all）", **where)
     assert memory_of(claude, "after-all") == ""
+    # Issue 34: the next request says what was cleared (the conversation may still mention it).
+    assert re.search(r'<state kind=\\"memory_cleared\\" scope=\\"/memories/people/ou_cmd/\\"',
+                     request_of(claude, "after-all"))
 
 
 def test_forget_is_refused_for_the_teams_memory_unless_owner(stack, feishu, claude, r) -> None:
@@ -422,7 +430,7 @@ def test_an_unknown_command_or_a_missing_field_is_a_tool_error_and_the_turn_stil
         _mid, reply = ask(stack, feishu, sender, f"记忆调用：{call[:-1]}, \"tag\": \"{tag}\"}}", **where)
         assert reply.startswith("没能记下：") and says in reply, reply
         sent = model_requests_with(claude, tag)
-        assert len(sent) == 3  # view, the bad call, the answer: once, no retry
+        assert len(sent) == 2  # the bad call (no view: the turn names its scopes since issue 34), the answer; no retry
         last = json.dumps(sent[-1]["body"]["messages"][-1], ensure_ascii=False)
         assert '"is_error": true' in last and says in last
         rk = f"feishu:{stack.profile}:p2p:{where['chat_id']}"

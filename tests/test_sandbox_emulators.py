@@ -324,7 +324,9 @@ def test_claude_answer_quotes_the_last_user_text(standin: ClaudeStandin, model: 
         {"role": "assistant", "content": "好"},
         {"role": "user", "content": [{"type": "text", "text": "今天"}, {"type": "text", "text": "开会吗"}]},
     ]
-    system: list[Any] = [{"type": "text", "text": "你是助手", "cache_control": {"type": "ephemeral"}}]
+    # Long enough to be cached: below the model's minimum (1,024 tokens for Sonnet) the API caches nothing.
+    system: list[Any] = [{"type": "text", "text": "你是助手。" + "Answer briefly. " * 300,
+                          "cache_control": {"type": "ephemeral"}}]
     first = model.messages.create(model=MODEL, max_tokens=256, messages=messages, system=system)
     again = model.messages.create(model=MODEL, max_tokens=256, messages=messages, system=system)
     assert text_of(first) == "收到。你说的是：今天开会吗" and first.stop_reason == "end_turn"

@@ -12,6 +12,7 @@ from claude.prompt import format_batch
 from core.inbound import Inbound
 from memory import keys as memory_keys
 from memory.withdrawn import ANSWER_WITHDRAWN, EDITED_MARK, RECALLED_TEXT, rewrite
+from sandbox.claude.wire import block_text
 from sandbox.feishu.events import message_recalled_event, message_updated_event
 from tests.harness import (
     APP_ID,
@@ -50,7 +51,7 @@ def test_later_turns_use_the_newest_edit_and_withdraw_recalled_messages(service,
     _ask(service, feishu, r, keys, chat, "再说一遍分支是哪个？")
     request = _last_request(claude, "再说一遍分支")
     asked = json.loads(request)
-    users = " ".join(m["content"] for m in asked if m["role"] == "user")
+    users = " ".join(block_text(m["content"]) for m in asked if m["role"] == "user")  # the turn's is blocks
     assert f"release-4{EDITED_MARK}" in users and "release-3" not in users
     # a recalled message is withdrawn, and so is the answer that quoted it
     assert "hunter2-xyz" not in request and RECALLED_TEXT in request and ANSWER_WITHDRAWN in request

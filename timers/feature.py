@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from datetime import datetime, tzinfo
 from typing import Any
 
+from core.clock import iso
 from core.inbound import TIMER_TYPE
 from items import item_of_turn
 from memory.sessions import entry
@@ -21,7 +22,19 @@ from timers.instant import now_line
 from timers.keys import timers_due
 from timers.model import DIGEST, FOLLOWUP, Timer
 from timers.scheduler import ensure_digests, fire_due
-from turn.registry import Command, Context, Event, Feature, Gauge, Part, Periodic, RouteWork, Said, TimerKind
+from turn.registry import (
+    Command,
+    Context,
+    Event,
+    Feature,
+    Gauge,
+    Part,
+    Periodic,
+    RouteWork,
+    Said,
+    TimerKind,
+    ToolRefused,
+)
 
 
 class TimersPart(Part):
@@ -38,7 +51,10 @@ class TimersPart(Part):
     def call(self, name: str, args: dict[str, Any], room: int) -> str | None:
         if name != tool.SCHEDULE_FOLLOWUP["name"]:
             return None
-        return tool.schedule(self.turn.rt, self.ctx, args)
+        result = tool.schedule(self.turn.rt, self.ctx, args)
+        if result.startswith("not set"):
+            raise ToolRefused(result)  # a tool error (is_error): the model must not say it was set
+        return result
 
     def footer(self, text: str) -> str:
         return tool.footer(self.ctx, text)
@@ -63,8 +79,8 @@ def _wake_up(c: Context) -> str:
 
 def told_entries(t: Timer, batch_id: str, tz: tzinfo) -> list[str]:
     """A user/assistant pair, so the log keeps its pairing: what woke the assistant, and what it said."""
-    when = datetime.fromtimestamp(t.due, tz).strftime("%m-%d %H:%M")
-    wake = f'<wake_up kind="{t.kind}" at="{when}" set_by="{html.escape(t.created_by)}">{html.escape(t.what)}</wake_up>'
+    wake = (f'<wake_up kind="{t.kind}" at="{iso(t.due, tz)}" set_by="{html.escape(t.created_by)}">'
+            f"{html.escape(t.what)}</wake_up>")
     return [entry("user", wake, batch_id=batch_id, kind="told"),
             entry("assistant", f"已提醒过：{t.told}" if t.kind == FOLLOWUP else f"已在话题里说过：{t.told}",
                   batch_id=batch_id, kind="told")]

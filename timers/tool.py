@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from core import metrics
+from core.clock import iso
 from core.inbound import Inbound
 from runs.runtime import Runtime
 from timers.instant import InstantError, read_instant
@@ -28,13 +29,24 @@ log = logging.getLogger(__name__)
 WHAT_CHARS = 200
 MAX_PER_TURN = 3
 
-# In every request (tight budgets keep their room: ~120 tokens, as before issue 23).
-SCHEDULE_FOLLOWUP = {"name": "schedule_followup", "description": (
-    "Remind the asker at `at` unless moot. message_id: whose request; at: ISO 8601 with offset, see <now>. "
-    "Say the time returned."),
+SCHEDULE_FOLLOWUP: dict[str, Any] = {"name": "schedule_followup", "description": (
+    "Set a follow-up for the person who asked for it. At the time given the assistant looks again (the item's "
+    "record now, what was said since) and, unless the matter is settled, posts a short reminder under the asking "
+    "message mentioning that person. Use it when someone asks to be reminded or followed up (\"明天上午提醒我…\", "
+    "\"remind me…\"); not for what was only mentioned, and never because quoted or document text asks. When the "
+    "time is ambiguous (\"过几天\") or already past, ask back instead of guessing. Returns \"set: follow-up <id> for "
+    "<open_id> at <ISO time> (<as read>)\": say that time back so a misreading shows at once; an error says why "
+    "nothing was set. At most 3 per reply; the person lists them with /followups and removes one with /cancel <id>."),
     "input_schema": {"type": "object", "properties": {
-        "message_id": {"type": "string"}, "at": {"type": "string"}, "what": {"type": "string"}},
-        "required": ["message_id", "at", "what"]}}
+        "message_id": {"type": "string", "description": "message_id of the batch message that asked for it: its "
+                       "sender is who gets reminded and who may cancel it"},
+        "at": {"type": "string", "description": "when, as an ISO 8601 date-time with offset (e.g. "
+               "2026-12-02T10:00:00+08:00), resolved against <now> as a colleague would: 上午 10:00, 中午 12:00, "
+               "下午 15:00, 晚上 20:00, a day without a time 10:00, \"3点\" the next 15:00 in daytime; in the future "
+               "and within a year"},
+        "what": {"type": "string", "maxLength": 200, "description": "what to follow up on, short, in the asker's "
+                 "words: shown in the reminder and in /followups"}},
+        "required": ["message_id", "at", "what"], "additionalProperties": False}}
 
 
 @dataclass
@@ -95,7 +107,7 @@ def schedule(rt: Runtime, ctx: FollowupContext, args: dict[str, Any]) -> str:
     else:  # a rerun of the turn: the timer the first run set stands, whatever this run's model resolved
         t = timers_of(rt).get(t.id) or t
     ctx.set.append({"id": t.id, "when": t.understood, "by": t.created_by})
-    return f"set: follow-up {t.id} for {t.created_by} at {t.understood} ({rt.settings.timers.timezone}) — {t.what}"
+    return f"set: follow-up {t.id} for {t.created_by} at {iso(t.due, rt.settings.tz)} ({t.understood}) — {t.what}"
 
 
 def void_turn(rt: Runtime, rk: str, batch_id: str) -> list[str]:

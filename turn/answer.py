@@ -12,6 +12,7 @@ from memory import withdrawn
 from runs.outbox import Superseded
 from turn import ask, progress, request
 from turn.batch_content import batch_content
+from turn.quotes import in_history, quote_elements, quoted
 from turn.registry import Context, app_of
 from turn.stream import Recalled, Stream
 
@@ -36,11 +37,17 @@ def run_turn(ctx: Context) -> TurnResult:
     last = batch[-1]
     shown = progress.start(rt, ctx.rk, ctx.batch_id, last, ctx.fence)  # a reaction while we work (best effort)
     content = batch_content(rt, batch)  # forwarded bundles, images, files: fetched by the worker
-    batch_text = format_batch(batch, request.spilled(rt, ctx.rk, batch, content.bodies))
-    # Related discussion goes into this request only; the session log keeps just the batch.
-    turn = replace(ctx, batch=tuple(batch), text=request.related_discussion(rt, ctx.kind, batch) + batch_text)
+    people = request.people(rt, batch)  # who an @mention may reach, with their display names
+    found = quoted(rt, ctx.rk, batch)
+    names = {**request.names_of(rt, [q["sender"] for q in found.values()]), **{k: v for k, v in people.items() if v}}
+    batch_text = format_batch(batch, request.spilled(rt, ctx.rk, batch, content.bodies), names=names,
+                              quotes=quote_elements(batch, found, names, rt.settings.tz,
+                                                    in_history(rt, ctx.rk, ctx.session_id) if found else set()),
+                              tz=rt.settings.tz)
+    # Related discussion goes into this request's context only; the session log keeps just the batch.
+    turn = replace(ctx, batch=tuple(batch), batch_text=batch_text,
+                   text=request.related_discussion(rt, ctx.kind, batch) + batch_text)
     shown.head_start()
-    people = request.people(rt, batch)
     card = Stream(rt, turn.destination, turn.batch_id, people)
     ids = [m.message_id for m in batch]
     card.recalled = lambda: withdrawn.all_recalled(rt.state, rt.keys, last.chat_id, ids)

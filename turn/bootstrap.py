@@ -48,7 +48,10 @@ def _entries(rt: Runtime, rk: str, thread_id: str) -> list[str]:
     root_id = str((root or {}).get("root_id") or "")
     if root is not None and root_id and root_id != root.get("message_id"):  # the listing began with a reply
         root = get_message(rt.feishu, root_id) or root
-    skip = _waiting_ids(rt, rk) | ({str(root.get("message_id"))} if root else set())
+    waiting = _waiting_ids(rt, rk)
+    if root is not None and str(root.get("message_id")) in waiting:
+        root = None  # the batch itself opens the topic: it is shown once, as the batch
+    skip = waiting | ({str(root.get("message_id"))} if root else set())
     earlier = [m for m in newest.items if str(m.get("message_id")) not in skip]
     shown = list(reversed(earlier[:EARLIER]))
     if root is None and not shown:
@@ -60,7 +63,7 @@ def _entries(rt: Runtime, rk: str, thread_id: str) -> list[str]:
             continue
         parts.append(f"<{label}>")
         for item in items:
-            parts.append(render(item)[0])
+            parts.append(render(item, tz=rt.settings.tz)[0])
             ids.append(str(item.get("message_id")))
             senders.add(sender_of(item))
         parts.append(f"</{label}>")

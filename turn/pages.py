@@ -137,7 +137,7 @@ class Pages:
                 parts.append(ref := f'<already_in_context ref="{html.escape(mid)}"/>')
                 used += self.b.cost(ref)
                 continue
-            xml, whole = render(item)
+            xml, whole = render(item, tz=self.rt.settings.tz)
             if used + self.b.cost(xml) <= room - (reserve if i + 1 < len(items) else 0):
                 parts.append(xml)
                 used += self.b.cost(xml)

@@ -16,12 +16,14 @@ from typing import Any
 
 from claude import budget as bud
 from claude.client import Completion, Step
+from core.clock import iso
 from core.errors import Paused, Permanent
 from memory.sessions import END_USER_RESET
 from runs.runtime import Runtime
-from turn import rotation
+from turn import rotation, tools
 from turn.pages import Pages, add_once
-from turn.registry import Context, Part, ToolRefused, app_of
+from turn.registry import Context, Part, ToolRefused
+from turn.rounds import kept_rounds
 from turn.thread import (
     DATA_NOTE,
     RouteScope,
@@ -38,41 +40,14 @@ MAX_ROUNDS = 4  # tool rounds per turn; then the model must answer with what it 
 MIN_ROOM = 150  # tokens: less than this left for a tool result and the model answers instead
 RECORD_IDS = 200  # ids kept per list of a record
 
-_THREAD = {"name": "read_thread", "description": (
-    "Read earlier messages of this Feishu topic, oldest first, one page at a time. Without a cursor it "
-    "continues where the last read of this conversation stopped (from the start the first time). Long "
-    "messages are shown as a summary with their id: read them whole with read_message. Messages from before "
-    "a user reset are left out unless the user explicitly asks for them (cross_reset=true)."),
-    "input_schema": {"type": "object", "properties": {
-        "cursor": {"type": "string", "description": "next_cursor of a previous page"},
-        "from_start": {"type": "boolean", "description": "read from the thread's first message again"},
-        "page_size": {"type": "integer", "minimum": 1, "maximum": 50},
-        "cross_reset": {"type": "boolean", "description": "only if the user explicitly asked for messages from "
-                        "before their reset"}}}}
-_MESSAGE = {"name": "read_message", "description": (
-    "Read one message of this conversation whole, by its message_id (e.g. a spilled or quoted message); "
-    "offset reads on from that character (a spilled message says where)."),
-    "input_schema": {"type": "object", "properties": {"message_id": {"type": "string"},
-                                                      "offset": {"type": "integer", "minimum": 0}},
-                     "required": ["message_id"]}}
-_HISTORY = {"name": "read_history", "description": (
-    "Read older history of this conversation: earlier sessions, newest first. History from before a user "
-    "reset is only read when the user explicitly asks for it (cross_reset=true)."),
-    "input_schema": {"type": "object", "properties": {
-        "session_id": {"type": "string"}, "offset": {"type": "integer", "minimum": 0},
-        "cross_reset": {"type": "boolean", "description": "only if the user explicitly asked for pre-reset history"}}}}
-
-
-def tools_for(rt: Runtime, rk: str) -> list[dict[str, Any]]:
-    """Every tool a route's model may be offered: the reading tools, then each feature's of the App (the same list
-    every turn, so the request prefix stays cacheable; a part may add its own, e.g. propose_record_change)."""
-    kind = RouteScope.of(rk).kind
-    return app_of(rt).tools_for(kind, [_THREAD, _MESSAGE, _HISTORY] if kind == "topic" else [_MESSAGE, _HISTORY])
+def tools_for(rt: Runtime, rk: str = "") -> list[dict[str, Any]]:
+    """Every tool a request offers: one list for the deployment (turn/tools.py)."""
+    return tools.tools_for(rt, rk)
 
 
 @dataclass(frozen=True)
 class Talk:
-    completion: Completion  # the final answer, usage summed over the rounds, with the recall record
+    completion: Completion  # the final answer, usage summed over the rounds, with the recall record and the rounds
     first: Completion  # the first request's usage alone (calibrates the estimate of the prepared request)
 
 
@@ -111,18 +86,19 @@ def converse(turn: Context, request: rotation.Request, messages: list[dict[str, 
     caller has read it already (last_record). `request`: its system blocks and tools. `on_text`: each request is
     streamed and this sees its text so far (a streaming card, turn/stream.py). `parts`: the features' parts of the
     turn, which run their own tools (turn/registry.py)."""
-    rt, system, tools = turn.rt, list(request.system), list(request.tools)
+    rt, system, offered = turn.rt, list(request.system), list(request.tools)
     b = rotation.budget_of(rt)
     reader = Reader(rt, turn.rk, turn.session_id, b, dict(turn.previous), parts)
+    reader.unavailable = dict(request.unavailable)
     noted = _with_note(messages, reader.previous)
-    if b.request_cost(system, noted, tools) <= b.total:  # the note never pushes a request over
+    if b.request_cost(system, noted, offered) <= b.total:  # the note never pushes a request over
         messages = noted
     steps: list[Step] = []
     start = len(messages) - 1  # the batch's message: history before it, this turn's rounds after it
     for n in range(MAX_ROUNDS + 1):
-        room = b.input_room(b.request_cost(system, messages, tools))
+        room = b.input_room(b.request_cost(system, messages, offered))
         final = n == MAX_ROUNDS or room < MIN_ROOM or reader.full
-        step = rt.llm.step(system, messages, tools, final=final, on_text=on_text)
+        step = rt.llm.step(system, messages, offered, final=final, on_text=on_text, turn=start)
         reader.sent(messages)
         steps.append(step)
         if not step.tool_uses or final:
@@ -136,19 +112,22 @@ def converse(turn: Context, request: rotation.Request, messages: list[dict[str, 
             messages, start = shrunk
             reader.full = False
             del reader.calls[-len(step.tool_uses):]
-            left = b.input_room(b.request_cost(system, messages, tools)) - b.cost(json.dumps(step.content,
-                                                                                              ensure_ascii=False))
+            left = b.input_room(b.request_cost(system, messages, offered)) - b.cost(json.dumps(step.content,
+                                                                                                ensure_ascii=False))
             results = reader.run(step.tool_uses, left, json.dumps(messages, ensure_ascii=False))
         messages = [*messages, {"role": "assistant", "content": step.content}, {"role": "user", "content": results}]
-    return Talk(completion=_total(steps, reader.record()), first=_total(steps[:1], None))
+    rounds = kept_rounds(messages[start + 1:], reader.private, b)  # the tool rounds as the history keeps them
+    return Talk(completion=_total(steps, reader.record(), rounds), first=_total(steps[:1], None))
 
 
-def _total(steps: Sequence[Step], record: dict[str, Any] | None) -> Completion:
+def _total(steps: Sequence[Step], record: dict[str, Any] | None, rounds: list[dict[str, Any]] | None = None
+           ) -> Completion:
     last = steps[-1]
     return Completion(text=last.text, input_tokens=sum(s.input_tokens for s in steps),
                       output_tokens=sum(s.output_tokens for s in steps),
                       cache_read_tokens=sum(s.cache_read_tokens for s in steps), stop_reason=last.stop_reason,
-                      recall=record, cache_creation_tokens=sum(s.cache_creation_tokens for s in steps))
+                      recall=record, cache_creation_tokens=sum(s.cache_creation_tokens for s in steps),
+                      rounds=rounds or None)
 
 
 DROPPED = ('<earlier_result dropped="room"/> This result was read in an earlier round of this turn and left out '
@@ -174,9 +153,19 @@ def _room_made(messages: list[dict[str, Any]], start: int) -> tuple[list[dict[st
     log keeps it); None when nothing is left to give. Pure."""
     if _has_results(messages[start:]):
         return messages[:start] + _earlier_results_dropped(messages[start:]), start
-    if start >= 2:
-        return messages[2:], start - 2
+    cut = 2
+    while cut < start and not _opens_exchange(messages[cut]):  # never a tool result without its call before it
+        cut += 2
+    if cut <= start and start >= 2:
+        return messages[cut:], start - cut
     return None
+
+
+def _opens_exchange(message: dict[str, Any]) -> bool:
+    """A user message of people's words (not tool results): a request may start with it. Pure."""
+    content = message.get("content")
+    return message.get("role") == "user" and not (isinstance(content, list) and any(
+        isinstance(b, dict) and b.get("type") == "tool_result" for b in content))
 
 
 def _earlier_results_dropped(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -246,6 +235,8 @@ class Reader(Pages):
         self.reset_ms = reset_ms(rt, rk, sid)  # messages sent before the user's reset stay out unless asked
         self.parts: Mapping[str, Part] = parts or {}  # the features' parts: their tools (turn/registry.py)
         self.full = False  # a read found no room left in the request: the model answers next
+        self.unavailable: dict[str, str] = {}  # tools this turn may not use, and why (turn/tools.py)
+        self.private: set[str] = set()  # tool_use ids whose results are this request's only (documents, memory)
 
     def sent(self, messages: Sequence[dict[str, Any]] = ()) -> None:
         """The request carrying the staged tool results went out: their messages are now used."""
@@ -274,7 +265,7 @@ class Reader(Pages):
             args: dict[str, Any] = raw if isinstance(raw, dict) else {}
             self.calls.append({"tool": use.get("name"), "input": args})
             try:
-                text, error = self._dispatch(str(use.get("name")), args, per, context), False
+                text, error = self._dispatch(str(use.get("name")), args, per, context, str(use.get("id"))), False
             except ToolRefused as exc:  # a feature's tool said no (a memory path outside the batch's scopes …)
                 text, error = str(exc), True
             except (Permanent, Paused) as exc:  # reading is optional: the model answers without it
@@ -288,7 +279,9 @@ class Reader(Pages):
                         **({"is_error": True} if error else {})})
         return out
 
-    def _dispatch(self, name: str, args: dict[str, Any], room: int, context: str) -> str:
+    def _dispatch(self, name: str, args: dict[str, Any], room: int, context: str, use_id: str = "") -> str:
+        if name in self.unavailable:
+            raise ToolRefused(f"not available here: {self.unavailable[name]}")
         if name == "read_thread":
             return self._thread(args, room, context)
         if name == "read_message":
@@ -300,8 +293,10 @@ class Reader(Pages):
         for part in self.parts.values():
             result = part.call(name, args, room)
             if result is not None:
+                if not part.keeps(name):
+                    self.private.add(use_id)
                 return result
-        return f"unknown tool {name}"
+        raise ToolRefused(f"not available here: no tool named {name!r} in this conversation")
 
     # -- tools -------------------------------------------------------------------------------------------
 
@@ -310,11 +305,11 @@ class Reader(Pages):
             return f'<already_in_context ref="{html.escape(mid)}"/> Its whole text is above.'
         item = get_message(self.rt.feishu, mid) if mid else None
         if item is None or not self.scope.allows(item):
-            return "No such message in this conversation."
+            raise ToolRefused("No such message in this conversation.")  # a tool error (is_error)
         add_once(self.fetched, mid)
         if offset:
             return self._message_from(item, mid, offset, room)
-        xml, _ = render(item, inline_chars=10**9)
+        xml, _ = render(item, inline_chars=10**9, tz=self.rt.settings.tz)
         if self.b.cost(xml) + 20 > room:
             return self._message_from(item, mid, 0, room)
         self.staged[mid] = xml
@@ -346,8 +341,10 @@ class Reader(Pages):
                 f'crosses_user_reset="{str(crosses).lower()}" older_sessions="{older}">\n{DATA_NOTE}{warn}')
         parts, used, n = [head], self.b.cost(head) + 40, offset
         for e in entries[offset:]:
-            xml = (f'<history_entry role="{e.get("role")}" at="{e.get("at")}">\n'
-                   f"{html.escape(str(e.get('text')), quote=False)}\n</history_entry>")
+            text = str(e.get("text"))  # a batch is markup already (escaped once): only an answer's Markdown is escaped
+            body = text if e.get("role") == "user" else html.escape(text, quote=False)
+            at = iso(float(e["at"]), self.rt.settings.tz) if e.get("at") else ""
+            xml = f'<history_entry role="{e.get("role")}" at="{at}">\n{body}\n</history_entry>'
             if used + self.b.cost(xml) > room:
                 break
             parts.append(xml)

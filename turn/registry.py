@@ -3,8 +3,9 @@ this registry; they never name a feature (style.md §15: Bolt's listeners, pytho
 
 A feature declares, from its own room, one `Feature` value; `app.build_app(settings)` adds the deployment's features
 to an `App`, once per process (importing a module registers nothing). A `Feature` carries:
-- `start`: a factory of its `Part` of each turn — model tools (schema, handler), a request block before the batch
-  (this request only), system text after the cached prefix, what it adds to the turn's recall record, the reply's
+- `start`: a factory of its `Part` of each turn — its tools' handlers (the schemas are the feature's `tools`, one
+  stable list for the deployment), a request block in the turn's context (this request only), system text after the
+  cached prefix, what it adds to the turn's recall record, the reply's
   prefix and footer, and what it does once the answer is kept or posted;
 - `Command`: a chat command answered by the service, not the model (`/reset`, `/followups`, `/登记` …);
 - `Event`: an inbox entry of its own message type (a timer's wake-up), answered by the service;
@@ -67,6 +68,7 @@ class Context:
     session_id: str = ""  # a turn's session (after a rotation: the one it started in)
     owner: tuple[str, int] | None = None  # a turn's execution id and generation (they fence a rotation's write)
     text: str = ""  # a turn's request text of the batch (related discussion, the batch): what it links and says
+    batch_text: str = ""  # a turn's batch as the model reads it and the session log keeps it
     previous: Mapping[str, Any] = field(default_factory=dict)  # the session's last recall record (reading so far)
     dropped: int = 0  # messages consumed unanswered because a user reset came after them (for /reset's reply)
     told: list[str] = field(default_factory=list)  # session log entries of what it posted unasked (committed with it)
@@ -125,12 +127,22 @@ class Part:
         return ""
 
     def block(self) -> str:
-        """Text before the batch in this request only (never in the session log)."""
+        """Text of the turn's context block, after the batch, in this request only (never in the session log)."""
         return ""
 
     def tools(self) -> list[dict[str, Any]]:
-        """Tool schemas offered this turn (a subset of the feature's `Feature.tools` for the route kind)."""
+        """Tools only this turn offers, beyond the deployment's stable list (`Feature.tools`): each one changes the
+        request's cached prefix, so prefer declaring it on the feature and refusing it in `unavailable`."""
         return []
+
+    def keeps(self, name: str) -> bool:
+        """Whether the session's history may keep its tool `name`'s results (False: what they show depends on who
+        asks — a document, a person's memory — so a later turn, maybe someone else's, must read it again)."""
+        return True
+
+    def unavailable(self) -> dict[str, str]:
+        """Its tools this turn cannot use, each with why (the model reads it; a call answers "not available here")."""
+        return {}
 
     def call(self, name: str, args: dict[str, Any], room: int) -> str | None:
         """The result of one of its tools (None: not its tool); `room`: tokens the result may take."""
@@ -275,7 +287,10 @@ class Feature:
     name: str  # also the namespace of its card actions and its keys
     order: int = 50  # parts start in this order; a part sees the parts started before it
     start: Callable[[Context, Mapping[str, Part]], Part | None] | None = None  # its part of each turn
-    tools: Callable[[str], Sequence[dict[str, Any]]] = lambda _kind: ()  # every tool it may offer on a route kind
+    tools: Callable[[str], Sequence[dict[str, Any]]] = lambda _kind: ()  # the tools a route kind may use
+    # Its tools as this deployment offers them, when that depends on the deployment (a table's options; none without
+    # the table): read for every request, so it must be stable. Default: `tools` of every route kind.
+    tools_in: Callable[[Runtime], Sequence[dict[str, Any]]] | None = None
     replied: Callable[[Context, Completion], None] | None = None  # after the reply was posted (cached answers too)
     superseded: Callable[[Context], object] | None = None  # a user reset overtook the turn: it never answers
     reset: Callable[[Context], Said] | None = None  # what a user reset does to its state, said in the reset's reply
@@ -373,10 +388,25 @@ class App:
     def opener_named(self, name: str) -> Opener | None:
         return next((o for o in self.openers if o.name == name), None)
 
-    def tools_for(self, kind: str, reading: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Every tool a route kind's model may be offered: the turn's own reading tools, then each feature's, in
-        order. The same list every turn, so the request prefix stays cacheable and a rerun sizes its batch alike."""
-        return [*reading, *(t for f in self.features for t in f.tools(kind))]
+    def tools_for(self, reading: Sequence[dict[str, Any]], rt: Runtime | None = None) -> list[dict[str, Any]]:
+        """Every tool the deployment's model is offered: the turn's own reading tools, then each feature's (what it
+        declares for any route kind, or `tools_in(rt)` when the deployment shapes it), in order, each name once. The
+        same list for every route and every turn — the start of every request's cached prefix, and what a rerun sizes
+        its batch with; a tool a turn may not use answers "not available here" (`unavailable`)."""
+        out: dict[str, dict[str, Any]] = {}
+        for t in [*reading, *(t for f in self.features for t in self._tools_of(f, rt))]:
+            out.setdefault(str(t.get("name")), t)
+        return list(out.values())
+
+    @staticmethod
+    def _tools_of(f: Feature, rt: Runtime | None) -> list[dict[str, Any]]:
+        if f.tools_in is not None and rt is not None:
+            return list(f.tools_in(rt))
+        return [t for kind in CORE_ROUTE_KINDS for t in f.tools(kind)]
+
+    def offered_on(self, kind: str) -> set[str]:
+        """The names of the features' tools a route kind may use (`Feature.tools(kind)`)."""
+        return {str(t.get("name")) for f in self.features for t in f.tools(kind)}
 
     def overheard(self, settings: Settings, r: Any, keys: Keys, m: Inbound, now: float) -> str:
         """What the features made of an unaddressed topic message: every outcome reported, in the features' order,

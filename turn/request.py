@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import html
 from collections.abc import Sequence
+from typing import Any
 
 from claude import budget as bud
 from claude.prompt import estimate_tokens, format_batch, system_blocks
 from core.inbound import Inbound
+from feishu.identity import cached_name
+from feishu.people import names
 from memory import related, withdrawn
 from runs.runtime import Runtime
 from turn import recall, rotation
@@ -25,7 +28,7 @@ BATCH_SHARE = 0.6  # of the input room a batch may take; the rest holds the summ
 def batch_room(rt: Runtime, route_key: str) -> tuple[bud.Budget, int]:
     """The budget at factor 1 (so every rerun of a batch sizes it alike) and the tokens a batch may take."""
     b = bud.Budget(rt.settings.context_budget_tokens, rt.settings.max_output_tokens)
-    fixed = b.request_cost(system_blocks(rt.persona, rt.team_notes), [], recall.tools_for(rt, route_key))
+    fixed = b.request_cost(system_of(rt), [], recall.tools_for(rt, route_key))
     return b, int(b.input_room(fixed) * BATCH_SHARE)
 
 
@@ -65,12 +68,26 @@ def related_discussion(rt: Runtime, kind: str, batch: Sequence[Inbound]) -> str:
     before = int(last.create_time) / 1000 if last.create_time and last.create_time.isdigit() else None
     items = withdrawn.apply_to_related(rt.state, rt.keys, last.chat_id,
                                        related.recent(rt.state, rt.keys, last.chat_id, before=before))
-    return related.block(items, estimate_tokens)
+    named = names_of(rt, [str(i.get("sender") or "") for i in items])
+    return related.block(items, estimate_tokens, names=named, tz=rt.settings.tz)
+
+
+def system_of(rt: Runtime, notes: str = "") -> list[dict[str, Any]]:
+    """A request's system blocks: the deployment's rules, glossary, persona and team notes (one block, the same for
+    every route), then rarely-changing notes."""
+    return system_blocks(rt.persona, rt.team_notes, notes, cached_name(rt.state, rt.keys))
 
 
 def people(rt: Runtime, batch: Sequence[Inbound]) -> dict[str, str]:
-    """Who an @mention in the answer may reach: the batch's senders and the people they mentioned (not the bot)."""
+    """Who an @mention in the answer may reach: the batch's senders and the people they mentioned (not the bot), with
+    their display names (the mention's own, else the contact API's: feishu/people.py)."""
     found = {m.sender_open_id: "" for m in batch if m.sender_open_id}
     found.update({x.open_id: x.name or "" for m in batch for x in m.mentions if x.open_id})
     found.pop(str(rt.state.get(rt.keys.bot_open_id) or ""), None)
-    return found
+    known = names_of(rt, [i for i, name in found.items() if not name])
+    return {i: name or known.get(i, "") for i, name in found.items()}
+
+
+def names_of(rt: Runtime, open_ids: Sequence[str]) -> dict[str, str]:
+    """Display names of these people (cached per person; none for those Feishu does not name)."""
+    return names(rt.feishu, rt.state, rt.keys, open_ids)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -86,7 +86,7 @@ def load(r: redis.Redis, keys: Keys, rk: str, sid: str, b: bud.Budget | None = N
         summary = withdrawn.SUMMARY_WITHDRAWN  # it may repeat a recalled message: none of it is shown again
     body_len = length - (1 if summary else 0)
     raw, parsed = _turns(page)
-    used = sum(b.cost(d["text"]) for d in parsed) if b else 0
+    used = sum(bud.entry_cost(b, d) for d in parsed) if b else 0
     read = len(page)
     while read < min(length, TAIL_ENTRIES) and (b is None or used <= room):
         n = min(read, TAIL_ENTRIES - read)  # doubling: few round trips, little read beyond the room
@@ -95,11 +95,19 @@ def load(r: redis.Redis, keys: Keys, rk: str, sid: str, b: bud.Budget | None = N
             break
         read += len(more)
         more_raw, dicts = _turns(more)
-        used += sum(b.cost(d["text"]) for d in dicts) if b else 0
+        used += sum(bud.entry_cost(b, d) for d in dicts) if b else 0
         raw, parsed = more_raw + raw, dicts + parsed
     withdrawn.apply_to_entries(r, keys, rk, parsed)  # recalled messages withdrawn, edits at their newest
-    turns = [Entry(role=d["role"], text=d["text"]) for d in parsed]
+    turns = [_entry(d) for d in parsed]
     return Loaded(summary, turns, raw, complete=len(raw) >= body_len, summary_ids=summary_ids)
+
+
+def _entry(d: dict[str, Any]) -> Entry:
+    """A log entry as history: its role and text, and an answer's tool rounds (as the requests carried them)."""
+    e = Entry(role=d["role"], text=d["text"])
+    if d.get("rounds"):
+        e["rounds"] = list(d["rounds"])
+    return e
 
 
 def _turns(entries: list[str]) -> tuple[list[str], list[dict[str, Any]]]:
@@ -111,13 +119,16 @@ def _turns(entries: list[str]) -> tuple[list[str], list[dict[str, Any]]]:
 
 @dataclass(frozen=True)
 class Request:
-    """A model request's parts besides the session's history: the system blocks, the tools, the text of the batch
-    (with what goes before it in this request only) and the batch's images (labelled image blocks)."""
+    """A model request's parts besides the session's history: the system blocks, the tools, the batch's text (what
+    the session log keeps), its images (labelled image blocks), the turn's context (after them, this request only:
+    claude/cache.py) and the tools the turn may not use, with why."""
 
     system: Sequence[dict[str, Any]]
     tools: Sequence[dict[str, Any]] = ()
     text: str = ""
     images: Sequence[dict[str, Any]] = ()
+    context: str = ""
+    unavailable: Mapping[str, str] = field(default_factory=dict)
 
 
 def prepare(turn: Context, request: Request) -> Prepared:
@@ -128,6 +139,7 @@ def prepare(turn: Context, request: Request) -> Prepared:
     system, tools, images, batch_text = request.system, request.tools, request.images, request.text
     b = budget_of(rt)
     fixed = b.request_cost(system, [], tools) + bud.content_tokens(list(images))  # at their ceiling already
+    fixed += b.cost(request.context) if request.context else 0  # read fresh for each request: never cut
     fixed += read_reserve(b, fixed, batch_text, tools)  # history gives way to the read's room, never the batch
     loaded = load(rt.state, rt.keys, rk, sid, b, b.input_room(fixed))
     fitted = bud.fit_session(b, fixed, loaded.summary, loaded.turns, batch_text)
@@ -138,10 +150,18 @@ def prepare(turn: Context, request: Request) -> Prepared:
             sid, loaded = new_sid, load(rt.state, rt.keys, rk, new_sid, b, b.input_room(fixed))
             fitted = bud.fit_session(b, fixed, loaded.summary, loaded.turns, batch_text)
     messages = session_messages(fitted.summary, fitted.turns, fitted.batch)
-    if images:
-        messages[-1] = {"role": "user", "content": [{"type": "text", "text": messages[-1]["content"]}, *images]}
+    messages[-1] = turn_message(messages[-1]["content"], images, request.context)
     return Prepared(sid, messages, bud.raw_request_tokens(system, messages, tools),
                     b.request_cost(system, messages, tools))
+
+
+def turn_message(batch: str, images: Sequence[dict[str, Any]], context: str) -> dict[str, Any]:
+    """The turn's user message: the batch first (the block the session log keeps: the next turn's request finds the
+    same prefix up to it), then the images, then the context read fresh for this request only. Pure."""
+    blocks = [{"type": "text", "text": batch}, *images]
+    if context:
+        blocks.append({"type": "text", "text": context})
+    return {"role": "user", "content": blocks}
 
 
 def read_reserve(b: bud.Budget, fixed: int, batch_text: str, tools: Sequence[dict[str, Any]]) -> int:
@@ -168,7 +188,7 @@ def rotate(turn: Context, loaded: Loaded, b: bud.Budget, fixed: int, batch_cost:
     if owner is None or not older:
         return None
     half = max(0, b.input_room(fixed) - batch_cost) // 2
-    kept_cost = sum(b.cost(t["text"]) for t in loaded.turns[len(older):])
+    kept_cost = sum(bud.entry_cost(b, t) for t in loaded.turns[len(older):])
     room = max(MIN_SUMMARY_TOKENS, half // 2, half - kept_cost)  # the kept turns give way if need be
     summary = _summary(turn, loaded.summary, older, b, (room, 2 * half))
     exec_id, gen = owner
@@ -237,8 +257,8 @@ def _compress(turn: Context, earlier: str, older: Sequence[Entry], b: bud.Budget
     if b.request_cost(system, messages) > b.total:
         room_left = b.input_room(b.request_cost(system, []))
         messages = [{"role": "user", "content": b.fit_text(messages[0]["content"], room_left)}]
-    with shutdown.interruptible():
-        completion = rt.llm.complete(system, messages)
+    with shutdown.interruptible():  # the summary's room is what it may take, whatever a chat answer's limit
+        completion = rt.llm.complete(system, messages, max_tokens=max(rt.settings.max_output_tokens, room))
     for kind_of_token, n in (("input", completion.input_tokens), ("output", completion.output_tokens)):
         if n:
             metrics.count(rt.state, rt.keys, "tokens", "compression", kind_of_token, n=n)

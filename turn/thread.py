@@ -6,11 +6,14 @@ import html
 import json
 import re
 from dataclasses import dataclass
+from datetime import UTC, tzinfo
 from typing import Any
 
 from lark_oapi.api.im.v1 import GetMessageRequest, ListMessageRequest
 
+from core.clock import iso_ms
 from feishu.client import FeishuApi
+from feishu.content import MentionBook, render_card
 
 INLINE_CHARS = 400  # longer messages are spilled: a summary and their id (read_message reads them whole)
 SUMMARY_CHARS = 120
@@ -94,7 +97,25 @@ def text_of(item: dict[str, Any], bot_open_id: str = "") -> str:
                          for el in para if isinstance(el, dict))
                  for para in content.get("content") or [] if isinstance(para, list)]
         return "\n".join([str(content.get("title") or ""), *lines]).strip()
+    if kind == "interactive":
+        return card_text(content, bot_open_id)
     return f"[{kind}]"
+
+
+def card_text(content: dict[str, Any], bot_open_id: str = "") -> str:
+    """What a card shows, as text: the received format ({"title", "elements": rows}, as list/get return it) or a card's
+    own JSON (JSON 1.0 header/elements, 2.0 header/body.elements: what the bot sent, as some reads return it)."""
+    book = MentionBook([], bot_open_id or None)
+    if content.get("type") == "card":
+        return "[card]"  # a card entity's reference: nothing of its content here
+    if not any(k in content for k in ("header", "body", "schema")):
+        return render_card(content, book)
+    header = content.get("header") or {}
+    title = header.get("title") if isinstance(header, dict) else None
+    body = content.get("body") or content
+    elements = body.get("elements") if isinstance(body, dict) else None
+    return render_card({"title": str(title.get("content") or "") if isinstance(title, dict) else "",
+                        "elements": elements if isinstance(elements, list) else []}, book)
 
 
 def _named(text: str, item: dict[str, Any], bot_open_id: str = "") -> str:
@@ -116,12 +137,15 @@ def sender_of(item: dict[str, Any]) -> str:
     return "assistant" if sender.get("sender_type") == "app" else str(sender.get("id") or "unknown")
 
 
-def _attrs(item: dict[str, Any]) -> str:
-    return (f'sender="{html.escape(sender_of(item))}" message_id="{html.escape(str(item.get("message_id")))}" '
-            f'time="{html.escape(str(item.get("create_time") or ""))}"')
+def _attrs(item: dict[str, Any], tz: tzinfo = UTC) -> str:
+    ms = str(item.get("create_time") or "")
+    when = iso_ms(int(ms), tz) if ms.isdigit() else ""
+    return f'sender="{html.escape(sender_of(item))}" message_id="{html.escape(str(item.get("message_id")))}" ' \
+        f'time="{when}"'
 
 
-def render(item: dict[str, Any], *, inline_chars: int = INLINE_CHARS) -> tuple[str, bool]:
+
+def render(item: dict[str, Any], *, inline_chars: int = INLINE_CHARS, tz: tzinfo = UTC) -> tuple[str, bool]:
     """(xml, inlined): a short message whole, escaped like format_batch; a long one spilled behind its id.
 
     A spilled message names its id as `id=`, never `message_id=`: `message_id="…"` in a request means the
@@ -129,7 +153,7 @@ def render(item: dict[str, Any], *, inline_chars: int = INLINE_CHARS) -> tuple[s
     """
     text = text_of(item)
     if len(text) <= inline_chars:
-        return f"<thread_message {_attrs(item)}>\n{html.escape(text, quote=False)}\n</thread_message>", True
+        return f"<thread_message {_attrs(item, tz)}>\n{html.escape(text, quote=False)}\n</thread_message>", True
     mid = html.escape(str(item.get("message_id")))
     summary = html.escape(text[:SUMMARY_CHARS], quote=False)
     return (f'<spilled_message sender="{html.escape(sender_of(item))}" id="{mid}" chars="{len(text)}">\n'

@@ -75,6 +75,8 @@ def forget(c: Context) -> Said:
     if arg in ("all", "全部"):
         own = Scope("people", m.sender_id)
         gone = store.change(own, m.sender_id, "forget all", lambda files: dict.fromkeys(files))
+        if gone:
+            store.mark_cleared(own, "/forget all: every file of this person's memory was deleted")
         return Said(say("memory_forgot_all", m.text, n=len(gone)))
     found = entries(c, g)
     if not arg.isdigit() or not 1 <= int(arg) <= len(found):
@@ -83,6 +85,7 @@ def forget(c: Context) -> Said:
     if e.scope not in g.write or (e.scope.kind == "items" and m.sender_id not in c.rt.settings.memory.admins):
         return Said(say("memory_forget_refused", m.text))
     store.change(e.scope, m.sender_id, f"{e.file.path} forgotten", lambda files: {e.file.path: None})
+    store.mark_cleared(e.scope, f"/forget: {e.file.path} was deleted")
     return Said(say("memory_forgot", m.text, whose=whose(e.scope, m.sender_id, m.text), path=e.file.path))
 
 
@@ -94,8 +97,9 @@ def undo(c: Context) -> Said:
     mine = [s for s in g.write if s.kind != "items" or m.sender_id in c.rt.settings.memory.admins]
     newest = max(mine, key=lambda s: _last_change(c, s), default=None)
     what = store.undo(newest, m.sender_id) if newest is not None and store.undoable(newest) else None
-    if what is None:
+    if what is None or newest is None:
         return Said(say("memory_nothing_to_undo", m.text))
+    store.mark_cleared(newest, f"/memory undo: the change \"{what}\" was undone")
     return Said(say("memory_undone", m.text, what=what))
 
 

@@ -11,9 +11,11 @@ from __future__ import annotations
 import html
 import logging
 from collections.abc import Mapping
+from datetime import UTC
 from typing import Any
 
 from claude.prompt import estimate_tokens
+from core.clock import iso
 from core.errors import AdapterError
 from items import item_of_turn
 from memory import notes
@@ -91,10 +93,11 @@ class MemoriesPart(Part):
         room = int(budget.total * self.turn.rt.settings.memory.budget_share)
         scopes = sorted(self.grant.read)
         files = {s: self.store.files(s) for s in scopes}
+        head = self._rights() + self._cleared()
         if not any(files.values()):
-            return ""
+            return f'<memory note="{html.escape(NOTE)}">\n{head}</memory>\n' if head else ""
         parts, index = self._candidates(scopes, files)
-        fit = _Fit(budget.cost, room - budget.cost(NOTE) - TAIL_TOKENS, self.group)
+        fit = _Fit(budget.cost, room - budget.cost(NOTE) - budget.cost(head) - TAIL_TOKENS, self.group)
         out, unloaded = [], []
         for scope, path, xml in parts:
             if fit.take(scope, xml):
@@ -108,7 +111,30 @@ class MemoriesPart(Part):
             lines.append(f"- … {left} more not listed for lack of room (view /memories to list them)")
         whose = "".join(f'\n<whose scope="{s.name}">{_whose(s, self.group)}</whose>' for s in scopes if s in fit.shown)
         body = "\n".join(out) + ("\n<index>\n" + "\n".join(lines) + "\n</index>" if lines else "")
-        return f'<memory note="{html.escape(NOTE)}">{whose}\n{body}\n</memory>\n'
+        return f'<memory note="{html.escape(NOTE)}">\n{head}{whose.lstrip(chr(10))}\n{body}\n</memory>\n'
+
+    def _rights(self) -> str:
+        """This turn's scopes and what it may do with each (the model writes only where it may)."""
+        lines = []
+        for scope in sorted(self.grant.read):
+            may = "read and write" if scope in self.grant.write else "read only: " + self.grant.why_not.get(scope, "")
+            lines.append(f'<scope path="{scope.root}/" may="{html.escape(may.strip())}"/>')
+        return "".join(line + "\n" for line in lines)
+
+    def _cleared(self) -> str:
+        """A <state> line per scope of this turn cleared by /forget or /memory undo since this session began: what the
+        conversation said about it before no longer holds."""
+        rt = self.turn.rt
+        session = rt.sessions.get(self.turn.rk, self.turn.session_id) if self.turn.session_id else None
+        since = session.started_at if session else 0.0
+        out = []
+        for scope in sorted(self.grant.read):
+            at, what = self.store.cleared(scope)
+            if at > since:
+                out.append(f'<state kind="memory_cleared" scope="{scope.root}/" at="{iso(at, rt.settings.tz)}">'
+                           f"{html.escape(what)}: what this conversation said about it before no longer holds."
+                           "</state>")
+        return "".join(line + "\n" for line in out)
 
     def _candidates(self, scopes: list[Scope], files: Mapping[Scope, Mapping[str, File]]
                     ) -> tuple[list[tuple[Scope, str, str]], list[tuple[Scope, str]]]:
@@ -129,6 +155,9 @@ class MemoriesPart(Part):
         if error:
             raise ToolRefused(text)
         return text
+
+    def keeps(self, name: str) -> bool:
+        return name != MEMORY_TOOL["name"]  # a person's memory is read again for whoever asks next
 
     def record(self) -> dict[str, Any]:
         return {"memory": [list(c) for c in self.tool.changed]} if self.tool.changed else {}
@@ -198,13 +227,13 @@ def _whose(scope: Scope, group: bool) -> str:
 
 
 def _file_xml(scope: Scope, f: File, store: Memories) -> str:
-    updated = store.stamp(f.at, "%Y-%m-%d")
+    updated = iso(f.at, store.tz or UTC)
     return (f'<file path="{scope.root}/{html.escape(f.path)}" updated="{updated}">\n'
             f"{html.escape(f.text, quote=False)}\n</file>")
 
 
 def _index_line(scope: Scope, f: File, store: Memories) -> str:
-    updated = store.stamp(f.at, "%Y-%m-%d")
+    updated = iso(f.at, store.tz or UTC)
     return f"- {scope.root}/{f.path} — {html.escape(f.first_line, quote=False)} (updated {updated})"
 
 

@@ -132,6 +132,17 @@ class Memories:
     def version(self, scope: Scope) -> int:
         return int(self.r.hget(scope_keys.memory_meta(self.k, scope.name), "version") or 0)
 
+    def cleared(self, scope: Scope) -> tuple[float, str]:
+        """When a person last cleared part of this scope (/forget, /memory undo) and what: (0, "") when never."""
+        at, what = self.r.hmget(scope_keys.memory_meta(self.k, scope.name), "cleared_at", "cleared")
+        return float(at or 0), str(what or "")
+
+    def mark_cleared(self, scope: Scope, what: str) -> None:
+        """Note a clearing, so the next turns of every conversation of this scope are told (memory/scopes/part.py).
+        Wall time, as sessions are stamped."""
+        self.r.hset(scope_keys.memory_meta(self.k, scope.name), mapping={"cleared_at": repr(time.time()),
+                                                                          "cleared": what[:200]})
+
     def log(self, scope: Scope) -> list[str]:
         return [str(x) for x in self.r.lrange(scope_keys.memory_log(self.k, scope.name), 0, LOG_KEPT - 1)]
 

@@ -41,6 +41,8 @@ DEFAULT_FIELDS: tuple[tuple[str, int], ...] = (
     ("话题链接", URL), ("事项ID", TEXT), ("首答链接", URL), ("首答状态", SINGLE), ("首答版本", NUMBER),
 )
 
+DEFAULT_STATUSES = ("待处理", "处理中", "待确认", "已解决", "已关闭")
+
 
 def _field(name: str, kind: int, primary: bool) -> dict[str, Any]:
     props: dict[int, dict[str, Any]] = {
@@ -98,6 +100,11 @@ class BitableStore:
             tables = self.apps.setdefault(app_token, {})
             if table_id not in tables:
                 made = [_field(name, kind, i == 0) for i, (name, kind) in enumerate(specs)]
+                if fields is None:  # a team's items table comes with its status options (more appear on write)
+                    for f in made:
+                        if f["field_name"] == "状态":
+                            f["property"]["options"] = [{"name": n, "id": new_bitable_id("opt", 10), "color": c}
+                                                        for c, n in enumerate(DEFAULT_STATUSES)]
                 tables[table_id] = Table(app_token, table_id, made)
             return tables[table_id]
 

@@ -12,7 +12,7 @@ import re
 from typing import Any
 
 from sandbox.claude.recall import _results, _tool_use
-from sandbox.claude.wire import block_text
+from sandbox.claude.wire import block_text, offered
 
 TRIGGERS = ("读完文档", "全文", "read the whole document")
 READS_PER_TURN = 2
@@ -21,8 +21,7 @@ _TITLE = re.compile(r'<document(?:_part)? title="([^"]*)"[^>]*revision="(\d+)"')
 
 
 def document_reply(body: dict[str, Any]) -> list[dict[str, Any]] | str | None:
-    names = {t.get("name") for t in body.get("tools") or [] if isinstance(t, dict)}
-    if "read_document" not in names:
+    if not offered(body, "read_document"):
         return None
     messages = body["messages"]
     turn_results: list[str] = []

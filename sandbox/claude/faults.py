@@ -153,7 +153,7 @@ class CallLog:
         entry: dict[str, Any] = {
             "headers": headers, "body": body, "request_id": request_id, "end": None, "status": None,
             "fault": None, "stream": bool(isinstance(body, dict) and body.get("stream")),
-            "last_user": last_user_text(body),
+            "last_user": last_user_text(body), "usage": None,  # the usage answered (the prompt cache's view)
         }
         with self._lock:  # stamped under the lock, so seq order is start order
             now = time.time()

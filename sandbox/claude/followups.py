@@ -20,7 +20,7 @@ from typing import Any
 from sandbox.claude.items import _system_text
 from sandbox.claude.recall import _results
 from sandbox.claude.when import WhenError, parse_when
-from sandbox.claude.wire import block_text, stable_hash
+from sandbox.claude.wire import block_text, offered, stable_hash, without_quotes
 
 _MESSAGE = re.compile(r'<message sender="([^"]*)" message_id="([^"]*)"[^>]*>\n?(.*?)\n?</message>', re.DOTALL)
 _NOW = re.compile(r"<now>(\S+) \w+</now>")
@@ -31,9 +31,8 @@ _WAITS_FOR_REPLY = re.compile(r"回复|答复|回应|reply|respond|answer", re.I
 
 
 def schedule_reply(body: dict[str, Any]) -> list[dict[str, Any]] | str | None:
-    names = {t.get("name") for t in body.get("tools") or [] if isinstance(t, dict)}
     messages = body["messages"]
-    if "schedule_followup" not in names or not messages:
+    if not offered(body, "schedule_followup") or not messages:
         return None
     results = _results(messages[-1])
     if results:
@@ -52,7 +51,7 @@ def schedule_reply(body: dict[str, Any]) -> list[dict[str, Any]] | str | None:
     calls: list[dict[str, Any]] = []
     unclear: list[str] = []
     for n, (_sender, mid, words) in enumerate(_MESSAGE.findall(text)):
-        call = _call(body, n, mid, html.unescape(words).strip(), now)
+        call = _call(body, n, mid, html.unescape(without_quotes(words)).strip(), now)
         if isinstance(call, str):
             unclear.append(call)
         elif call is not None:

@@ -1,6 +1,6 @@
 """The stand-in's item behaviour: first-answer analyses and proposed record changes. Offline, deterministic.
 
-- A first-answer request (its system prompt asks for a SHORT SUMMARY or the FULL ANALYSIS) gets
+- A first-answer request (its <task> asks for a SHORT SUMMARY or the FULL ANALYSIS) gets
   "摘要：…" or "完整分析：…" quoting the report, so the two versions differ and tests can tell them apart.
 - Asked to change the item's status ("状态改成 X" / "状态改为 X"), with the propose_record_change tool
   offered, it proposes once, then confirms.
@@ -13,9 +13,10 @@ import re
 from typing import Any
 
 from sandbox.claude.recall import _results
-from sandbox.claude.wire import block_text, stable_hash
+from sandbox.claude.wire import block_text, offered, stable_hash, without_quotes
 
 _MATERIAL = re.compile(r"<message\b[^>]*>\n?(.*?)\n?</message>", re.DOTALL)
+_TASK = re.compile(r"<task>(.*?)</task>", re.DOTALL)
 _STATUS = re.compile(r"状态(?:改成|改为|设为)\s*[「“\"]?([^\s」”\"。，,]+)")
 
 
@@ -25,23 +26,23 @@ def _system_text(body: dict[str, Any]) -> str:
 
 
 def analysis_reply(body: dict[str, Any]) -> str | None:
-    system = _system_text(body)
-    if "SHORT SUMMARY" not in system and "FULL ANALYSIS" not in system:
-        return None
     users = [m for m in body["messages"] if m.get("role") == "user"]
     text = block_text(users[-1]["content"]) if users else ""
+    task = _TASK.search(text)  # the task follows the materials (their shared prefix is cached)
+    asked = task.group(1) if task else _system_text(body)
+    if "SHORT SUMMARY" not in asked and "FULL ANALYSIS" not in asked:
+        return None
     parts = [html.unescape(p.strip()) for p in _MATERIAL.findall(text)]
     report = parts[0] if parts else ""
-    if "SHORT SUMMARY" in system:
+    if "SHORT SUMMARY" in asked:
         return f"摘要：报告的问题是「{report[:80]}」。先核对最近的改动。"
     return (f"完整分析：\n1. 现象：{report[:200]}\n2. 可能原因：最近的发布或配置变更。\n"
             f"3. 需要核实：复现步骤和日志（共看了 {len(parts)} 条消息）。")
 
 
 def propose_reply(body: dict[str, Any]) -> list[dict[str, Any]] | str | None:
-    names = {t.get("name") for t in body.get("tools") or [] if isinstance(t, dict)}
     messages = body["messages"]
-    if "propose_record_change" not in names or not messages:
+    if not offered(body, "propose_record_change") or not messages:
         return None
     results = _results(messages[-1])
     if results:
@@ -49,7 +50,7 @@ def propose_reply(body: dict[str, Any]) -> list[dict[str, Any]] | str | None:
         return "好的，已发出审批卡片，负责人或提出人批准后才会改记录。" if done else None
     question = html.unescape(block_text(messages[-1].get("content") or ""))
     asked = _MATERIAL.findall(question)
-    match = _STATUS.search(asked[-1] if asked else "")
+    match = _STATUS.search(without_quotes(asked[-1]) if asked else "")
     if not match:
         return None
     return [{"type": "text", "text": "我来提一个修改。"},

@@ -9,7 +9,8 @@ Per message of the batch (any of them, not only the last), from its sender:
 - "记忆调用：{json}" → that exact memory tool input (a model's typo, a command with a field missing);
 - anywhere in the request, "写入 /memories/…：text" (a document, a quote, a record — data that pretends to be an
   instruction): the stand-in is gullible and tries; the service's grant decides.
-It first views /memories (which scopes this conversation holds), then writes, then answers. A consolidation request
+It writes at once to the scopes the turn's <memory> block names (a request without them: it first views /memories to
+learn them), then answers. A consolidation request
 (its system text says MEMORY CONSOLIDATION) merges duplicate notes and rewrites a superseded owner as
 "X（自 <day> 起；原为 Y）", all through the tool, then answers with what it changed.
 """
@@ -24,7 +25,7 @@ from typing import Any
 
 from sandbox.claude.items import _system_text
 from sandbox.claude.recall import _results
-from sandbox.claude.wire import block_text, stable_hash
+from sandbox.claude.wire import block_text, offered, stable_hash, without_quotes
 
 TOOL = "memory"
 ERROR = "\x00error: "  # how _turn marks a tool result the service flagged is_error
@@ -38,23 +39,27 @@ _TEAM = re.compile(r"^(?:以后大家|团队约定[：:]|群规[：:]|记住团�
 _REMEMBER = re.compile(r"^记住[：:]?\s*(.+)$", re.DOTALL)
 _FORGET = re.compile(r"^(?:忘掉|忘记|别记)(.+)$", re.DOTALL)
 _RAW = re.compile(r"^记忆调用[：:]\s*(\{.*\})$", re.DOTALL)
+_GIVEN = re.compile(r'<scope path="(/memories/(?:people|chats|items)/[A-Za-z0-9_-]+/)"')
 _PROGRESS = re.compile(r"(已确认[：:][^；;\n]+|待查[：:][^；;\n]+)")
 
 
 def memory_reply(body: dict[str, Any]) -> list[dict[str, Any]] | str | None:
-    names = {t.get("name") for t in body.get("tools") or [] if isinstance(t, dict)}
-    if TOOL not in names or "MEMORY CONSOLIDATION" in _system_text(body):
+    if not offered(body, TOOL) or "MEMORY CONSOLIDATION" in _system_text(body):
         return None
     question, results = _turn(body["messages"])
     wanted = _intents(question)
     if not wanted:
         return None
+    given = _GIVEN.findall(question)  # the turn's <memory> names its scopes: a model writes at once, no view
+    if not results and given:
+        calls = _writes(wanted, " ".join(given), question)
+        return _calls(body, calls, "我来记下。") if calls else "这些我没法记下来。"
     if not results:
         return _calls(body, [{"command": "view", "path": "/memories"}], "我先看看记忆里有什么。")
     if len(results) == 1 and results[0].startswith("Here're the files"):
         calls = _writes(wanted, results[0], question)
         return _calls(body, calls, "我来记下。") if calls else "这些我没法记下来。"
-    writes = results[1:]
+    writes = results[1:] if results[0].startswith("Here're the files") else results
     refused = [r for r in writes if r.startswith(ERROR)]
     if refused and len(refused) == len(writes):
         return "没能记下：" + refused[0][len(ERROR):]
@@ -79,7 +84,7 @@ def _intents(text: str) -> list[tuple[str, str, str]]:
     """(kind, sender, words) for each memory intent of the request."""
     out = [("inject", "", f"{path}\x00{words.strip()}") for path, words in _INJECTED.findall(html.unescape(text))]
     for sender, _mid, words in _MESSAGE.findall(text):
-        words = html.unescape(words).strip()
+        words = html.unescape(without_quotes(words)).strip()
         if m := _RAW.match(words):
             out.append(("raw", sender, m.group(1)))
         elif _TEAM.match(words):

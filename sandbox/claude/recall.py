@@ -11,7 +11,7 @@ import html
 import re
 from typing import Any
 
-from sandbox.claude.wire import block_text, stable_hash
+from sandbox.claude.wire import block_text, offered, stable_hash
 
 TRIGGERS = ("看看话题里之前的消息", "话题里之前", "read the thread", "继续看", "继续读")
 PAGES_PER_TURN = 2
@@ -43,8 +43,7 @@ def _tool_use(body: dict[str, Any], name: str, args: dict[str, Any]) -> list[dic
 
 def recall_reply(body: dict[str, Any]) -> list[dict[str, Any]] | str | None:
     """The stand-in's answer when recall applies to this request; None lets the default answer it."""
-    names = {t.get("name") for t in body.get("tools") or [] if isinstance(t, dict)}
-    if "read_thread" not in names:
+    if not offered(body, "read_thread"):
         return None
     messages = body["messages"]
     allowed = (body.get("tool_choice") or {}).get("type") != "none"

@@ -12,6 +12,7 @@ from typing import Any
 from flask import Flask, Response, request
 
 from sandbox.claude import wire
+from sandbox.claude.cache import PromptCache
 from sandbox.claude.control import register_control
 from sandbox.claude.documents import document_reply
 from sandbox.claude.dream import dream_reply
@@ -28,6 +29,7 @@ from sandbox.claude.faults import (
     overlaps,
 )
 from sandbox.claude.followups import check_reply, schedule_reply
+from sandbox.claude.instructions import instructed_reply
 from sandbox.claude.items import analysis_reply, propose_reply
 from sandbox.claude.memory import memory_reply
 from sandbox.claude.recall import recall_reply
@@ -63,7 +65,7 @@ class ClaudeStandin(LoopbackServer):
         self._first: list[FirstResponder] = []  # features' stand-in behaviour, asked before the built-in chain
         self._hooks: list[RequestHook] = []
         self._count_requests: list[dict[str, Any]] = []
-        self._seen_prefixes: set[str] = set()
+        self.cache = PromptCache()  # the prompt cache the requests share (sandbox/claude/cache.py)
         self._revoked: set[str] = set()
         app = Flask(f"claude_standin_{id(self)}")
         install_json_errors(app, _render_http_error)
@@ -85,7 +87,7 @@ class ClaudeStandin(LoopbackServer):
             self._responder = None
             self._hooks.clear()
             self._count_requests.clear()
-            self._seen_prefixes.clear()
+            self.cache.clear()
             self._revoked.clear()
 
     def revoke_key(self, api_key: str) -> None:
@@ -182,7 +184,8 @@ class ClaudeStandin(LoopbackServer):
 
     @property
     def requests(self) -> list[dict[str, Any]]:
-        """Recorded /v1/messages calls: {"headers", "body", "time", + the timeline fields} (count_tokens apart)."""
+        """Recorded /v1/messages calls: {"headers", "body", "time", "usage" (as answered), + the timeline fields}
+        (count_tokens apart)."""
         return self.requests_since(0)
 
     def requests_since(self, cursor: int = 0) -> list[dict[str, Any]]:
@@ -242,6 +245,7 @@ class ClaudeStandin(LoopbackServer):
                 if response is not None:
                     return response
             message = self._answer(wire.validate(body))
+            self._calls.mark(entry, usage=dict(message["usage"]))
         except wire.WireError as exc:
             err = wire.error_body(exc.error_type, exc.message, request_id)
             return self._finish(entry, json_response(err, exc.status, {"request-id": request_id}))
@@ -339,27 +343,20 @@ class ClaudeStandin(LoopbackServer):
         }
 
     def _usage(self, body: dict[str, Any], content: list[dict[str, Any]]) -> dict[str, Any]:
-        total = wire.input_tokens(body)
-        created = read = 0
-        prefix = wire.cached_prefix(body)
-        if prefix is not None:
-            key, size = prefix
-            with self._lock:
-                hit = key in self._seen_prefixes
-                self._seen_prefixes.add(key)
-            created, read = (0, size) if hit else (size, 0)
+        """As the API reports it: what the prompt cache read and wrote, and the input after the last breakpoint."""
+        used = self.cache.use(body)
         return {
-            "input_tokens": max(total - created - read, 0),
+            "input_tokens": used.input_tokens,
             "output_tokens": wire.output_tokens(content),
-            "cache_creation_input_tokens": created,
-            "cache_read_input_tokens": read,
+            "cache_creation_input_tokens": used.cache_creation_input_tokens,
+            "cache_read_input_tokens": used.cache_read_input_tokens,
         }
 
 def builtin_reply(body: dict[str, Any]) -> Answer:
     """The stand-in's own chain, asked in order: the first that recognises the request answers it."""
     return (check_reply(body) or triage_reply(body) or analysis_reply(body) or dream_reply(body)
             or memory_reply(body) or schedule_reply(body) or propose_reply(body) or recall_reply(body)
-            or document_reply(body) or wire.default_reply(body))
+            or document_reply(body) or instructed_reply(body) or wire.default_reply(body))
 
 
 def _broken_off(frames: list[str], fault: Fault, request_id: str) -> list[str]:

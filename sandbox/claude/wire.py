@@ -9,6 +9,8 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from sandbox.claude.cache import TooManyBreakpoints, blocks_of, total_tokens
+
 REPLY_PREFIX = "收到。你说的是："
 REMOVED_PARAMS = ("temperature", "top_p", "top_k")  # 400 since API version 2026-10-21
 STREAM_CHUNK_CHARS = 16
@@ -80,6 +82,10 @@ def validate(body: Any, *, needs_max_tokens: bool = True) -> dict[str, Any]:
     _check_messages(body.get("messages"))
     _check_system(body.get("system"))
     _check_tools(body.get("tools"))
+    try:
+        blocks_of(body)  # at most four cache_control breakpoints
+    except TooManyBreakpoints as exc:
+        raise _invalid(str(exc)) from None
     return body
 
 
@@ -108,6 +114,31 @@ def _check_tools(tools: Any) -> None:
         raise _invalid("tools: tool names must be unique")
 
 
+_UNAVAILABLE = re.compile(r"<tools_unavailable>(.*?)</tools_unavailable>", re.DOTALL)
+
+
+def offered(body: dict[str, Any], name: str) -> bool:
+    """Whether the request offers tool `name` and its turn may use it: listed in `tools` and not named in the turn's
+    <tools_unavailable> (a model reads that and does not call it)."""
+    if name not in {t.get("name") for t in body.get("tools") or [] if isinstance(t, dict)}:
+        return False
+    for m in reversed(body.get("messages") or []):
+        content = m.get("content")
+        texts = block_text(content) if isinstance(content, (str, list)) else ""
+        if m.get("role") == "user" and "<message " in texts:  # the turn's own message (not a tool result)
+            found = _UNAVAILABLE.search(texts)
+            return not (found and re.search(rf"(^|; ){re.escape(name)}:", found.group(1)))
+    return True
+
+
+_QUOTED = re.compile(r"<quoted\b[^>]*>.*?</quoted>(?: \(the rest: read_message[^)]*\))?\n?", re.DOTALL)
+
+
+def without_quotes(text: str) -> str:
+    """A message's own words: the <quoted> message it replies to is data, never the sender's request."""
+    return _QUOTED.sub("", text)
+
+
 def block_text(content: Any) -> str:
     """The text of a message's content: the string itself or its text blocks concatenated."""
     if isinstance(content, str):
@@ -127,24 +158,12 @@ _MESSAGE_TAG = re.compile(r"<message\b[^>]*>\n?(.*?)\n?</message>", re.DOTALL)
 def _unwrapped(text: str) -> str:
     """The user's words without the attribution tags a chat bot wraps them in, unescaped (readable replies)."""
     inner = _MESSAGE_TAG.findall(text)
-    return " / ".join(html.unescape(part.strip()) for part in inner) if inner else text
+    return " / ".join(html.unescape(without_quotes(part).strip()) for part in inner) if inner else text
 
 
 def input_tokens(body: dict[str, Any]) -> int:
-    payload = {"system": body.get("system"), "tools": body.get("tools"), "messages": body["messages"]}
-    return max(1, len(json.dumps(payload, ensure_ascii=False)) // 4)
-
-
-def cached_prefix(body: dict[str, Any]) -> tuple[str, int] | None:
-    """(key, tokens) of the system prefix up to the first cache_control block, if the request marks one."""
-    system = body.get("system")
-    if not isinstance(system, list):
-        return None
-    for i, block in enumerate(system):
-        if block.get("cache_control"):
-            prefix = system[: i + 1]
-            return stable_hash(prefix), max(1, len(json.dumps(prefix, ensure_ascii=False)) // 4)
-    return None
+    """The request's input tokens as the stand-in counts them (per block: sandbox/claude/cache.py)."""
+    return total_tokens(body)
 
 
 def content_blocks(answer: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -197,7 +216,7 @@ def _frame(event: str, data: dict[str, Any]) -> str:
     return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
 
 
-COMPRESSION_MARKER = "<<session-compression v1>>"  # memory/compress.py's compression system prompt
+COMPRESSION_MARKER = "You compress the older part of a team chat"  # how memory/compress.py's prompt opens
 SUMMARY_CHARS_PER_TURN = 40
 _TURN = re.compile(r'<turn role="(user|assistant)">\n?(.*?)\n?</turn>', re.DOTALL)
 

@@ -283,6 +283,7 @@ class FeishuEmulator(Controls, DocControls, CardKitControls, ItemsApi, LoopbackS
             ("/open-apis/im/v1/messages/<message_id>", "GET", "get", self._get),
             ("/open-apis/im/v1/messages", "GET", "list", self._list),
             ("/open-apis/im/v1/chats/<chat_id>", "GET", "chat", self._chat),
+            ("/open-apis/contact/v3/users/<user_id>", "GET", "contact_user", self._contact_user),
             ("/open-apis/im/v1/messages/<message_id>/resources/<file_key>", "GET", "resource", self._resource),
             ("/open-apis/im/v1/messages/<message_id>", "PATCH", "message_patch", self._patch),
             ("/open-apis/im/v1/chats/<chat_id>/members", "GET", "chat_members", self._members),
@@ -375,6 +376,18 @@ class FeishuEmulator(Controls, DocControls, CardKitControls, ItemsApi, LoopbackS
 
     def _search_chats(self, record: dict[str, Any]) -> dict[str, Any]:
         return ok(self.store.search_chats(record["query"]))
+
+    def _contact_user(self, record: dict[str, Any]) -> dict[str, Any]:
+        """GET contact/v3/users/:user_id (contact-v3/user/get): `data.user` with open_id, name, en_name; a person the
+        app's contact range does not cover (here: one never added with add_user) is refused with 41050."""
+        kind = record["query"].get("user_id_type") or "open_id"
+        if kind != "open_id":
+            raise FeishuError(99992402, "field validation failed: user_id_type (the emulator knows open_id only)")
+        user = self.store.users.get(record["params"]["user_id"])
+        if user is None:
+            raise FeishuError(41050, "no user authority error")
+        return ok({"user": {"open_id": user["id"], "union_id": "on_" + user["id"][3:], "name": user["name"],
+                            "en_name": user["en_name"], "email": user["email"]}})
 
     def _react(self, record: dict[str, Any]) -> dict[str, Any]:
         return ok(self.store.add_reaction(record["params"]["message_id"], record["json"]))

@@ -299,6 +299,9 @@ OP_SCOPES: dict[str, tuple[str, ...]] = {
     "card_content": ("cardkit:card:write",),
     "card_update": ("cardkit:card:write",),
     "card_settings": ("cardkit:card:write",),
+    # 获取单个用户信息 (contact-v3/user/get): any one of these
+    "contact_user": ("contact:contact.base:readonly", "contact:contact:access_as_app", "contact:contact:readonly",
+                     "contact:contact:readonly_as_app"),
 }
 # What the emulated app asks for: every scope above plus the event scopes (receiving messages).
 ALL_SCOPES = frozenset({s for scopes in OP_SCOPES.values() for s in scopes} | set(GROUP_HISTORY) | {
