@@ -829,7 +829,7 @@ MUTANTS: tuple[Mutant, ...] = (
                 "        while False and (shrunk := "),),
         ("tests/test_recall.py::test_reading_a_long_topic_under_a_tight_budget_reads_every_message_once",)),
     Mutant("R21", "a stuck read drops nothing of history, only this turn's earlier results", "turn/recall.py", (
-        ("    if start >= 2:\n        return messages[2:], start - 2\n", ""),),
+        ("    if cut <= start and start >= 2:\n        return messages[cut:], start - cut\n", ""),),
         ("tests/test_recall.py::test_reading_a_long_topic_under_a_tight_budget_reads_every_message_once",)),
     Mutant("R10", "an orphaned worker waits on its horse's step however long it takes", "jobs/worker.py", (
         ("    time.sleep(ORPHAN_GRACE_S)\n", "    return\n"),),
