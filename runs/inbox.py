@@ -99,7 +99,7 @@ class Inbox:
         by now. A run calls it when it takes a batch, so no webhook request pays for the indexes (issue 32). An
         index nobody adds to any more expires with its last route (the routes' retention after their last batch)."""
         at = time.time() if now is None else now
-        pipe = self.r.pipeline(transaction=False)
+        pipe = self.r.pipeline()  # MULTI/EXEC: an index is never left without its expiry
         for key in (self.k.routes, *(self.k.routes_of(i) for i in dict.fromkeys(ids) if i)):
             pipe.zadd(key, {rk: at})
             if self.route_retention_s > 0:

@@ -71,7 +71,9 @@ def test_metrics_count_across_processes(service, feishu, claude, r, keys) -> Non
     samples = {line.split(" ")[0]: float(line.split(" ")[1]) for line in text.splitlines()
                if line and not line.startswith("#")}
     assert samples['turns_total{route_kind="p2p"}'] >= 1
-    assert samples['model_tokens_total{route_kind="p2p",type="input"}'] > 0
+    # The request's input is the API's three counts: uncached, read from and written to the prompt cache (issue 34).
+    assert sum(samples.get(f'model_tokens_total{{route_kind="p2p",type="{t}"}}', 0)
+               for t in ("input", "cache_read", "cache_write")) > 0
     assert samples["feishu_dedupe_hits_total"] >= 1
     assert samples["feishu_events_queued_total"] >= 1
     assert samples['redis_config_ok{check="persistence"}'] == 1.0

@@ -172,7 +172,7 @@ def test_schema_names_a_misconfigured_field_and_the_table_s_fields(make: Callabl
 
 def test_schema_is_read_once_per_process(bt: Bitable, feishu: FeishuEmulator) -> None:
     schema = bt.schema()
-    assert schema["owner"] == ("负责人", 11) and schema["title"].type == TEXT
+    assert (schema["owner"].name, schema["owner"].type) == ("负责人", 11) and schema["title"].type == TEXT
     assert bt.schema() is schema
     assert feishu.stats["calls"]["bitable_fields"] == 1
 

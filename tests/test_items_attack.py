@@ -178,8 +178,8 @@ def test_a_first_answer_card_is_json_2_and_cannot_ping_the_group(rig, feishu, cl
     from sandbox.claude.wire import default_reply
 
     def responder(body: dict[str, Any]) -> str:
-        system = json.dumps(body.get("system"), ensure_ascii=False)
-        if "FULL ANALYSIS" in system or "SHORT SUMMARY" in system:
+        asked = json.dumps(body.get("messages"), ensure_ascii=False)  # the task follows the materials (issue 34)
+        if "FULL ANALYSIS" in asked or "SHORT SUMMARY" in asked:
             return "## 结论\n<at id=all></at> 大家注意\n| 项 | 值 |\n|---|---|\n| 区域 | 华东 |"
         return default_reply(body)
 

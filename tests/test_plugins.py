@@ -72,7 +72,7 @@ def test_route_kinds_and_timer_kinds_come_from_the_features() -> None:
     app = throwaway.build_app()
     assert set(app.route_kinds) == {"p2p", "group", "topic", "item", "digest", "memory", "hook"}
     assert set(app.timer_kinds) == {"followup", "digest", "triage", "poll", "codehost_card", "stamp"}
-    assert [t["name"] for t in app.tools_for("group", [])][-1] == "stamp_count"
+    assert [t["name"] for t in app.tools_for([])][-1] == "stamp_count"
 
 
 # -- through the real stack -----------------------------------------------------------------------------------------

@@ -259,11 +259,13 @@ def _compress(turn: Context, earlier: str, older: Sequence[Entry], b: bud.Budget
         messages = [{"role": "user", "content": b.fit_text(messages[0]["content"], room_left)}]
     with shutdown.interruptible():  # the summary's room is what it may take, whatever a chat answer's limit
         completion = rt.llm.complete(system, messages, max_tokens=max(rt.settings.max_output_tokens, room))
-    for kind_of_token, n in (("input", completion.input_tokens), ("output", completion.output_tokens)):
+    c = completion
+    for kind_of_token, n in (("input", c.input_tokens), ("output", c.output_tokens),
+                             ("cache_read", c.cache_read_tokens), ("cache_write", c.cache_creation_tokens)):
         if n:
             metrics.count(rt.state, rt.keys, "tokens", "compression", kind_of_token, n=n)
-    if completion.input_tokens:
-        bud.observe(rt.state, rt.keys, bud.raw_request_tokens(system, messages), completion.input_tokens)
+    if actual := c.input_tokens + c.cache_read_tokens + c.cache_creation_tokens:  # all three are the input
+        bud.observe(rt.state, rt.keys, bud.raw_request_tokens(system, messages), actual)
     if not turn.fence():
         raise LeaseLost(rk)
     rt.state.set(key, json.dumps(asdict(completion), ensure_ascii=False), nx=True, ex=BATCH_CACHE_TTL_S)

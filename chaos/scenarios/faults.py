@@ -185,9 +185,9 @@ def poison_batch(ctx: Context, result: Result) -> None:
             run.sender.send(e)
         run.settle(idle_timeout=60)
         run.finish(exclude_order={e.token for e in poisons}, expect_dead=topics)
-        batched = [q for q in stack.claude.requests_since(run.model_cursor)
-                   if marker in q["body"]["messages"][-1]["content"] and any(
-                       e.token in q["body"]["messages"][-1]["content"] for e in rest)]
+        lasts = [json.dumps(q["body"]["messages"][-1]["content"], ensure_ascii=False)  # text or blocks (issue 34)
+                 for q in stack.claude.requests_since(run.model_cursor)]
+        batched = [last for last in lasts if marker in last and any(e.token in last for e in rest)]
         result.check("the poison reached the model inside a batch", len(batched) >= topics, f"{len(batched)} calls")
         lone = all(d["message_ids"] == [p.message_id] for d in run.dead for p in poisons
                    if p.message_id in d["message_ids"])
