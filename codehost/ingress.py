@@ -79,21 +79,27 @@ def hook_route(profile: str, provider: str, repo: str) -> str:
 
 @dataclass(frozen=True)
 class Stored:
-    """What the inbox entry carries: the delivery as received (its run reads it)."""
+    """What the inbox entry carries: the delivery as received (its run reads it). The body is the entry's `content`
+    as is and the rest its `text`, so a ~14 KB payload is JSON-escaped once, by the entry itself (bench.hooks)."""
 
     provider: str
     event: str
     delivery: str
     body: str
 
+    def head(self) -> str:
+        return json.dumps({"provider": self.provider, "event": self.event, "delivery": self.delivery})
+
     def content(self) -> str:
-        return json.dumps({"provider": self.provider, "event": self.event, "delivery": self.delivery,
-                           "body": self.body}, ensure_ascii=False)
+        return self.body
 
     @classmethod
     def of(cls, m: Inbound) -> Stored:
-        data = json.loads(m.content)
-        return cls(str(data["provider"]), str(data["event"]), str(data["delivery"]), str(data["body"]))
+        if not m.text:  # written before the body was stored apart: all of it in content
+            data = json.loads(m.content)
+            return cls(str(data["provider"]), str(data["event"]), str(data["delivery"]), str(data["body"]))
+        head = json.loads(m.text)
+        return cls(str(head["provider"]), str(head["event"]), str(head["delivery"]), m.content)
 
 
 class Door:
@@ -174,7 +180,7 @@ class Door:
             return self._ignored(ctx, "repository not in CODEHOST_REPOS")
         stored = Stored(provider, event, delivery, text)  # as received: its run reads it
         entry = Inbound(event_id=dedupe[0], message_id=dedupe[0], chat_id="", chat_type=ROUTE_KIND, sender_type="app",
-                        message_type=DELIVERY_TYPE, text="", content=stored.content(),
+                        message_type=DELIVERY_TYPE, text=stored.head(), content=stored.content(),
                         create_time=str(int(time.time() * 1000)))
         pushed = self.inbox.push(hook_route(self.keys.profile, provider, repo), dumps(entry), message_id=dedupe[0],
                                  content_key=dedupe[1], queue=self.queue, dedupe_ttl_s=DEDUPE_TTL_S)

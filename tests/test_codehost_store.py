@@ -132,7 +132,7 @@ class Rig:
         stored = Stored(provider, event, delivery or unique("d"), json.dumps(payload))
         rk = hook_route(self.profile, provider, repo.lower())
         m = Inbound(event_id="e", message_id="e", chat_id="", chat_type="hook", sender_type="app",
-                    message_type="codehost_delivery", text="", content=stored.content())
+                    message_type="codehost_delivery", text=stored.head(), content=stored.content())
         return fan_out(Context(self.rt, rk, (m,), "batch", lambda: True))
 
     def told(self, rk: str) -> list[dict[str, Any]]:
@@ -241,3 +241,15 @@ def test_a_comment_is_told_to_the_watching_topic_for_triage(rig: Rig) -> None:
     rig.run(GITLAB, "Note Hook", note)
     [event] = rig.told(rk)
     assert event["happening"]["kind"] == "comment" and event["happening"]["text"] == "This MR needs work."
+
+
+def test_a_delivery_is_read_back_whole_in_both_stored_layouts() -> None:
+    """The body is the entry's content as is (escaped once, by the entry); an entry queued before that, with all of
+    it in content, is still read (an upgrade with deliveries in flight)."""
+    stored = Stored("github", "check_run", "d-1", '{"a": "引号\\"", "n": 1}')
+    new = Inbound(event_id="e", message_id="e", chat_id="", chat_type="hook", sender_type="app",
+                  message_type="codehost_delivery", text=stored.head(), content=stored.content())
+    old = Inbound(event_id="e", message_id="e", chat_id="", chat_type="hook", sender_type="app",
+                  message_type="codehost_delivery", text="", content=json.dumps(
+                      {"provider": "github", "event": "check_run", "delivery": "d-1", "body": stored.body}))
+    assert Stored.of(new) == stored == Stored.of(old) and new.content == stored.body
