@@ -28,7 +28,7 @@ from memory.sessions import new_session_id
 from routing.admission import IDENTITY_UNKNOWN, admit
 from routing.keys import route_for
 from routing.policy import policy_from
-from runs.inbox import Inbox
+from runs.inbox import Inbox, Pushed
 from turn import registry
 from turn.registry import App
 
@@ -252,7 +252,7 @@ class Ingress:
         reset = command is not None and command.resets
         pushed = self.inbox.push(route.key, dumps(inbound), message_id=inbound.message_id,
                                  content_key=inbound.content_key(), queue=route.queue,
-                                 reset_sid=new_session_id() if reset else "")
+                                 also=Pushed(reset_sid=new_session_id() if reset else ""))
         ctx["outcome"] = "duplicate" if pushed.duplicate else "queued"
         log.info("message accepted", extra={**ctx, "reason": ctx["outcome"]})
         return Response(200)

@@ -23,6 +23,15 @@ PAUSING_TYPES = ("authentication_error", "permission_error", "billing_error")
 
 
 @dataclass(frozen=True)
+class How:
+    """How one step is asked: `model` (None: the deployment's, ANTHROPIC_MODEL); `turn`: the index of the message
+    that opens with the turn's batch (its breakpoints: claude/cache.py; None: a request without a session turn)."""
+
+    model: str | None = None
+    turn: int | None = None
+
+
+@dataclass(frozen=True)
 class Completion:
     text: str
     input_tokens: int
@@ -118,11 +127,11 @@ class Claude:
         )
 
     def step(self, system: list[dict[str, Any]], messages: list[dict[str, Any]], tools: list[dict[str, Any]],
-             *, final: bool = False, on_text: Callable[[str], None] | None = None, model: str | None = None,
-             turn: int | None = None) -> Step:
+             *, final: bool = False, on_text: Callable[[str], None] | None = None, how: How = How()) -> Step:
         """One request offering `tools`; `final` forbids tool calls (tool_choice none) so the loop ends.
-        `on_text`: the request is streamed and called with this step's text so far as it grows. `turn`: the index of
-        the message that opens with the turn's batch (its breakpoints: claude/cache.py)."""
+        `on_text`: the request is streamed and called with this step's text so far as it grows. `how`: the model (None:
+        the deployment's) and the turn's breakpoints."""
+        model, turn = how.model, how.turn
         system, messages = with_breakpoints(system, messages, turn)
         extra: dict[str, Any] = {"tools": tools} if tools else {}
         if tools and final:

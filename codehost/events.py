@@ -112,13 +112,13 @@ def _github(event: str, repo: str, p: Mapping[str, Any]) -> list[Happening]:
         return _github_review(repo, p)
     if event == "pull_request_review_comment":
         pr, c = _o(p.get("pull_request")), _o(p.get("comment"))
-        return [_comment(GITHUB, repo, ((PR, _n(pr.get("number"))),), c, _o(c.get("user")).get("login"),
-                         c.get("body"), pr.get("title"), c.get("created_at"))]
+        return [_comment(GITHUB, repo, ((PR, _n(pr.get("number"))),), c, (_o(c.get("user")).get("login"),
+                         c.get("body"), pr.get("title"), c.get("created_at")))]
     if event == "issue_comment":
         issue, c = _o(p.get("issue")), _o(p.get("comment"))
         kind = PR if issue.get("pull_request") else ISSUE
-        return [_comment(GITHUB, repo, ((kind, _n(issue.get("number"))),), c, _o(c.get("user")).get("login"),
-                         c.get("body"), issue.get("title"), c.get("created_at"))]
+        return [_comment(GITHUB, repo, ((kind, _n(issue.get("number"))),), c, (_o(c.get("user")).get("login"),
+                         c.get("body"), issue.get("title"), c.get("created_at")))]
     issue = _o(p.get("issue"))  # issues closed
     return [Happening(GITHUB, repo, CLOSED, ((ISSUE, _n(issue.get("number"))),), who=who,
                       title=_s(issue.get("title"), TITLE_CHARS), url=_url(issue.get("html_url")),
@@ -167,8 +167,8 @@ def _github_review(repo: str, p: Mapping[str, Any]) -> list[Happening]:
                              title=_s(pr.get("title"), TITLE_CHARS), url=_url(review.get("html_url")),
                              at=_time(review.get("submitted_at"))))
     if _s(review.get("body")).strip():
-        out.append(_comment(GITHUB, repo, threads, review, reviewer, review.get("body"), pr.get("title"),
-                            review.get("submitted_at")))
+        out.append(_comment(GITHUB, repo, threads, review, (reviewer, review.get("body"), pr.get("title"),
+                            review.get("submitted_at"))))
     return out
 
 
@@ -220,14 +220,16 @@ def _gitlab_note(repo: str, p: Mapping[str, Any], attrs: Mapping[str, Any], who:
     kind = MR if noteable == "MergeRequest" else ISSUE if noteable == "Issue" else ""
     if not kind or not _n(target.get("iid")):
         return []
-    return [_comment(GITLAB, repo, ((kind, _n(target.get("iid"))),), attrs, who, attrs.get("note"),
-                     target.get("title"), attrs.get("created_at"))]
+    return [_comment(GITLAB, repo, ((kind, _n(target.get("iid"))),), attrs, (who, attrs.get("note"),
+                     target.get("title"), attrs.get("created_at")))]
 
 
 # -- shared ---------------------------------------------------------------------------------------------------
 
-def _comment(provider: str, repo: str, threads: tuple[tuple[str, int], ...], c: Mapping[str, Any], who: Any,
-             body: Any, title: Any, at: Any) -> Happening:
+def _comment(provider: str, repo: str, threads: tuple[tuple[str, int], ...], c: Mapping[str, Any],
+             said: tuple[Any, Any, Any, Any]) -> Happening:
+    """A comment on `threads`: `said` is (who, body, the thread's title, when), as the payload has them."""
+    who, body, title, at = said
     return Happening(provider, repo, COMMENT, threads, who=_s(who, NAME_CHARS), title=_s(title, TITLE_CHARS),
                      url=_url(c.get("html_url") or c.get("url")), text=_s(body, TEXT_CHARS), at=_time(at))
 

@@ -23,6 +23,7 @@ from codehost.links import MR, PR, Thread
 from codehost.threads import Threads
 from codehost.watches import Watch, Watches
 from core.inbound import Inbound, dumps
+from runs.inbox import Pushed
 from runs.outbox import LeaseLost
 from runs.runtime import Runtime
 from turn.registry import Context
@@ -131,5 +132,5 @@ def _push(c: Context, delivery: str, n: int, h: Happening, item_id: str, threads
                     message_type=EVENT_TYPE, text="", content=json.dumps(content, ensure_ascii=False),
                     create_time=str(int(time.time() * 1000)), thread_id=item.thread_id, root_id=item.root_id or None)
     rt.inbox.push(rk, dumps(entry), message_id=dedupe, content_key=dedupe, queue=rt.queue_of(rk),
-                  dedupe_ttl_s=DEDUPE_TTL_S)
+                  also=Pushed(dedupe_ttl_s=DEDUPE_TTL_S))
     return True

@@ -45,7 +45,7 @@ from codehost.signature import (
 )
 from core.inbound import Inbound, dumps
 from core.keys import Keys
-from runs.inbox import Inbox
+from runs.inbox import Inbox, Pushed
 
 log = logging.getLogger(__name__)
 DELIVERY_TYPE = "codehost_delivery"  # the inbox entry of a stored delivery, on its repository's route
@@ -183,7 +183,7 @@ class Door:
                         message_type=DELIVERY_TYPE, text=stored.head(), content=stored.content(),
                         create_time=str(int(time.time() * 1000)))
         pushed = self.inbox.push(hook_route(self.keys.profile, provider, repo), dumps(entry), message_id=dedupe[0],
-                                 content_key=dedupe[1], queue=self.queue, dedupe_ttl_s=DEDUPE_TTL_S)
+                                 content_key=dedupe[1], queue=self.queue, also=Pushed(dedupe_ttl_s=DEDUPE_TTL_S))
         if pushed.duplicate:
             deliveries.note(self.r, self.keys, DUPLICATE, "a redelivery: stored once already", **ctx)
             return Answer(200, {"msg": "duplicate"})

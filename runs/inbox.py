@@ -65,6 +65,14 @@ class Commit:
     tokens: tuple[int, int, int] = (0, 0, 0)  # input, output, cache read: the session's counters
 
 
+@dataclass(frozen=True)
+class Pushed:
+    """What else a push says of its event: a user reset's new session id (""), how long a redelivery is recognised."""
+
+    reset_sid: str = ""
+    dedupe_ttl_s: int = DEDUPE_TTL_S
+
+
 class Inbox:
     def __init__(self, r: redis.Redis, keys: Keys, lease_ms: int, keep: int = 40,
                  session_retention_s: int = 30 * 86400, route_retention_s: int = 90 * 86400) -> None:
@@ -79,10 +87,11 @@ class Inbox:
     # -- the webhook -----------------------------------------------------------------------------------
 
     def push(self, rk: str, event: str, *, message_id: str, content_key: str, queue: str,
-             reset_sid: str = "", dedupe_ttl_s: int = DEDUPE_TTL_S) -> PushResult:
-        """Store one event. `reset_sid`: the event is a user reset; the route's new session gets this id.
-        `dedupe_ttl_s`: how long a redelivery is recognised (a sender that redelivers later keeps it longer).
+             also: Pushed = Pushed()) -> PushResult:
+        """Store one event. `also.reset_sid`: the event is a user reset; the route's new session gets this id.
+        `also.dedupe_ttl_s`: how long a redelivery is recognised (a sender that redelivers later keeps it longer).
         The route indexes are not written here but by the run that takes the event (`index`)."""
+        reset_sid, dedupe_ttl_s = also.reset_sid, also.dedupe_ttl_s
         token = new_token()
         k = self.k
         keys = [k.seen_message(message_id), k.seen_content(content_key), k.inbox(rk), k.lease(rk), k.dirty,

@@ -14,7 +14,7 @@ from rq.utils import utcformat
 
 from core.keys import Keys
 from memory.sessions import KEEP_ENDED, Sessions
-from runs.inbox import STARTED_GRACE_S, Commit, Inbox, Kick
+from runs.inbox import STARTED_GRACE_S, Commit, Inbox, Kick, Pushed
 from runs.queues import enqueue_drain, job_id, rq_queue_name
 from tests.harness import unique
 
@@ -190,7 +190,8 @@ def test_commit_writes_the_session_log_only_at_the_turns_generation(box) -> None
     assert inbox.commit("rk", "exec", Commit(n=1, batch_id="b0", entries=["u0", "a0"], gen=0, tokens=(5, 2, 1))) == 1
     assert r.lrange(keys.session_log("rk", sid), 0, -1) == ["u0", "a0"]
     assert sessions.get("rk", sid).counters == {"in": 5, "out": 2, "cache_read": 1, "turns": 1}
-    inbox.push("rk", "{}", message_id="om_reset", content_key="c_reset", queue="q", reset_sid="s_new")  # a reset
+    inbox.push("rk", "{}", message_id="om_reset", content_key="c_reset", queue="q",
+               also=Pushed(reset_sid="s_new"))  # a reset
     assert inbox.commit("rk", "exec", Commit(n=1, batch_id="b1", entries=["u1", "a1"], gen=0)) == 2
     assert r.lrange(keys.session_log("rk", sid), 0, -1) == ["u0", "a0"]
     assert r.llen(keys.session_log("rk", "s_new")) == 0 and r.llen(keys.proc("rk")) == 1

@@ -190,3 +190,30 @@ def test_every_room_says_what_it_is(room: str) -> None:
     assert ast.get_docstring(tree), f"{room}/__init__.py has no docstring"
     modules = [p for p in (ROOT / room.replace(".", "/")).glob("*.py") if p.name != "__init__.py"]
     assert len(modules) <= 16, f"{room} holds {len(modules)} modules: split it into rooms"
+
+
+MAX_PARAMS = 6  # issue 31: values (Context, Destination, Pushed, How …) instead of long argument lists
+
+
+def wide_functions(source: str) -> list[tuple[int, str, int]]:
+    """(line, name, count) of each function taking more than MAX_PARAMS parameters, `self`/`cls` not counted. Pure."""
+    out = []
+    for n in ast.walk(ast.parse(source)):
+        if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef):
+            names = [a.arg for a in (*n.args.posonlyargs, *n.args.args, *n.args.kwonlyargs)]
+            count = len(names) - (1 if names[:1] in (["self"], ["cls"]) else 0)
+            if count > MAX_PARAMS:
+                out.append((n.lineno, n.name, count))
+    return out
+
+
+def test_the_width_check_counts_what_a_caller_passes() -> None:
+    assert wide_functions("def f(a, b, c, d, e, f): pass\nclass C:\n    def m(self, a, b, c, d, e, f): pass\n") == []
+    assert wide_functions("def g(a, b, c, d, e, f, *, g=1): pass\n") == [(1, "g", 7)]
+
+
+def test_no_product_function_takes_more_than_six_parameters() -> None:
+    found = [f"{path.relative_to(ROOT)}:{line} {name} ({count})" for room in (*PRODUCT, "app.py")
+             for path in ([ROOT / room] if room.endswith(".py") else sorted((ROOT / room).rglob("*.py")))
+             for line, name, count in wide_functions(path.read_text(encoding="utf-8"))]
+    assert found == []

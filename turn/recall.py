@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from claude import budget as bud
-from claude.client import Completion, Step
+from claude.client import Completion, How, Step
 from core.clock import iso
 from core.errors import Paused, Permanent
 from memory.sessions import END_USER_RESET
@@ -98,7 +98,7 @@ def converse(turn: Context, request: rotation.Request, messages: list[dict[str, 
     for n in range(MAX_ROUNDS + 1):
         room = b.input_room(b.request_cost(system, messages, offered))
         final = n == MAX_ROUNDS or room < MIN_ROOM or reader.full
-        step = rt.llm.step(system, messages, offered, final=final, on_text=on_text, turn=start)
+        step = rt.llm.step(system, messages, offered, final=final, on_text=on_text, how=How(turn=start))
         reader.sent(messages)
         steps.append(step)
         if not step.tool_uses or final:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
+from claude.client import How
 from core import metrics
 from core.cron import Cron
 from core.errors import Retryable
@@ -111,7 +112,7 @@ def _talk(rt: Runtime, scope: Scope, files: Mapping[str, File], tool: ScopedMemo
     for n in range(ROUNDS):
         full = budget.cost(json.dumps(messages, ensure_ascii=False)) > budget.total * LOOP_SHARE
         step = rt.llm.step(system, messages, [MEMORY_TOOL], final=n == ROUNDS - 1 or full,
-                           model=rt.settings.memory.dream_model)
+                           how=How(model=rt.settings.memory.dream_model))
         metrics.count(rt.state, rt.keys, "tokens", "memory", "input", n=step.input_tokens)
         text = step.text
         if not step.tool_uses:

@@ -118,7 +118,8 @@ class MemoriesPart(Part):
         """This turn's scopes and what it may do with each (the model writes only where it may). More than
         PEOPLE_LISTED people's scopes with the same rights (a batch from many senders) are one line, so the rights
         never take the room the memory itself needs."""
-        lines, people = [], {}
+        lines: list[str] = []
+        people: dict[str, list[Scope]] = {}
         for scope in sorted(self.grant.read):
             may = "read and write" if scope in self.grant.write else "read only: " + self.grant.why_not.get(scope, "")
             if scope.kind == "people":
