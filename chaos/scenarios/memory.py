@@ -361,7 +361,9 @@ class MidWrite:
         results = tool_results(body)
         first = (body.get("messages") or [{}])[0].get("content")
         if "MEMORY CONSOLIDATION" in json.dumps(body.get("system"), ensure_ascii=False):
-            if isinstance(first, str) and f'<scope name="{self.plan.team.name}"' in first:
+            shown = first if isinstance(first, str) else "".join(  # text blocks with breakpoints (issue 34)
+                str(b.get("text", "")) for b in first or [] if isinstance(b, dict))
+            if f'<scope name="{self.plan.team.name}"' in shown:
                 self._dream(staged=bool(results))
             return
         if results:
