@@ -1009,6 +1009,25 @@ MUTANTS: tuple[Mutant, ...] = (
         ('shown whole {n} times" for mid, n in seen.items() if n > 1]',
          'shown whole {n} times" for mid, n in seen.items() if n > 2]'),),
         ("tests/test_eval.py::test_each_structure_check_catches_its_defect",)),
+    # Z: what reconciling the merges of issues 31-34 added (stop 36)
+    Mutant("Z1", "every sender's memory scope gets its own rights line (thirty senders leave no room to load any)",
+           "memory/scopes/part.py", (("            if len(scopes) > PEOPLE_LISTED:", "            if False:"),),
+        ("tests/test_memories_budget.py::test_a_batch_from_thirty_people_loads_what_fits_and_stays_within_the_memory_budget",)),
+    Mutant("Z2", "a delivery's body is JSON-escaped into its content again", "codehost/ingress.py", (
+        ("    def content(self) -> str:\n        return self.body\n",
+         "    def content(self) -> str:\n        return json.dumps(self.body)\n"),),
+        ("tests/test_codehost_store.py::test_a_delivery_is_read_back_whole_in_both_stored_layouts",)),
+    Mutant("Z3", "share's tool leaves the deployment's one tool list", "share/feature.py", (
+        ("    tools=lambda kind: [part.TOOL] if kind in ROUTES else [],", "    tools=lambda kind: [],"),),
+        ("tests/test_share.py::test_the_tool_is_in_the_deployment_s_one_tool_list_and_offered_where_people_ask",)),
+    Mutant("Z4", "a route index's ZADD and EXPIRE are sent apart (a crash between leaves it forever)",
+           "runs/inbox.py", (
+        ("        pipe = self.r.pipeline()  # MULTI/EXEC: an index is never left without its expiry",
+         "        pipe = self.r.pipeline(transaction=False)"),),
+        ("tests/test_expiry.py::test_no_product_code_sets_an_expiry_apart_from_the_write_it_belongs_to",)),
+    Mutant("Z5", "input written to the prompt cache is not counted", "turn/ask.py", (
+        (', ("cache_write", c.cache_creation_tokens)):', "):"),),
+        ("tests/test_admin.py::test_metrics_count_across_processes",)),
 )
 
 
