@@ -830,7 +830,8 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/test_recall.py::test_reading_a_long_topic_under_a_tight_budget_reads_every_message_once",)),
     Mutant("R21", "a stuck read drops nothing of history, only this turn's earlier results", "turn/recall.py", (
         ("    if cut <= start and start >= 2:\n        return messages[cut:], start - cut\n", ""),),
-        ("tests/test_recall.py::test_reading_a_long_topic_under_a_tight_budget_reads_every_message_once",)),
+        ("tests/test_recall.py::test_a_stuck_read_makes_room_from_this_turn_s_results_then_the_oldest_whole_exchange",
+         "tests/test_recall.py::test_reading_a_long_topic_under_a_tight_budget_reads_every_message_once")),
     Mutant("R10", "an orphaned worker waits on its horse's step however long it takes", "jobs/worker.py", (
         ("    time.sleep(ORPHAN_GRACE_S)\n", "    return\n"),),
         ("tests/test_elastic.py::test_a_sigkilled_supervisor_leaves_no_worker_and_no_horse_alive",)),

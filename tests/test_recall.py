@@ -385,3 +385,21 @@ def _shown(requests: list[dict[str, Any]]) -> list[str]:
 def _results_text(requests: list[dict[str, Any]]) -> list[str]:
     return [str(b.get("content")) for q in requests for m in q["body"]["messages"]
             if isinstance(m["content"], list) for b in m["content"] if b.get("type") == "tool_result"]
+
+
+def test_a_stuck_read_makes_room_from_this_turn_s_results_then_the_oldest_whole_exchange() -> None:
+    """Issue 32: what makes room for one unseen message — first this turn's earlier results (a marker stays), then
+    history's oldest exchange, never a tool result without the call before it; nothing left to give: None."""
+    from turn.recall import DROPPED, _room_made
+
+    call = {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "read_thread", "input": {}}]}
+    result = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "page 1"}]}
+    history = [{"role": "user", "content": "q1"}, call, result, {"role": "assistant", "content": "a1"},
+               {"role": "user", "content": "q2"}, {"role": "assistant", "content": "a2"}]
+    batch = {"role": "user", "content": "继续读"}
+    now = [*history, batch, call, result]
+    dropped, start = _room_made(now, len(history))
+    assert start == len(history) and dropped[-1]["content"][0]["content"] == DROPPED and dropped[:-1] == now[:-1]
+    cut, start = _room_made([*history, batch], len(history))
+    assert cut == [*history[4:], batch] and start == 2  # q1's exchange went whole, its tool round with it
+    assert _room_made([batch], 0) is None
