@@ -37,13 +37,14 @@ POISONED_DOTENV = "CONTEXT_BUDGET_TOKENS=read-from-a-dotenv-file\nTRANSCRIPT_TUR
 # mostly waiting on it) is the longest and starts first.
 # The two whose checks count runs side by side (the pool must grow meanwhile) start once the first wave is done.
 LONGEST_FIRST = ("test_chaos.py", "test_recovery.py", "test_always_on.py", "test_crash.py", "test_seams.py",
-                 "test_streaming_limits.py", "test_elastic.py", "test_streaming.py", "test_failures.py",
-                 "test_followups.py", "test_sentinel.py", "test_rotation.py", "test_items.py", "test_memories.py",
-                 "test_documents_grants.py", "test_config.py", "test_run_e2e.py", "test_progress.py",
-                 "test_longconn.py", "test_doctor.py", "test_console_browser.py", "test_items_attack.py",
-                 "test_recall.py", "test_isolation.py", "test_console.py", "test_sandbox_cli.py", "test_pacing.py",
-                 "test_documents.py", "test_fast_recovery.py", "test_documents_items.py", "test_sessions.py",
-                 "test_card_limits.py", "test_pipeline.py", "test_layout.py")
+                 "test_streaming_limits.py", "test_elastic.py", "test_eval.py", "test_streaming.py",
+                 "test_failures.py", "test_followups.py", "test_sentinel.py", "test_rotation.py", "test_items.py",
+                 "test_codehost.py", "test_memories.py", "test_documents_grants.py", "test_config.py",
+                 "test_run_e2e.py", "test_progress.py", "test_longconn.py", "test_doctor.py",
+                 "test_console_browser.py", "test_items_attack.py", "test_recall.py", "test_share.py",
+                 "test_model_view.py", "test_isolation.py", "test_console.py", "test_sandbox_cli.py",
+                 "test_pacing.py", "test_documents.py", "test_fast_recovery.py", "test_documents_items.py",
+                 "test_sessions.py", "test_card_limits.py", "test_pipeline.py", "test_layout.py")
 
 
 def pytest_configure(config: pytest.Config) -> None:
