@@ -69,6 +69,19 @@ def count(r: redis.Redis, keys: Keys, name: str, *labels: str, n: int = 1) -> No
         r.hincrby(keys.metrics, field, n)
 
 
+# model_tokens_total's `type` label → the attribute of a model call's usage (claude.client Step / Completion): the
+# API's uncached input, output, and input read from and written to the prompt cache.
+TOKEN_KINDS = (("input", "input_tokens"), ("output", "output_tokens"), ("cache_read", "cache_read_tokens"),
+               ("cache_write", "cache_creation_tokens"))
+
+
+def count_tokens(r: redis.Redis, keys: Keys, route_kind: str, usage: Any) -> None:
+    """A model call's tokens, each kind it used, under its route kind (`compression`, `memory` for those calls)."""
+    for kind, attr in TOKEN_KINDS:
+        if n := int(getattr(usage, attr, 0) or 0):
+            count(r, keys, "tokens", route_kind, kind, n=n)
+
+
 Gauge = tuple[str, str, str]  # (metric name, help, the sorted set whose size it is): a feature's (turn/registry.py)
 
 

@@ -1026,8 +1026,8 @@ MUTANTS: tuple[Mutant, ...] = (
         ("        pipe = self.r.pipeline()  # MULTI/EXEC: an index is never left without its expiry",
          "        pipe = self.r.pipeline(transaction=False)"),),
         ("tests/test_expiry.py::test_no_product_code_sets_an_expiry_apart_from_the_write_it_belongs_to",)),
-    Mutant("Z5", "input written to the prompt cache is not counted", "turn/ask.py", (
-        (', ("cache_write", c.cache_creation_tokens)):', "):"),),
+    Mutant("Z5", "input written to the prompt cache is not counted", "core/metrics.py", (
+        ('\n               ("cache_write", "cache_creation_tokens"))', ")"),),
         ("tests/test_admin.py::test_metrics_count_across_processes",)),
 )
 

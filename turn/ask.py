@@ -121,7 +121,4 @@ def reset_state(turn: Context) -> str:
 
 
 def _count_usage(turn: Context, c: Completion) -> None:
-    for kind_of_token, n in (("input", c.input_tokens), ("output", c.output_tokens),
-                             ("cache_read", c.cache_read_tokens), ("cache_write", c.cache_creation_tokens)):
-        if n:
-            metrics.count(turn.rt.state, turn.rt.keys, "tokens", turn.kind, kind_of_token, n=n)
+    metrics.count_tokens(turn.rt.state, turn.rt.keys, turn.kind, c)

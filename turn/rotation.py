@@ -260,10 +260,7 @@ def _compress(turn: Context, earlier: str, older: Sequence[Entry], b: bud.Budget
     with shutdown.interruptible():  # the summary's room is what it may take, whatever a chat answer's limit
         completion = rt.llm.complete(system, messages, max_tokens=max(rt.settings.max_output_tokens, room))
     c = completion
-    for kind_of_token, n in (("input", c.input_tokens), ("output", c.output_tokens),
-                             ("cache_read", c.cache_read_tokens), ("cache_write", c.cache_creation_tokens)):
-        if n:
-            metrics.count(rt.state, rt.keys, "tokens", "compression", kind_of_token, n=n)
+    metrics.count_tokens(rt.state, rt.keys, "compression", c)
     if actual := c.input_tokens + c.cache_read_tokens + c.cache_creation_tokens:  # all three are the input
         bud.observe(rt.state, rt.keys, bud.raw_request_tokens(system, messages), actual)
     if not turn.fence():

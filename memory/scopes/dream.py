@@ -113,7 +113,7 @@ def _talk(rt: Runtime, scope: Scope, files: Mapping[str, File], tool: ScopedMemo
         full = budget.cost(json.dumps(messages, ensure_ascii=False)) > budget.total * LOOP_SHARE
         step = rt.llm.step(system, messages, [MEMORY_TOOL], final=n == ROUNDS - 1 or full,
                            how=How(model=rt.settings.memory.dream_model))
-        metrics.count(rt.state, rt.keys, "tokens", "memory", "input", n=step.input_tokens)
+        metrics.count_tokens(rt.state, rt.keys, "memory", step)
         text = step.text
         if not step.tool_uses:
             break
