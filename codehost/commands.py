@@ -13,7 +13,7 @@ from datetime import datetime
 from bitable.index import Item
 from codehost.fanout import threads_of, watches_of
 from codehost.follow import SOURCE_ZH, bounds
-from codehost.links import SHOWN, parse
+from codehost.links import SHOWN, Thread, parse
 from codehost.settings import settings
 from codehost.watches import ADDED, ALL_FULL, COMMAND, ITEM_FULL, KNOWN, MUTED
 from turn.registry import Command, Context, Said, command_argument
@@ -29,13 +29,20 @@ def _item(c: Context) -> Item | None:
     return c.rt.items.by_thread(thread) if c.kind == "topic" and thread and c.rt.bitable is not None else None
 
 
-def watch(c: Context) -> Said:
+def _asked(c: Context, command: Command) -> tuple[Item, Thread] | Said:
+    """The topic's item and the link the command names, or the reply saying which is missing."""
     item = _item(c)
     if item is None:
         return Said(NO_ITEM)
-    t = parse(command_argument(WATCH_COMMAND, c.message.text), settings().codehost_github_hosts)
-    if t is None:
-        return Said(USAGE)
+    t = parse(command_argument(command, c.message.text), settings().codehost_github_hosts)
+    return Said(USAGE) if t is None else (item, t)
+
+
+def watch(c: Context) -> Said:
+    asked = _asked(c, WATCH_COMMAND)
+    if isinstance(asked, Said):
+        return asked
+    item, t = asked
     got = watches_of(c.rt).add(item.item_id, t, source=COMMAND, who=c.message.sender_id, now=c.rt.clock.now(),
                                bounds=bounds())
     shown = f"{SHOWN[t.kind]} {t.shown}"
@@ -49,12 +56,10 @@ def watch(c: Context) -> Said:
 
 
 def unwatch(c: Context) -> Said:
-    item = _item(c)
-    if item is None:
-        return Said(NO_ITEM)
-    t = parse(command_argument(UNWATCH_COMMAND, c.message.text), settings().codehost_github_hosts)
-    if t is None:
-        return Said(USAGE)
+    asked = _asked(c, UNWATCH_COMMAND)
+    if isinstance(asked, Said):
+        return asked
+    item, t = asked
     store = watches_of(c.rt)
     gone = [w for w in store.of_item(item.item_id) if w.thread in t.aliases()]
     if not gone:
