@@ -16,27 +16,23 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import signal
 import sys
-import tempfile
 import time
 import uuid
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
 from bench import priority
 from bench.ingest import (
     ROOT,
     Bench,
-    Generators,
     Sample,
     _raise_interrupt,
-    environment,
     machine,
     parse_args,
+    start,
     summarize,
 )
 from bench.loadgen import Phase
@@ -128,17 +124,10 @@ def main(argv: list[str] | None = None) -> int:
     started, t0 = machine(), time.monotonic()
     with ExitStack() as stack:
         try:
-            scratch = Path(tempfile.mkdtemp(prefix="bench-hooks-"))
-            stack.callback(shutil.rmtree, scratch, ignore_errors=True)
-            gens = Generators(args.clients, own_session=bool(args.priority))
-            stack.callback(gens.stop)
-            print(f"starting redis + 2 gunicorn servers in {scratch} ...", file=sys.stderr, flush=True)
-            plain = stack.enter_context(environment(stack, scratch, args, gens))
-            if args.priority:  # on a shared machine: other work gets what the bench leaves idle
-                priority.boost([plain.store.pid, *(s.proc.pid for s in plain.servers.values() if s.proc),
-                                *(p.pid for p in gens.procs if p.pid)], args.priority)
+            plain, _scratch = start(stack, args, "bench-hooks-")
             servers = {name: plain.servers[server] for name, server in TARGETS.items()}
-            bench = HooksBench(args=args, servers=servers, store=plain.store, gens=gens, gunicorn=plain.gunicorn)
+            bench = HooksBench(args=args, servers=servers, store=plain.store, gens=plain.gens,
+                               gunicorn=plain.gunicorn)
             samples = bench.run()
         except KeyboardInterrupt:
             print("\ninterrupted; cleaning up", file=sys.stderr)

@@ -598,6 +598,21 @@ def _raise_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt  # SIGTERM unwinds like Ctrl-C, so the cleanup below runs
 
 
+def start(stack: ExitStack, args: argparse.Namespace, prefix: str) -> tuple[Bench, Path]:
+    """A scratch directory, the load generators, Redis and the two gunicorn servers, all closed by `stack`; with
+    `--priority`, raised above the machine's other work. Returns the bench and its scratch directory."""
+    scratch = Path(tempfile.mkdtemp(prefix=prefix))
+    stack.callback(shutil.rmtree, scratch, ignore_errors=True)
+    gens = Generators(args.clients, own_session=bool(args.priority))
+    stack.callback(gens.stop)
+    print(f"starting redis + 2 gunicorn servers in {scratch} ...", file=sys.stderr, flush=True)
+    bench = stack.enter_context(environment(stack, scratch, args, gens))
+    if args.priority:  # on a shared machine: other work gets what the bench leaves idle
+        priority.boost([bench.store.pid, *(s.proc.pid for s in bench.servers.values() if s.proc),
+                        *(p.pid for p in gens.procs if p.pid)], args.priority)
+    return bench, scratch
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     wrk = find_wrk() if args.driver != "python" else None
@@ -611,15 +626,7 @@ def main(argv: list[str] | None = None) -> int:
     started, t0 = machine(), time.monotonic()
     with ExitStack() as stack:
         try:
-            scratch = Path(tempfile.mkdtemp(prefix="bench-ingest-"))
-            stack.callback(shutil.rmtree, scratch, ignore_errors=True)
-            gens = Generators(args.clients, own_session=bool(args.priority))
-            stack.callback(gens.stop)
-            print(f"starting redis + 2 gunicorn servers in {scratch} ...", file=sys.stderr, flush=True)
-            bench = stack.enter_context(environment(stack, scratch, args, gens))
-            if args.priority:
-                priority.boost([bench.store.pid, *(s.proc.pid for s in bench.servers.values() if s.proc),
-                                *(p.pid for p in gens.procs if p.pid)], args.priority)
+            bench, scratch = start(stack, args, "bench-ingest-")
             samples = bench.run() if args.driver != "wrk" else []
             wrk_samples, runner = [], None
             if wrk is not None:
