@@ -66,7 +66,8 @@ def create_app(settings: Settings | None = None) -> Flask:
     import console
     from bot import admin
     from bot.ingress import Ingress
-    from bot.web import bp
+    from bot.lanes import Lanes
+    from bot.web import bp, lane
 
     settings = settings or load_settings()
     logs.setup(settings.log_level, settings.log_format)
@@ -77,11 +78,15 @@ def create_app(settings: Settings | None = None) -> Flask:
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     app.extensions["feishu_ingress"] = ingress
     app.register_blueprint(bp)
+    lanes = [lane(ingress)]
     for feature in app_of(runtime).features:  # a feature's own endpoints (another system's webhook)
         if feature.web is not None:
-            app.register_blueprint(feature.web(runtime))
+            web = feature.web(runtime)
+            app.register_blueprint(web.blueprint)
+            lanes.extend(web.lanes)
     admin.init_app(app, runtime)
     console.init_app(app, runtime)
+    app.wsgi_app = Lanes(app.wsgi_app, lanes)  # type: ignore[method-assign]  # hot POSTs skip Flask's machinery
     threading.Thread(target=_warm_identity, args=(settings, ingress), daemon=True).start()
     return app
 

@@ -5,8 +5,6 @@ knows it only through the App."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from codehost.commands import UNWATCH_COMMAND, WATCH_COMMAND, WATCHING_COMMAND
 from codehost.fanout import EVENT_TYPE, fan_out, watches_of
 from codehost.follow import overheard, record_read, start
@@ -16,16 +14,13 @@ from codehost.operators import PANELS, checks
 from codehost.settings import CodehostSettings
 from codehost.topic import CARD, on_event, post_card, rescue
 from runs.runtime import Runtime
-from turn.registry import Event, Feature, Gauge, Periodic, RouteWork, TimerKind
-
-if TYPE_CHECKING:
-    from flask import Blueprint
+from turn.registry import Event, Feature, Gauge, Periodic, RouteWork, TimerKind, Web
 
 
-def _web(rt: Runtime) -> Blueprint:
-    from codehost.web import blueprint  # Flask only in the web process
+def _web(rt: Runtime) -> Web:
+    from codehost.web import web  # Flask only in the web process
 
-    return blueprint(rt)
+    return web(rt)
 
 
 def _housekeeping(rt: Runtime) -> int:

@@ -1029,6 +1029,18 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("Z5", "input written to the prompt cache is not counted", "core/metrics.py", (
         ('\n               ("cache_write", "cache_creation_tokens"))', ")"),),
         ("tests/test_admin.py::test_metrics_count_across_processes",)),
+    Mutant("N1", "a body cut short is handed on as if whole", "bot/lanes.py", (
+        ("        if len(body) != length:", "        if False:"),),
+        ("tests/test_lanes.py::test_a_body_cut_short_is_a_400_and_nothing_is_stored",)),
+    Mutant("N2", "a lane reads a body over its cap", "bot/lanes.py", (
+        ("        if length is None or length > lane.max_body:", "        if length is None:"),),
+        ("tests/test_lanes.py::test_a_body_over_the_cap_is_flask_s_413_and_nothing_is_read",)),
+    Mutant("N3", "a lane answers with another content type than Flask's route", "bot/lanes.py", (
+        ('[("Content-Type", "application/json"),', '[("Content-Type", "text/plain"),'),),
+        ("tests/test_lanes.py::test_a_lane_answers_as_the_flask_route_it_shortcuts",)),
+    Mutant("N4", "the lanes are not installed (every webhook pays Flask's machinery)", "app.py", (
+        ("    app.wsgi_app = Lanes(app.wsgi_app, lanes)", "    pass"),),
+        ("tests/test_lanes.py::test_a_lane_answers_as_the_flask_route_it_shortcuts",)),
 )
 
 

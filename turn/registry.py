@@ -14,8 +14,9 @@ to an `App`, once per process (importing a module registers nothing). A `Feature
 - `RouteWork`: the whole work of an internal route kind (an item's analysis route, a chat's digest route);
 - `TimerKind`: what a due timer of its kind does;
 - `Periodic`: housekeeping every sweeper runs about once a second (idempotent across sweepers);
-- `web`: HTTP endpoints of its own (another system's webhook), a Flask blueprint the web registers — as thin as
-  the Feishu edge: verify, parse the minimum, one PUSH, ack;
+- `web`: HTTP endpoints of its own (another system's webhook): a Flask blueprint the web registers, and the `Lane`s
+  that answer its hot POSTs without Flask's per-request machinery (bot/lanes.py) — as thin as the Feishu edge:
+  verify, parse the minimum, one PUSH, ack;
 - `Check`: rows `python -m bot.doctor` prints for it (a secret set or not, a URL to paste elsewhere);
 - `Panel`: a table the operator console shows for it, on a page of its own or on each item's page;
 - `record_read`: what it learns from an item's record whenever a run reads the record fresh.
@@ -280,6 +281,25 @@ class Panel:
 
 
 @dataclass(frozen=True)
+class Lane:
+    """A POST endpoint the web answers straight from the WSGI environ (bot/lanes.py): `serve(headers, body, mimetype)`
+    → (status, JSON body). Its blueprint keeps the same route, and answers what a lane does not take on (no
+    Content-Length, a body over `max_body`), so both ways give the same answers."""
+
+    path: str
+    serve: Callable[[Mapping[str, str], bytes, str], tuple[int, bytes]]
+    max_body: int
+
+
+@dataclass(frozen=True)
+class Web:
+    """A feature's HTTP endpoints: its blueprint, and the lanes of its hot POSTs (none: Flask answers them all)."""
+
+    blueprint: Blueprint
+    lanes: tuple[Lane, ...] = ()
+
+
+@dataclass(frozen=True)
 class Feature:
     """Everything one feature adds, declared from its own room and registered on an `App` (nothing registers on
     import). A feature is one folder plus one line in the App's feature list (app.py)."""
@@ -307,8 +327,8 @@ class Feature:
     # `overheard(settings, redis, keys, message, now)` → a short outcome for the log ("" = not its business). The
     # request path stays thin: a few Redis commands, never an Open API or model call.
     overheard: Callable[[Settings, Any, Keys, Inbound, float], str] | None = None
-    # Its HTTP endpoints (another system's webhook): a blueprint the web registers, built from the web's runtime.
-    web: Callable[[Runtime], Blueprint] | None = None
+    # Its HTTP endpoints (another system's webhook): what the web registers, built from the web's runtime.
+    web: Callable[[Runtime], Web] | None = None
     checks: Callable[[Settings], Sequence[Check]] = lambda _settings: ()  # its rows in the doctor's table
     panels: tuple[Panel, ...] = ()  # its tables in the operator console
     # What it learns from an item's record each time a run reads it fresh (a record event, a turn's item facts):
