@@ -248,8 +248,7 @@ class Ingress:
             return Response(200)
         route = route_for(inbound, self.policy, self.settings.bot_profile)
         ctx["route_key"] = route.key
-        command = self.app.command_of(inbound.message_type, inbound.text)
-        reset = command is not None and command.resets
+        reset = self.app.resets(inbound.message_type, inbound.text)
         pushed = self.inbox.push(route.key, dumps(inbound), message_id=inbound.message_id,
                                  content_key=inbound.content_key(), queue=route.queue,
                                  also=Pushed(reset_sid=new_session_id() if reset else ""))

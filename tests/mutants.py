@@ -1041,6 +1041,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("N4", "the lanes are not installed (every webhook pays Flask's machinery)", "app.py", (
         ("    app.wsgi_app = Lanes(app.wsgi_app, lanes)", "    pass"),),
         ("tests/test_lanes.py::test_a_lane_answers_as_the_flask_route_it_shortcuts",)),
+    Mutant("N5", "the webhook takes any message a resetting command matches for a reset", "turn/registry.py", (
+        ("        return command is not None and command.resets\n", "        return True\n"),),
+        ("tests/test_plugins.py::test_the_webhook_s_reset_check_agrees_with_the_first_command_that_matches",)),
 )
 
 

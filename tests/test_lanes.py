@@ -18,7 +18,7 @@ from flask import request_started
 
 from core.keys import Keys
 from sandbox.codehost import github_request, gitlab_request
-from sandbox.feishu.events import message_event, url_verification
+from sandbox.feishu.events import message_event, signed_request, url_verification
 from tests.harness import ENCRYPT_KEY, VERIFICATION_TOKEN, WebServer, settings_from, unique
 from tests.test_codehost_pure import example
 
@@ -57,16 +57,13 @@ Built = tuple[str, bytes, dict[str, str]]  # path, body, headers
 
 
 def feishu_event(chat: str = "") -> Built:
-    from sandbox.feishu.events import signed_request
-
-    ev = message_event(chat_id=chat or unique("oc_lane"), chat_type="p2p", text="走哪条路都一样", token=VERIFICATION_TOKEN)
+    ev = message_event(chat_id=chat or unique("oc_lane"), chat_type="p2p", text="走哪条路都一样",
+                       token=VERIFICATION_TOKEN)
     body, headers = signed_request(ev, encrypt_key=ENCRYPT_KEY)
     return "/feishu/events", body, headers
 
 
 def feishu_challenge() -> Built:
-    from sandbox.feishu.events import signed_request
-
     body, headers = signed_request(url_verification("ch-" + uuid.uuid4().hex, VERIFICATION_TOKEN),
                                    encrypt_key=ENCRYPT_KEY)
     return "/feishu/events", body, headers
@@ -82,8 +79,6 @@ def feishu_not_json() -> Built:
 
 
 def feishu_wrong_token() -> Built:
-    from sandbox.feishu.events import signed_request
-
     ev = message_event(chat_id=unique("oc_lane"), chat_type="p2p", text="x", token="not-the-token")
     body, headers = signed_request(ev, encrypt_key=ENCRYPT_KEY)
     return "/feishu/events", body, headers

@@ -68,6 +68,25 @@ def test_two_features_buttons_of_the_same_name_never_collide() -> None:
     assert app.action_for({"action": "ghost:press"}) is None and app.action_for({"a": "vote"}) is None
 
 
+def test_the_webhook_s_reset_check_agrees_with_the_first_command_that_matches() -> None:
+    import re
+
+    ahead = Feature("ahead", commands=(Command("ahead:any", _noop, pattern=re.compile(r"/(reset|again).*")),))
+    app = App((ahead, *product.FEATURES))  # its command is tried before /reset, and takes it
+    later = App((Feature("later", commands=(Command("later:again", _noop, pattern=re.compile(r"/again.*"),
+                                                    resets=True),)),))
+    texts = ["/reset", "/reset。", "  /RESET ", "/new", "/status", "请 /reset", "hello", "/again now", ""]
+    for a in (app, later, App(product.FEATURES)):
+        for text in texts:
+            first = a.command_of("text", text)
+            assert a.resets("text", text) == (first is not None and first.resets), (text, first)
+    assert app.command_of("text", "/reset") is not None and not app.resets("text", "/reset")
+    plain = App(product.FEATURES)
+    assert plain.resets("text", "/reset") and not plain.resets("image", "/reset")
+    assert not plain.resets("text", "请 /reset")
+    assert later.resets("text", "/again now")
+
+
 def test_route_kinds_and_timer_kinds_come_from_the_features() -> None:
     app = throwaway.build_app()
     assert set(app.route_kinds) == {"p2p", "group", "topic", "item", "digest", "memory", "hook"}

@@ -402,6 +402,15 @@ class App:
     def command_of(self, message_type: str, text: str) -> Command | None:
         return command_in(self.commands, message_type, text)
 
+    def resets(self, message_type: str, text: str) -> bool:
+        """Whether the message is a command that resets its route (the webhook asks it of every event): the
+        resetting commands are tried first, so most messages are matched against one or two, not every command."""
+        resetting = [c for c in self.commands if c.resets]
+        if command_in(resetting, message_type, text) is None:
+            return False
+        command = self.command_of(message_type, text)  # the first command that matches decides, as in a run
+        return command is not None and command.resets
+
     def command_named(self, name: str) -> Command | None:
         return next((c for c in self.commands if c.name == name), None)
 
