@@ -10,12 +10,24 @@ from typing import Any
 from bitable.refs import record_link
 from claude.client import Completion
 from feishu.cards import STATUS_ZH
-from items import approvals, claim
+from items import approvals, claim, table_check
 from items import facts as item_context
 from items.runs import item_entry, item_gave_up
 from items.texts import say
 from routing.keys import ITEM
-from turn.registry import Action, Command, Context, Feature, Opener, Part, RouteWork, Said, ToolRefused
+from turn.registry import (
+    Action,
+    Command,
+    Context,
+    Feature,
+    Opener,
+    Part,
+    Periodic,
+    Probe,
+    RouteWork,
+    Said,
+    ToolRefused,
+)
 
 
 class ItemsPart(Part):
@@ -123,6 +135,13 @@ def _legacy(verb: str) -> Any:
     return lambda value: value.get("a") == verb and "action" not in value
 
 
+def _probe_table(rt: Any) -> None:
+    """While the items table paused work: raises until its field names match (no table configured: nothing to wait
+    for)."""
+    if rt.bitable is not None:
+        table_check.probe(rt)
+
+
 def statuses(rt: Any) -> tuple[str, ...]:
     """The items table's status options (its field list, cached: bitable/client.py); () when not known."""
     if rt.bitable is None:
@@ -147,4 +166,8 @@ FEATURE = Feature(
     openers=(Opener("item_open", _opens, _open),),
     route_work=(RouteWork(ITEM, lambda c: item_entry(c.rt, c.rk, c.message, c.fence),
                           gave_up=lambda c, reason: item_gave_up(c.rt, c.rk, c.message, reason, c.fence)),),
+    # The table's field names checked and its record events subscribed: at start, hourly, every 30 s while it fails.
+    periodic=(Periodic("items table", table_check.run, every=lambda _s: table_check.CHECK_EVERY_S, side=True,
+                       retry=lambda _s: table_check.RETRY_S),),
+    probes=(Probe(table_check.COMPONENT, _probe_table),),
 )

@@ -20,6 +20,8 @@ from runs.runtime import Runtime
 
 log = logging.getLogger(__name__)
 COMPONENT = "bitable"
+CHECK_EVERY_S = 3600.0  # a table that passed is checked again hourly (the sweeper's side work, items/feature.py)
+RETRY_S = 30.0  # a table that cannot be checked (Open API down, wrong ids) is tried again this often
 SUBSCRIBE_FIX = ("Record events are off: records that name a topic link only from the topic (/登记, /item link). "
                  "Only the base's owner or a manager may subscribe its events: have one of them add the app as a "
                  "collaborator with manage rights (or grant drive:drive / bitable:app and publish), then wait for "

@@ -21,7 +21,6 @@ import time
 from core import logs
 from core.settings import load_settings
 from feishu import identity
-from items import table_check
 from jobs import doctor, watchdog
 from runs import alerts, runtime
 from runs.alerts import alert
@@ -33,7 +32,6 @@ from turn.registry import app_of
 log = logging.getLogger(__name__)
 IDENTITY_REFRESH_S = 3600
 IDENTITY_RETRY_S = 2.0
-TABLE_RETRY_S = 30.0  # a table that cannot be checked (Open API down, wrong ids) is retried this often
 HEALTH_CHECK_S = 3600
 HELD_PAUSE_S = 0.05
 MAX_WAIT_S = 1.0  # upper bound on a blocking pop, so due retries and a stop request are seen quickly
@@ -137,12 +135,13 @@ class Paused:
         if not paused or now < self.next_probe:
             return not paused
         self.next_probe = now + self.rt.settings.pause_probe_seconds
+        probes = app_of(self.rt).probes
         for component in paused:
             try:
                 if component == "model":
                     self.rt.llm.probe()
-                elif component == table_check.COMPONENT and self.rt.bitable is not None:
-                    table_check.probe(self.rt)
+                elif component in probes:  # a feature's own (the items table)
+                    probes[component].run(self.rt)
                 else:
                     self.rt.feishu.bot_open_id()
             except Exception as exc:
@@ -156,14 +155,16 @@ class Paused:
 
 
 class SideTasks(threading.Thread):
-    """Open API work off the dispatch loop: the bot's identity, the items table check and admin alerts."""
+    """Open API work off the dispatch loop: the bot's identity, the preflight, the features' side work (the items
+    table's check) and admin alerts."""
 
     def __init__(self, rt: Runtime, stop: threading.Event) -> None:
         super().__init__(daemon=True, name="sweeper-side")
         self.rt, self.stop = rt, stop
+        self.next_side: dict[str, float] = {}
 
     def run(self) -> None:
-        next_identity = next_table = next_preflight = 0.0
+        next_identity = next_preflight = 0.0
         while not self.stop.is_set():
             now = time.monotonic()
             if now >= next_identity:
@@ -172,14 +173,26 @@ class SideTasks(threading.Thread):
             if now >= next_preflight:
                 _preflight(self.rt)
                 next_preflight = now + IDENTITY_REFRESH_S
-            if now >= next_table and self.rt.bitable is not None:
-                ok = _check_table(self.rt)
-                next_table = now + (IDENTITY_REFRESH_S if ok else TABLE_RETRY_S)
+            self._side(now)
             try:
                 alerts.post_pending(self.rt)
             except Exception as exc:
                 log.warning("alerts not posted", extra={"error": f"{exc.__class__.__name__}: {exc}"})
             self.stop.wait(1.0)
+
+    def _side(self, now: float) -> None:
+        """Each feature's side work when due; a failed run (False, or an error) comes back after its `retry`."""
+        for task in app_of(self.rt).periodic:
+            if not task.side or now < self.next_side.get(task.name, 0.0):
+                continue
+            try:
+                ok = task.run(self.rt) is not False
+            except Exception as exc:
+                log.warning(f"{task.name} failed", extra={"reason": task.name,
+                                                          "error": f"{exc.__class__.__name__}: {exc}"})
+                ok = False
+            wait = task.every(self.rt.settings) if ok or task.retry is None else task.retry(self.rt.settings)
+            self.next_side[task.name] = now + wait
 
 
 def _preflight(rt: Runtime) -> None:
@@ -194,14 +207,6 @@ def _preflight(rt: Runtime) -> None:
     for row in found["missing"]:
         level = logging.ERROR if row["required"] else logging.WARNING
         log.log(level, "preflight: missing", extra={"reason": row["feature"], "error": f"needs {row['needs']}"})
-
-
-def _check_table(rt: Runtime) -> bool:
-    try:
-        return table_check.run(rt)
-    except Exception as exc:
-        log.warning("bitable check failed", extra={"error": f"{exc.__class__.__name__}: {exc}"})
-        return False
 
 
 def _refresh_identity(rt: Runtime) -> bool:
@@ -244,7 +249,7 @@ class Sweeper:
     def _periodic(self, now: float) -> None:
         """Each feature's periodic work when it is due: due timers, a digest's next slot, a consolidation slot."""
         for task in app_of(self.rt).periodic:
-            if now < self.next_periodic.get(task.name, 0.0):
+            if task.side or now < self.next_periodic.get(task.name, 0.0):
                 continue
             self.next_periodic[task.name] = now + task.every(self.rt.settings)
             try:

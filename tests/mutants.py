@@ -1044,6 +1044,18 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("N5", "the webhook takes any message a resetting command matches for a reset", "turn/registry.py", (
         ("        return command is not None and command.resets\n", "        return True\n"),),
         ("tests/test_plugins.py::test_the_webhook_s_reset_check_agrees_with_the_first_command_that_matches",)),
+    Mutant("N6", "the sweeper probes a feature's paused component as if it were Feishu's", "jobs/sweeper.py", (
+        ("                elif component in probes:", "                elif False:"),),
+        ("tests/test_sweeper_features.py::test_a_feature_s_probe_resumes_its_own_paused_component",)),
+    Mutant("N7", "a failed side check waits the full hour", "jobs/sweeper.py", (
+        ("            ok = task.run(self.rt) is not False", "            ok = True; task.run(self.rt)"),),
+        ("tests/test_sweeper_features.py::"
+         "test_side_work_runs_on_the_side_thread_and_a_failure_comes_back_after_its_retry",)),
+    Mutant("N8", "side work (Open API calls) runs on the dispatch loop", "jobs/sweeper.py", (
+        ("            if task.side or now < self.next_periodic.get(task.name, 0.0):",
+         "            if now < self.next_periodic.get(task.name, 0.0):"),),
+        ("tests/test_sweeper_features.py::"
+         "test_side_work_runs_on_the_side_thread_and_a_failure_comes_back_after_its_retry",)),
 )
 
 

@@ -13,7 +13,9 @@ to an `App`, once per process (importing a module registers nothing). A `Feature
 - `Opener`: a message that starts the feature's work instead of a turn (a topic's opening report);
 - `RouteWork`: the whole work of an internal route kind (an item's analysis route, a chat's digest route);
 - `TimerKind`: what a due timer of its kind does;
-- `Periodic`: housekeeping every sweeper runs about once a second (idempotent across sweepers);
+- `Periodic`: housekeeping every sweeper runs about once a second (idempotent across sweepers); `side` work that
+  calls the Open API (the items table's hourly check) on the sweeper's side thread;
+- `Probe`: how the sweeper tries again a component of its own that paused work (the items table);
 - `web`: HTTP endpoints of its own (another system's webhook): a Flask blueprint the web registers, and the `Lane`s
   that answer its hot POSTs without Flask's per-request machinery (bot/lanes.py) — as thin as the Feishu edge:
   verify, parse the minimum, one PUSH, ack;
@@ -227,6 +229,19 @@ class Periodic:
     name: str
     run: Callable[[Runtime], object]
     every: Callable[[Settings], float] = lambda _settings: 1.0  # seconds between runs
+    # It calls an outside API (the Open API): it runs on the sweeper's side thread, so a slow answer never holds up
+    # dispatch. A side run that returns False (or raises) failed, and is tried again after `retry` seconds.
+    side: bool = False
+    retry: Callable[[Settings], float] | None = None
+
+
+@dataclass(frozen=True)
+class Probe:
+    """While work is paused on a broken `component` (the `paused` hash), how the sweeper learns it works again:
+    `run(runtime)` raises while it is still broken. Components no feature claims: the model's and Feishu's own."""
+
+    component: str
+    run: Callable[[Runtime], object]
 
 @dataclass(frozen=True)
 class Gauge:
@@ -322,6 +337,7 @@ class Feature:
     route_work: tuple[RouteWork, ...] = ()  # internal route kinds it runs (`feishu:<profile>:<kind>:…`)
     timer_kinds: tuple[TimerKind, ...] = ()
     periodic: tuple[Periodic, ...] = ()
+    probes: tuple[Probe, ...] = ()  # how a credential or resource of its own that paused work is tried again
     gauges: tuple[Gauge, ...] = ()
     # What it learns, in the web, from a topic message that did not address the bot (quiet triage buffers it):
     # `overheard(settings, redis, keys, message, now)` → a short outcome for the log ("" = not its business). The
@@ -362,6 +378,7 @@ class App:
         self.route_work: dict[str, RouteWork] = {}
         self.timer_kinds: dict[str, TimerKind] = {}
         self.periodic: list[Periodic] = []
+        self.probes: dict[str, Probe] = {}
         self._owner: dict[str, str] = {}
         for f in features:
             self.add(f)
@@ -373,7 +390,8 @@ class App:
             raise ValueError(f"feature name {f.name!r} may not contain ':'")
         for what in (*(f"command {c.name}" for c in f.commands), *(f"event {e.message_type}" for e in f.events),
                      *(f"action {f.name}:{a.name}" for a in f.actions), *(f"opener {o.name}" for o in f.openers),
-                     *(f"route kind {w.kind}" for w in f.route_work), *(f"timer kind {t.kind}" for t in f.timer_kinds)):
+                     *(f"route kind {w.kind}" for w in f.route_work), *(f"timer kind {t.kind}" for t in f.timer_kinds),
+                     *(f"periodic {p.name}" for p in f.periodic), *(f"probe {p.component}" for p in f.probes)):
             self._claim(f, what)
         self.features = sorted([*self.features, f], key=lambda x: x.order)
         self.commands += f.commands
@@ -383,6 +401,7 @@ class App:
         self.route_work |= {w.kind: w for w in f.route_work}
         self.timer_kinds |= {t.kind: t for t in f.timer_kinds}
         self.periodic += f.periodic
+        self.probes |= {p.component: p for p in f.probes}
         return f
 
     def _claim(self, f: Feature, what: str) -> None:
