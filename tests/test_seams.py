@@ -204,7 +204,9 @@ def test_a_followup_months_ahead_fires_after_the_routes_state_expired(stack, fei
     stack.set_clock(r, datetime(2027, 4, 1, 10, 0, 2, tzinfo=TZ))
     [posted] = wait_for(lambda: reminders(feishu, asked), 30, what="the reminder four months on")
     assert "续签合同" in reply_text(posted)
-    shown = stack.admin("GET", f"timers/{timer.id}").json()
+    # the fire run notes what it did once its post is out: read the note when it is there
+    shown = wait_for(lambda: (t := stack.admin("GET", f"timers/{timer.id}").json())["fired_note"] and t, 10,
+                     what="the fire run's note")
     assert shown["state"] == "fired" and shown["fired_note"].startswith("posted")
 
 
