@@ -11,6 +11,7 @@ from itertools import accumulate
 from typing import Any
 
 FaultMaker = Callable[[str, Mapping[str, float]], "Fault"]
+FAULT_FIELD = "_fault"  # a request record's own fault, set by a "before" hook: no concurrent call can take it
 
 
 @dataclass
@@ -118,10 +119,11 @@ class FaultBook:
         with self._lock:
             return {op: p.describe() for op, p in self._profiles.items()}
 
-    def take(self, op: str) -> Fault | None:
-        """Consume one use of the oldest queued fault for `op`, else roll its profile; None = no fault."""
+    def take(self, op: str, bound: Fault | None = None) -> Fault | None:
+        """The fault bound to this call (`bound`), else one use of the oldest queued fault for `op`, else a roll of
+        its profile; None = no fault. Counted whichever it is."""
         with self._lock:
-            fault = self._pop(op)
+            fault = bound or self._pop(op)
             profile = self._profiles.get(op) if fault is None else None
         if profile is not None and self._make is not None:
             kind = profile.roll()

@@ -1056,6 +1056,10 @@ MUTANTS: tuple[Mutant, ...] = (
          "            if now < self.next_periodic.get(task.name, 0.0):"),),
         ("tests/test_sweeper_features.py::"
          "test_side_work_runs_on_the_side_thread_and_a_failure_comes_back_after_its_retry",)),
+    Mutant("N9", "the emulator drops a fault bound to its request", "sandbox/feishu/emulator.py", (
+        ("            fault = self._faults.take(op, record.pop(FAULT_FIELD, None))",
+         "            fault = self._faults.take(op)"),),
+        ("tests/test_sandbox_emulators.py::test_a_fault_bound_to_a_request_fails_that_request_and_no_other",)),
 )
 
 

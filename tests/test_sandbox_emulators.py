@@ -176,6 +176,23 @@ def test_injected_faults_surface_through_the_sdk(emulator: FeishuEmulator, clien
     assert len(emulator.bot_messages()) == 1
 
 
+def test_a_fault_bound_to_a_request_fails_that_request_and_no_other(emulator: FeishuEmulator,
+                                                                    client: lark.Client) -> None:
+    """A "before" hook that binds its fault to the request it sees (`into=record`): a concurrent call of the same
+    op can never take it, as it could take a queued one (chaos scenario 18 once saw exactly that)."""
+    emulator.add_message("om_user1", "oc_team")
+    emulator.add_message("om_user2", "oc_team")
+
+    def hook(record: dict) -> None:
+        if record["params"].get("message_id") == "om_user2":
+            emulator.inject("reply", code=0, http_status=502, into=record)
+
+    emulator.on("reply", hook, when="before")
+    assert reply(client, "om_user1").code == 0  # no fault queued for "the next reply"
+    assert (reply(client, "om_user2").raw.status_code, reply(client, "om_user1").code) == (502, 0)
+    assert emulator.stats["faults"]["reply"] == {"injected": 1}  # counted like a queued one
+
+
 def test_expired_token_is_99991663(emulator: FeishuEmulator, client: lark.Client) -> None:
     emulator.add_message("om_user1", "oc_team")
     assert reply(client, "om_user1").code == 0

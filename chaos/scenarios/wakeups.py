@@ -314,10 +314,12 @@ class Targeted:
                 if not self.active or not self.left.get(target):
                     return
                 kind = self.left[target].pop(0)
+            # bound to this request: a fault queued for "the next call of op" was taken by a concurrent call of
+            # another wake-up (a gone request's reply once met a planned wake-up's dropped connection)
             if kind == "500":
-                self.ctx.stack.feishu.inject(op, code=SERVER_ERROR, http_status=500)
+                self.ctx.stack.feishu.inject(op, code=SERVER_ERROR, http_status=500, into=record)
             else:
-                self.ctx.stack.feishu.inject_fault(op, kind)
+                self.ctx.stack.feishu.inject_fault(op, kind, into=record)
         return hook
 
 

@@ -16,7 +16,7 @@ from sandbox.bitable.items_api import ItemsApi, ok
 from sandbox.bitable.tables import BitableStore
 from sandbox.documents.api import DocsStore
 from sandbox.documents.limits import DocLimits
-from sandbox.faults import Fault, FaultBook
+from sandbox.faults import FAULT_FIELD, Fault, FaultBook
 from sandbox.feishu.cardkit import CardKitStore
 from sandbox.feishu.control import register_control
 from sandbox.feishu.emulator_controls import OPS, CardKitControls, Controls, DocControls, Hook
@@ -230,7 +230,7 @@ class FeishuEmulator(Controls, DocControls, CardKitControls, ItemsApi, LoopbackS
                 raise missing
             self._per_minute(op)
             self.doc_limits.check(op)
-            fault = self._faults.take(op)
+            fault = self._faults.take(op, record.pop(FAULT_FIELD, None))  # one bound to this request first
             if fault is None or fault.after:  # an "after" fault applies the request first
                 body, status = handler(record), 200
         except FeishuError as exc:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from sandbox.documents.api import Access, doc_link, members_of
 from sandbox.documents.blocks import new_token
-from sandbox.faults import Fault, FaultBook, FaultProfile
+from sandbox.faults import FAULT_FIELD, Fault, FaultBook, FaultProfile
 from sandbox.feishu.cardkit import card_text
 from sandbox.feishu.rules import check_ops, error_body, fault_kinds_for, fault_options, make_fault
 
@@ -58,13 +58,15 @@ class Controls:
 
     def inject(
         self, op: str, *, code: int, http_status: int = 400, times: int = 1,
-        headers: dict[str, str] | None = None, msg: str = "",
+        headers: dict[str, str] | None = None, msg: str = "", into: dict[str, Any] | None = None,
     ) -> None:
-        """Make the next `times` calls of `op` fail with this JSON error (code 0 + 5xx → gateway error)."""
+        """Make the next `times` calls of `op` fail with this JSON error (code 0 + 5xx → gateway error). `into`: a
+        request's record a "before" hook holds: that request, and no other call of `op` racing it, fails."""
         _check_op(op)
-        self._faults.add(op, Fault(http_status, error_body(code, msg), dict(headers or {}), times))
+        self._fault(op, Fault(http_status, error_body(code, msg), dict(headers or {}), times), into)
 
-    def inject_fault(self, op: str, kind: str, *, times: int = 1, **options: float) -> None:
+    def inject_fault(self, op: str, kind: str, *, times: int = 1, into: dict[str, Any] | None = None,
+                     **options: float) -> None:
         """Make the next `times` calls of `op` fail with one fault kind (see sandbox.feishu.rules.FAULT_KINDS).
 
         options: reset_seconds (x-ogw-ratelimit-reset), timeout_seconds (how long a timeout holds the
@@ -72,7 +74,13 @@ class Controls:
         """
         _check_op(op)
         fault_kinds_for(op, {kind: 1.0})
-        self._faults.add(op, make_fault(kind, fault_options(options), times))
+        self._fault(op, make_fault(kind, fault_options(options), times), into)
+
+    def _fault(self, op: str, fault: Fault, into: dict[str, Any] | None) -> None:
+        if into is not None:
+            into[FAULT_FIELD] = fault  # taken by this request alone (emulator.py), not queued for the next call
+        else:
+            self._faults.add(op, fault)
 
     def set_profile(
         self, ops: str | Iterable[str], rate: float, mix: Mapping[str, float] | None = None, *,
