@@ -1,6 +1,6 @@
 """The webhooks' short way through the web process (issue 32): a POST to a lane's path is read from the WSGI environ
 and answered by the lane's framework-neutral handler, without Flask's request context, URL map and response objects
-(about 40 µs of CPU per request, a quarter of the Feishu event's own cost).
+(about 90 µs of CPU per request in-process, more than half of the Feishu event's own cost before it; bench/README.md).
 
 Everything else goes to Flask unchanged, and so does every request a lane does not take on: another method, no
 Content-Length (a chunked body), a body over the lane's cap (Flask answers its 413). The lane's route stays on its
