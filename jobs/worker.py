@@ -79,21 +79,44 @@ class RouteWorker(Worker):
 
     retiring = False
     dequeued = False
+    stop_asked = False  # a warm stop was asked: a horse forked from now on hands its route over at once
+    told = 0  # the horse (pid) already sent a SIGTERM
 
     def request_stop(self, signum: int, frame: FrameType | None) -> None:
-        if self.horse_pid and self.get_state() == WorkerStatus.BUSY:
+        self.stop_asked = True
+        self._tell_horse()
+        super().request_stop(signum, frame)
+
+    def _tell_horse(self) -> None:
+        if self.horse_pid and self.told != self.horse_pid and self.get_state() == WorkerStatus.BUSY:
+            self.told = self.horse_pid
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.horse_pid, signal.SIGTERM)
-        super().request_stop(signum, frame)
+
+    def fork_work_horse(self, job: Any, queue: Any) -> None:
+        """A stop asked before the fork reaches the horse as its inherited `stop_asked`; one asked while forking,
+        before RQ noted the horse's pid, as a SIGTERM sent here (the horse's early handler takes it)."""
+        super().fork_work_horse(job, queue)
+        if self.stop_asked:
+            self._tell_horse()
 
     def request_retire(self, _signum: int, _frame: FrameType | None) -> None:
         self.retiring = True
 
     def main_work_horse(self, job: Any, queue: Any) -> None:
-        """In the horse: watch the RQ worker that forked it (`self.pid` is still the worker's)."""
+        """In the horse: watch the RQ worker that forked it (`self.pid` is still the worker's); a stop its worker
+        was asked before forking it means the job hands its route over before its first step."""
+        if self.stop_asked:
+            shutdown.before_start()
         if self.pid:
             threading.Thread(target=_watch_worker, args=(self.pid,), daemon=True, name="worker-watch").start()
         super().main_work_horse(job, queue)
+
+    def setup_work_horse_signals(self) -> None:
+        """RQ's horse dies of a SIGTERM until its job installs a handler (runs/shutdown.py `install`); ours
+        only notes it, so a stop forwarded right after the fork still lets the job hand its route over."""
+        super().setup_work_horse_signals()
+        signal.signal(signal.SIGTERM, shutdown.before_start)
 
     def _install_signal_handlers(self) -> None:
         super()._install_signal_handlers()

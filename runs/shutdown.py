@@ -11,7 +11,8 @@ are recorded, so nothing is said twice.
 request again, and the horse would wait on the model for the whole turn after all.
 
 A horse whose RQ worker died (jobs/worker.py watches for it) is `orphaned()`: it finishes the step it is in,
-then hands its route over and takes no further work, as after a SIGTERM between model waits.
+then hands its route over and takes no further work, as after a SIGTERM between model waits. A stop that reaches the
+worker while it forks the horse (`before_start`) makes the job hand its route over before its first step.
 """
 
 from __future__ import annotations
@@ -28,17 +29,24 @@ class ShutdownRequested(BaseException):
 
 _requested = False
 _interruptible = False
-_orphaned = False  # not reset by install(): the parent may die before the job starts
+_sticky = False  # not reset by install(): the stop may come before the job starts
 
 
 def requested() -> bool:
-    return _requested or _orphaned
+    return _requested or _sticky
 
 
 def orphaned() -> None:
     """The horse's worker is gone: stop after the current step (never interrupts it: see the module's doc)."""
-    global _orphaned
-    _orphaned = True
+    global _sticky
+    _sticky = True
+
+
+def before_start(signum: int = 0, frame: FrameType | None = None) -> None:
+    """A stop asked of the horse before its job began (while its worker forked it): the job hands its route over
+    instead of starting a turn. Also the horse's SIGTERM handler until the job installs its own."""
+    global _sticky
+    _sticky = True
 
 
 def _on_sigterm(signum: int, frame: FrameType | None) -> None:

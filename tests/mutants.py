@@ -1060,6 +1060,9 @@ MUTANTS: tuple[Mutant, ...] = (
         ("            fault = self._faults.take(op, record.pop(FAULT_FIELD, None))",
          "            fault = self._faults.take(op)"),),
         ("tests/test_sandbox_emulators.py::test_a_fault_bound_to_a_request_fails_that_request_and_no_other",)),
+    Mutant("N10", "a horse forked after its worker's stop runs a whole turn", "jobs/worker.py", (
+        ("        if self.stop_asked:\n            shutdown.before_start()\n", ""),),
+        ("tests/test_elastic.py::test_a_stop_that_comes_while_a_worker_forks_its_horse_hands_the_route_over",)),
 )
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import redis
+from rq import Worker
 
 from core.keys import Keys
 from runs.queues import rq_queue_name
@@ -32,7 +33,6 @@ from tests.harness import (
     stop_all,
     unique,
     wait_for,
-    worker_count,
 )
 
 TURN_S = 5.0  # the model stand-in's delay per call
@@ -63,7 +63,18 @@ class Rig:
         return proc, name
 
     def registered(self) -> int:
-        return worker_count(redis.Redis.from_url(self.env["REDIS_URL"]), self.queue)
+        """RQ workers registered on the queue and alive: a SIGKILLed pool's registrations stay in RQ's registry
+        until their heartbeat expires (minutes), and must not count for the next test's pool."""
+        r = redis.Redis.from_url(self.env["REDIS_URL"])
+        return sum(1 for w in Worker.all(connection=r) if self.queue in w.queue_names() and alive(w.pid))
+
+
+def alive(pid: int | None) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
 
 
 def rq_workers_of(proc: Proc) -> int:
@@ -179,6 +190,54 @@ def test_worker_concurrency_still_means_a_fixed_pool(rig: Rig, feishu, claude) -
     assert rig.registered() == 3 and rq_workers_of(sup) == 3
 
 
+def tail(proc: Proc, chars: int = 4000) -> str:
+    return proc.log_path.read_bytes()[proc.log_from:].decode(errors="replace")[-chars:]
+
+
+EARLY_STOP = """
+import signal, sys
+from rq.serializers import JSONSerializer
+from core.settings import load_settings
+from jobs.worker import RouteWorker
+from runs import runtime
+from state.store import resolve_url, rq_client
+
+settings = load_settings()
+runtime.configure(settings)
+url = resolve_url(settings)
+worker = RouteWorker([sys.argv[1]], connection=rq_client(url), serializer=JSONSerializer, name=sys.argv[2])
+worker.register_birth()
+job, queue = worker.dequeue_job_and_maintain_ttl(timeout=30)
+worker.prepare_execution(job)  # BUSY, its horse not forked yet
+worker.request_stop(signal.SIGTERM, None)  # the supervisor died right now
+worker.fork_work_horse(job, queue)
+worker.monitor_work_horse(job, queue)
+worker.register_death()
+"""
+
+
+def test_a_stop_that_comes_while_a_worker_forks_its_horse_hands_the_route_over(rig: Rig, feishu, claude, r) -> None:
+    """The supervisor dies after a worker took a job but before it forked the horse (it has no horse to tell yet):
+    the horse takes no turn and hands the route over at once (not held until its lease expires, nor SIGKILLed
+    mid-turn after the grace); the next pool answers the message once."""
+    chat = unique("oc_early")
+    route = f"feishu:{rig.env['BOT_PROFILE']}:p2p:{chat}"
+    assert not r.zcard(rig.keys.dirty), "an earlier test left work behind: the driver would take its job"
+    sent = deliver(rig.web, feishu, chat_id=chat, chat_type="p2p", text="刚派下来的活")
+    wait_for(lambda: r.llen(f"rq:queue:{rig.queue}") >= 1, 30, what="the run's job waiting in RQ")
+    driver = Proc(["-c", EARLY_STOP, rig.queue, unique("early")], rig.env, str(rig.workdir),
+                  rig.workdir / "early-stop.log")
+    rig.procs.append(driver)
+    assert driver.p.wait(timeout=90) == 0, tail(driver)
+    lease = r.get(rig.keys.lease(route))
+    assert lease is not None and lease.startswith("k:"), (lease, tail(driver))  # handed over, not held
+    assert not claude.requests, tail(driver)  # no turn was started
+    rig.supervisor(WORKER_CONCURRENCY="1")
+    wait_for(lambda: feishu.replies_to(message_id(sent)), 90, what="the answer from the next pool")
+    time.sleep(1)
+    assert len(feishu.replies_to(message_id(sent))) == 1
+
+
 # -- issue 32: no orphaned pool survives its supervisor's SIGKILL -----------------------------------------------------
 
 ORPHAN_LIMIT_S = 10.0  # acceptance: no worker or work-horse alive 10 s after the supervisor's SIGKILL
@@ -235,7 +294,7 @@ def test_a_sigkilled_supervisor_leaves_no_worker_and_no_horse_alive(rig: Rig, fe
                  what="the pool to end with its supervisor")
         if busy_in == "model":  # the warm stop ended the model waits: each route handed over, none left to expire
             leases = [r.get(rig.keys.lease(f"feishu:{rig.env['BOT_PROFILE']}:p2p:{c}")) for c in chats]
-            assert all(lease is None or lease.startswith("k:") for lease in leases), leases
+            assert all(lease is None or lease.startswith("k:") for lease in leases), (leases, tail(sup))
     finally:
         claude.set_delay(0)
         feishu.set_delay("reply", 0)
@@ -244,11 +303,12 @@ def test_a_sigkilled_supervisor_leaves_no_worker_and_no_horse_alive(rig: Rig, fe
                 os.kill(pid, signal.SIGKILL)
 
 
-def test_a_horse_whose_worker_dies_finishes_its_step_and_takes_no_further_one(rig: Rig, feishu, claude) -> None:
+def test_a_horse_whose_worker_dies_finishes_its_step_and_takes_no_further_one(rig: Rig, feishu, claude, r) -> None:
     """SIGKILL a busy horse's RQ worker alone: the horse (fenced by its lease) finishes the turn it is in, then hands
     its route over instead of taking the route's next batch; the successor run, under a fresh worker, answers it."""
     sup, _ = rig.supervisor(WORKER_CONCURRENCY="1")
     wait_for(lambda: sup.alive() and rig.registered() == 1, 90, what="the worker")
+    wait_for(lambda: not r.zcard(rig.keys.dirty), 60, what="the routes the SIGKILL tests handed over answered")
     claude.set_delay(4)
     chat, seen = unique("oc_horse"), {}
     claude.on_request(lambda body: seen.setdefault("second", session_of(sup.p.pid).get(horse) is not None)
