@@ -6,3 +6,7 @@ calls here.
 routing → one PUSH); `side_events` handles clicks, record changes, recalls and edits; `admin` serves `/admin/api/*`;
 `doctor` is the contract's `python -m bot.doctor` (jobs/doctor.py).
 """
+
+from core import boot
+
+boot.importing()  # `python -m jobs.…` / `bot.…` starting: see core/boot.py

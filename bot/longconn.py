@@ -29,7 +29,7 @@ from lark_oapi.ws import client as ws_client
 from bot.envelope import MESSAGE_RECEIVE
 from bot.ingress import Ingress
 from bot.side_events import CARD_ACTION, SIDE_EVENTS
-from core import logs
+from core import boot, logs
 from core.settings import Settings, load_settings
 from state.store import resolve_url, state_client
 
@@ -221,4 +221,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    boot.started()  # the imports are done (core/boot.py)
     raise SystemExit(main())

@@ -13,6 +13,7 @@ import json
 import sys
 from typing import Any, Literal
 
+from core import boot
 from runs.runtime import Runtime, current
 
 ReplayResult = Literal["replayed", "already-replayed", "unknown"]
@@ -104,4 +105,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    boot.started()  # the imports are done (core/boot.py)
     sys.exit(main())

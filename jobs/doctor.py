@@ -19,6 +19,7 @@ from typing import Any
 import redis
 from lark_oapi.api.application.v6 import ListScopeRequest
 
+from core import boot
 from core.errors import AdapterError
 from core.keys import Keys
 from core.settings import Settings, load_settings
@@ -192,4 +193,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    boot.started()  # the imports are done (core/boot.py)
     sys.exit(main())

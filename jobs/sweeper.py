@@ -18,7 +18,7 @@ import signal
 import threading
 import time
 
-from core import logs
+from core import boot, logs
 from core.settings import load_settings
 from feishu import identity
 from jobs import doctor, watchdog
@@ -279,4 +279,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    boot.started()  # the imports are done (core/boot.py)
     main()

@@ -44,7 +44,7 @@ from rq import Queue, Worker
 from rq.serializers import JSONSerializer
 from rq.worker import WorkerStatus
 
-from core import logs
+from core import boot, logs
 from core.keys import Keys
 from core.settings import Settings, load_settings
 from jobs import drain, pool, warmup  # noqa: F401  (preload: every horse inherits the imported modules)
@@ -465,7 +465,8 @@ def main(argv: list[str] | None = None) -> None:
     warmup.prepare()  # once, here: every worker and work-horse forked below starts warm
     if gc_freeze_enabled():
         gc.collect()
-        gc.freeze()
+        boot.started()
+    gc.enable()  # paused since `python -m` imported this package (core/boot.py)
     sys.exit(Supervisor(settings, url, queues, size, base).serve())
 
 

@@ -1063,6 +1063,12 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("N10", "a horse forked after its worker's stop runs a whole turn", "jobs/worker.py", (
         ("        if self.stop_asked:\n            shutdown.before_start()\n", ""),),
         ("tests/test_elastic.py::test_a_stop_that_comes_while_a_worker_forks_its_horse_hands_the_route_over",)),
+    Mutant("N11", "the sweeper runs without the cyclic collector", "jobs/sweeper.py", (
+        ("    boot.started()  # the imports are done (core/boot.py)\n", ""),),
+        ("tests/test_boot.py::test_every_entry_point_of_a_pausing_package_starts_the_collector_before_its_work",)),
+    Mutant("N12", "every importer of jobs/ pauses the collector", "core/boot.py", (
+        ('    if sys.argv[:1] == ["-m"]:\n', "    if sys.argv:\n"),),
+        ("tests/test_boot.py::test_the_collector_pauses_only_while_python_dash_m_locates_the_module",)),
 )
 
 
