@@ -5,6 +5,9 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import gc
+
+from core import boot
 from core.settings import load_settings
 
 # Validate in the master: a bad config must stop start-up, not make workers crash-loop.
@@ -33,3 +36,12 @@ def when_ready(server: object) -> None:
            and not (_settings.console_admins or _settings.item_admins) else "Feishu sign-in for CONSOLE_ADMINS")
     token = ", or ADMIN_TOKEN" if _settings.admin_token else ""
     print(f"console: http://{host}:{_settings.port}/console/  ({who}{token})", flush=True)
+
+
+def post_fork(server: object, worker: object) -> None:
+    """A new worker imports the app next (no preload): the collector waits until it has (core/boot.py)."""
+    gc.disable()
+
+
+def post_worker_init(worker: object) -> None:
+    boot.started()

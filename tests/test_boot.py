@@ -34,3 +34,12 @@ def test_every_entry_point_of_a_pausing_package_starts_the_collector_before_its_
     for path, blocks in entries.items():
         source = ast.unparse(blocks[0]) + (path.read_text() if path.name == "worker.py" else "")
         assert "boot.started()" in source, f"{path.relative_to(ROOT)}: its __main__ never calls boot.started()"
+
+
+def test_each_web_worker_starts_the_collector_once_it_has_imported_the_app() -> None:
+    import gunicorn.config
+
+    hooks = {node.name: ast.unparse(node) for node in ast.parse((ROOT / "gunicorn.conf.py").read_text()).body
+             if isinstance(node, ast.FunctionDef)}
+    assert {"post_fork", "post_worker_init"} <= {s.name for s in gunicorn.config.KNOWN_SETTINGS}
+    assert "gc.disable()" in hooks["post_fork"] and "boot.started()" in hooks["post_worker_init"]
