@@ -35,6 +35,8 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from core import boot
+
 MASTER_NAME = "fbmaster"
 DOWN_AFTER_MS = 1000
 FAILOVER_TIMEOUT_MS = 3000
@@ -324,6 +326,7 @@ def _redis_server() -> str:
 
 
 if __name__ == "__main__":  # python -m sandbox.redis_ha: run one until Ctrl-C
+    boot.started()  # the imports are done (core/boot.py)
     rig = SentinelRig().start()
     print(" ".join(f"{k}={v}" for k, v in rig.env().items()), flush=True)
     try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 import tempfile
@@ -56,8 +57,16 @@ def pytest_configure(config: pytest.Config) -> None:
     # xdist controller runs none: it skips the service's imports (lark-oapi, anthropic: seconds of CPU that would
     # come before its workers start).
     if hasattr(config, "workerinput") or getattr(config.option, "dist", "no") == "no" or config.option.collectonly:
+        gc.disable()  # until collection is done: imports create only objects that live on (core/boot.py)
         import app  # noqa: F401  (the product's feature modules: imported, nothing registered)
         from tests import harness  # noqa: F401
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    import hypothesis  # noqa: F401  (before the freeze: its plugin hooks look for referrers, which skip frozen objects)
+
+    gc.freeze()  # the imported modules stay out of every later collection's walk
+    gc.enable()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def gc_after_import(argv0: str) -> str:
-    code = f"import sys; sys.argv[:1] = [{argv0!r}]; import jobs, bot, gc; print(gc.isenabled())"
+    code = f"import sys; sys.argv[:1] = [{argv0!r}]; import jobs, bot, sandbox, gc; print(gc.isenabled())"
     return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                           check=True).stdout.strip()
 
@@ -28,9 +28,9 @@ def main_blocks(path: Path) -> list[ast.If]:
 
 
 def test_every_entry_point_of_a_pausing_package_starts_the_collector_before_its_work() -> None:
-    entries = {p: blocks for room in ("jobs", "bot") for p in sorted((ROOT / room).glob("*.py"))
+    entries = {p: blocks for room in ("jobs", "bot", "sandbox") for p in sorted((ROOT / room).glob("*.py"))
                if (blocks := main_blocks(p))}
-    assert {p.name for p in entries} >= {"worker.py", "sweeper.py", "longconn.py", "doctor.py"}
+    assert {p.name for p in entries} >= {"worker.py", "sweeper.py", "longconn.py", "doctor.py", "__main__.py"}
     for path, blocks in entries.items():
         source = ast.unparse(blocks[0]) + (path.read_text() if path.name == "worker.py" else "")
         assert "boot.started()" in source, f"{path.relative_to(ROOT)}: its __main__ never calls boot.started()"
