@@ -210,6 +210,14 @@ def test_the_stand_in_notes_evidence_and_proposes_a_status_it_implies() -> None:
     assert already is not None and parse_decision(already).kind == "note"  # the record already says so
 
 
+def test_a_status_code_is_evidence_but_digits_inside_a_name_are_not() -> None:
+    """A real model reads "返回 502" as an HTTP status and "octo/inj_e512b" as a repository's name."""
+    named = triage_reply(_body(ITEM, [("om_1", "ou_a", "octo/inj_e512b0c1d7 的 PR #2 已合并")]))
+    assert named is not None and parse_decision(named).kind == "quiet"
+    status = triage_reply(_body(ITEM, [("om_1", "ou_a", "导出接口返回 502")]))
+    assert status is not None and parse_decision(status).evidence == ("om_1",)
+
+
 # --- the labelled set ------------------------------------------------------------------------------------------
 
 def test_the_labelled_set_is_as_described() -> None:

@@ -35,7 +35,7 @@ _STRONG = re.compile(
     r"复现|重现|必现|必挂|必崩|日志|(?<![a-z])logs?(?![a-z])|报错|错误|error|堆栈|stack ?trace|traceback|异常|exception"
     r"|崩溃|闪退|crash|根因|root cause|定位到|排查到|查到|找到原因|原因是|确认是|验证通过|回归|已修复|修好了|修复验证"
     r"|超时|timeout|timed out|慢查询|oom|outofmemory|空指针|npe|null ?pointer|抓包|p99|reproduc"
-    r"|http ?\d{3}|(?<!\d)[45]\d\d(?!\d)")
+    r"|http ?\d{3}|(?<![0-9a-z_/.#-])[45]\d\d(?![0-9a-z_/.-])")  # a status, not part of a name (octo/inj_e512b)
 _WEAK = [re.compile(p) for p in (
     r"版本|v\d", r"环境|staging|prod", r"生产|线上|预发", r"截图|录屏", r"客户|用户", r"影响", r"接口|api",
     r"sql|索引", r"缓存|cache", r"配置|变更", r"失败|fail", r"乱码", r"内存|cpu|磁盘", r"监控|告警", r"任务|调度",
