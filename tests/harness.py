@@ -25,6 +25,7 @@ from app import create_app
 from core.keys import Keys
 from core.settings import Settings
 from sandbox.feishu.events import signed_request
+from tests import forkserver
 
 ROOT = Path(__file__).resolve().parent.parent
 NETGUARD_DIR = Path(__file__).resolve().parent / "netguard"  # its sitecustomize.py guards every subprocess
@@ -106,15 +107,36 @@ def subprocess_env(env: dict[str, str]) -> dict[str, str]:
             "PATH": f"{bindir}:{base.get('PATH', '')}"}
 
 
+_server: forkserver.Server | None = None
+
+
+def forking() -> bool:
+    return os.environ.get("TEST_FORKSERVER", "1") != "0"
+
+
+def fork_server() -> forkserver.Server:
+    """This pytest process's fork server (tests/forkserver.py), started on first use."""
+    global _server
+    if _server is None or _server.proc.poll() is not None:
+        _server = forkserver.Server(subprocess_env({}), str(ROOT))
+    return _server
+
+
 class Proc:
-    """A service process (worker, sweeper) started the way the Procfile starts it."""
+    """A service process (worker, sweeper, long connection) running its `python -m` entry point: forked from the
+    pre-imported interpreter of tests/forkserver.py (as the entry point, with the test's env, cwd and log), or,
+    for anything else, started as a fresh interpreter."""
 
     def __init__(self, args: list[str], env: dict[str, str], cwd: str, log_path: Path) -> None:
         self.log_path = log_path
         self.log_from = log_path.stat().st_size if log_path.exists() else 0  # a restart appends to the same log
         self.log = open(log_path, "ab")  # noqa: SIM115  (closed in stop())
-        self.p = subprocess.Popen([sys.executable, *args], env=subprocess_env(env), cwd=cwd,
-                                  stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.p: subprocess.Popen[bytes] | forkserver.Forked
+        if len(args) >= 2 and args[0] == "-m" and args[1] in forkserver.ENTRY_POINTS and forking():
+            self.p = fork_server().start(args[1], args[2:], subprocess_env(env), cwd, str(log_path))
+        else:
+            self.p = subprocess.Popen([sys.executable, *args], env=subprocess_env(env), cwd=cwd,
+                                      stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
 
     def children(self) -> list[int]:
         """Every descendant: the supervisor's RQ workers, their work-horses and scheduler processes."""
