@@ -4,7 +4,7 @@ imported objects are frozen out of every later collection and the collector runs
 `python -m jobs.worker | jobs.sweeper | bot.longconn` imports ~11,000 modules (10,600 of them lark-oapi's generated
 API) before its first line of work. Everything those imports create lives as long as the process, so the
 collections Python starts meanwhile (one per 700 new container objects) free next to nothing (~1,600 objects) and
-cost ~15 % of the start's CPU (measured in the README's "make test time"). The package of the entry point pauses
+cost ~30 % of the start's CPU (4.4 → 3.1 CPU-s: README, "Tests"). The package of the entry point pauses
 the collector while `python -m` is still locating the module (`sys.argv[0] == "-m"` then, and only then: see
 `importing`); the entry point's `__main__` block calls `started()` before its work."""
 
