@@ -279,3 +279,40 @@ def test_a_card_lists_what_arrived_together_and_names_who_asked_for_changes() ->
     assert card["header"]["template"] == "red" and "2 条" in card["header"]["title"]["content"]
     assert "Codertocat 要求修改" in text and "CI 失败" in text and "`Octocoders-linter`" in text
     assert "要求修改" in summary_of([_entry(changes)]) and "**" not in summary_of([_entry(changes)])
+
+
+# -- what the inbox keeps of a payload ----------------------------------------------------------------------------
+
+GITLAB_FILES = {"pipeline_hook": "Pipeline Hook", "merge_request_hook": "Merge Request Hook",
+                "note_hook": "Note Hook", "issue_hook": "Issue Hook"}
+
+
+def published() -> list[tuple[str, str, dict[str, Any]]]:
+    """Every published example, and the variants that make each kind of happening, as (provider, event, payload)."""
+    out = [(GITHUB, p.name.split(".")[0], json.loads(p.read_text(encoding="utf-8")))
+           for p in sorted((DATA / "github").glob("*.json"))]
+    out += [(GITLAB, GITLAB_FILES[p.stem.split(".")[0]], json.loads(p.read_text(encoding="utf-8")))
+            for p in sorted((DATA / "gitlab").glob("*.json"))]
+    gh = {name: example("github", name) for name in ("check_run.completed.payload", "pull_request.closed.payload")}
+    out += [(GITHUB, "check_run", changed(gh["check_run.completed.payload"], check_run__conclusion="failure")),
+            (GITHUB, "pull_request", changed(gh["pull_request.closed.payload"], pull_request__merged=True)),
+            (GITLAB, "Pipeline Hook", changed(example("gitlab", "pipeline_hook"), object_attributes__status="failed"))]
+    return out
+
+
+def test_the_kept_payload_reads_as_the_published_one_at_a_third_of_its_size() -> None:
+    cases = published()
+    read_any = 0
+    for provider, event, payload in cases:
+        kept = json.loads(json.dumps(events.trimmed(payload), separators=(",", ":")))
+        assert read(provider, event, kept) == read(provider, event, payload), (provider, event)
+        assert wanted(provider, event, kept) == wanted(provider, event, payload)
+        assert events.repository(provider, kept) == events.repository(provider, payload)
+        read_any += bool(read(provider, event, payload))
+    assert read_any >= 12  # the comparison covers real happenings, not only empty reads
+    check_run = example("github", "check_run.completed.payload")
+    kept = events.trimmed(check_run)
+    assert len(json.dumps(kept)) < len(json.dumps(check_run)) / 2
+    assert kept["check_run"]["html_url"] == check_run["check_run"]["html_url"] and "url" in kept["check_run"]
+    assert "avatar_url" not in json.dumps(kept) and "_links" not in json.dumps(events.trimmed(
+        example("github", "pull_request.opened.payload")))
