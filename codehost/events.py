@@ -88,22 +88,6 @@ def repository(provider: str, payload: Mapping[str, Any]) -> str:
     return repo_of(_s(_o(payload.get("project")).get("path_with_namespace")))
 
 
-KEPT_URLS = frozenset({"html_url", "web_url"})  # the web pages a card links to (and GitLab's `url`, kept as is)
-
-
-def trimmed(value: Any) -> Any:
-    """The payload as its run keeps it: without the REST API's URL templates (every `*_url` key but the web pages',
-    and `_links`), which are most of a GitHub delivery (check_run 14 → 5 KB, pull_request 28 → 6 KB) and nothing
-    `read` looks at. What the inbox, Redis's append-only file and the run's parse do not carry, they do not pay for
-    (bench.hooks). A structure nested too deeply raises RecursionError (the web answers 400)."""
-    if isinstance(value, dict):
-        return {k: trimmed(v) for k, v in value.items()
-                if k in KEPT_URLS or not (k.endswith("_url") or k == "_links")}
-    if isinstance(value, list):
-        return [trimmed(v) for v in value]
-    return value
-
-
 def read(provider: str, event: str, payload: Mapping[str, Any]) -> list[Happening]:
     """The happenings of one delivery ([] when it says nothing we act on)."""
     repo = repository(provider, payload)

@@ -29,7 +29,7 @@ import redis
 
 from codehost import deliveries
 from codehost.deliveries import DUPLICATE, IGNORED, REFUSED
-from codehost.events import GITHUB_ACTIONS, repository, trimmed, wanted
+from codehost.events import GITHUB_ACTIONS, repository, wanted
 from codehost.links import GITHUB, GITLAB
 from codehost.settings import CodehostSettings
 from codehost.signature import (
@@ -79,9 +79,8 @@ def hook_route(profile: str, provider: str, repo: str) -> str:
 
 @dataclass(frozen=True)
 class Stored:
-    """What the inbox entry carries: the delivery's payload as its run reads it (events.trimmed: the API's URL
-    templates dropped, compact JSON). The body is the entry's `content` as is and the rest its `text`, so the payload
-    is JSON-escaped once, by the entry itself (bench.hooks). Entries written before keep the body as received."""
+    """What the inbox entry carries: the delivery as received (its run reads it). The body is the entry's `content`
+    as is and the rest its `text`, so a ~14 KB payload is JSON-escaped once, by the entry itself (bench.hooks)."""
 
     provider: str
     event: str
@@ -179,7 +178,7 @@ class Door:
             raise Refused(400, "the payload names no repository")
         if self.repos and repo not in self.repos:
             return self._ignored(ctx, "repository not in CODEHOST_REPOS")
-        stored = Stored(provider, event, delivery, _compact(payload))  # what its run reads (events.trimmed)
+        stored = Stored(provider, event, delivery, text)  # as received: its run reads it
         entry = Inbound(event_id=dedupe[0], message_id=dedupe[0], chat_id="", chat_type=ROUTE_KIND, sender_type="app",
                         message_type=DELIVERY_TYPE, text=stored.head(), content=stored.content(),
                         create_time=str(int(time.time() * 1000)))
@@ -216,13 +215,6 @@ def _json(text: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise Refused(400, "the body is not a JSON object")
     return value
-
-
-def _compact(payload: dict[str, Any]) -> str:
-    try:
-        return json.dumps(trimmed(payload), ensure_ascii=False, separators=(",", ":"))
-    except RecursionError:
-        raise Refused(400, "the body is nested too deeply") from None
 
 
 def _form(body: bytes) -> bytes:
