@@ -466,7 +466,8 @@ def main(argv: list[str] | None = None) -> None:
     if gc_freeze_enabled():
         gc.collect()
         boot.started()
-    gc.enable()  # paused since `python -m` imported this package (core/boot.py)
+    else:
+        gc.enable()  # paused since `python -m` imported this package (core/boot.py)
     sys.exit(Supervisor(settings, url, queues, size, base).serve())
 
 

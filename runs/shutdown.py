@@ -38,8 +38,7 @@ def requested() -> bool:
 
 def orphaned() -> None:
     """The horse's worker is gone: stop after the current step (never interrupts it: see the module's doc)."""
-    global _sticky
-    _sticky = True
+    before_start()
 
 
 def before_start(signum: int = 0, frame: FrameType | None = None) -> None:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from core import boot
 from tests.netguard import sitecustomize as netguard
 
 if TYPE_CHECKING:
@@ -65,8 +66,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_collection_finish(session: pytest.Session) -> None:
     import hypothesis  # noqa: F401  (before the freeze: its plugin hooks look for referrers, which skip frozen objects)
 
-    gc.freeze()  # the imported modules stay out of every later collection's walk
-    gc.enable()
+    boot.started()  # the imported modules stay out of every later collection's walk
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

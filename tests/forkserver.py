@@ -23,9 +23,13 @@ import os
 import runpy
 import select
 import signal
+import subprocess
 import sys
+import threading
 import traceback
 from typing import Any
+
+from core import boot
 
 ENTRY_POINTS = ("jobs.worker", "jobs.sweeper", "bot.longconn")
 
@@ -35,8 +39,7 @@ def preload() -> None:
     for name in ENTRY_POINTS:
         __import__(name)  # imports only: the runtime and its clients need the test's settings, built in the child
     gc.collect()
-    gc.freeze()
-    gc.enable()
+    boot.started()
 
 
 def child(request: dict[str, Any], keep: list[int]) -> None:
@@ -142,8 +145,6 @@ class Forked:
     def wait(self, timeout: float | None = None) -> int:
         code = self.server.wait_exit(self.pid, timeout)
         if code is None:
-            import subprocess
-
             raise subprocess.TimeoutExpired(self.args, timeout or 0)
         self.returncode = code
         return code
@@ -153,9 +154,6 @@ class Server:
     """The fork server of this pytest process (started on first use, ended when the process exits)."""
 
     def __init__(self, env: dict[str, str], cwd: str) -> None:
-        import subprocess
-        import threading
-
         self.proc = subprocess.Popen([sys.executable, "-m", "tests.forkserver"], env=env, cwd=cwd,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True)
         self.exits: dict[int, int] = {}
