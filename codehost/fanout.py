@@ -17,7 +17,7 @@ import time
 
 from codehost import deliveries
 from codehost.deliveries import ACCEPTED
-from codehost.events import CI, HEAD, Happening, read
+from codehost.events import CI, HEAD, Happening
 from codehost.ingress import DEDUPE_TTL_S, Stored
 from codehost.links import MR, PR, Thread
 from codehost.threads import Threads
@@ -50,11 +50,10 @@ def fan_out(c: Context) -> str:
     stored = Stored.of(c.message)
     ctx = {"provider": stored.provider, "event": stored.event, "delivery": stored.delivery}
     try:
-        payload = json.loads(stored.body)
+        happenings = stored.happenings()
     except ValueError:
         deliveries.note(c.rt.state, c.rt.keys, ACCEPTED, "unreadable body", **ctx)
         return "unreadable"
-    happenings = read(stored.provider, stored.event, payload)
     outcomes = [_one(c, stored.delivery, n, h) for n, h in enumerate(happenings)] or ["nothing to act on"]
     outcome = "; ".join(outcomes)
     deliveries.note(c.rt.state, c.rt.keys, ACCEPTED, outcome, repo=happenings[0].repo if happenings else "", **ctx)

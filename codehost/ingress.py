@@ -29,7 +29,7 @@ import redis
 
 from codehost import deliveries
 from codehost.deliveries import DUPLICATE, IGNORED, REFUSED
-from codehost.events import GITHUB_ACTIONS, repository, wanted
+from codehost.events import GITHUB_ACTIONS, Happening, read, repository, wanted
 from codehost.links import GITHUB, GITLAB
 from codehost.settings import CodehostSettings
 from codehost.signature import (
@@ -79,27 +79,57 @@ def hook_route(profile: str, provider: str, repo: str) -> str:
 
 @dataclass(frozen=True)
 class Stored:
-    """What the inbox entry carries: the delivery as received (its run reads it). The body is the entry's `content`
-    as is and the rest its `text`, so a ~14 KB payload is JSON-escaped once, by the entry itself (bench.hooks)."""
+    """What the inbox entry carries: the delivery as the door read it — its happenings (`events.read` of the parsed
+    payload, a few hundred bytes where a `check_run` body is ~14 KB: bench.hooks) as the entry's `content`, its
+    provider, event type and id in `text`. Nothing of the payload that `read` does not take is stored, and the body's
+    hash stays the dedupe key. Entries written before (the body as received in `content`, or all of it there) are
+    read by their run as before, as is a body the door could not read (`read` failed: the run tries again and the
+    delivery is dead-lettered there, not lost at the door)."""
 
     provider: str
     event: str
     delivery: str
-    body: str
+    body: str  # the happenings as a JSON list (`read`), or the delivery's body as received
+    read: bool = True
+
+    @classmethod
+    def received(cls, provider: str, event: str, delivery: str, payload: Mapping[str, Any], body: str) -> Stored:
+        try:
+            happenings = read(provider, event, payload)
+        except Exception:  # a payload events.read trips on: keep it whole for the run, which dead-letters it
+            log.exception("webhook payload not read at the door; stored whole",
+                          extra={"reason_detail": f"{provider} {event} {delivery}"})
+            return cls(provider, event, delivery, body, read=False)
+        return cls(provider, event, delivery, json.dumps([h.to_json() for h in happenings], ensure_ascii=False))
 
     def head(self) -> str:
-        return json.dumps({"provider": self.provider, "event": self.event, "delivery": self.delivery})
+        head: dict[str, Any] = {"provider": self.provider, "event": self.event, "delivery": self.delivery}
+        return json.dumps({**head, "read": 1} if self.read else head)
 
     def content(self) -> str:
         return self.body
+
+    def happenings(self) -> list[Happening]:
+        """What happened, as the door read it (or read now from an entry holding the body). ValueError: unreadable."""
+        data = json.loads(self.body)
+        if not self.read:
+            return read(self.provider, self.event, data) if isinstance(data, dict) else []
+        if not isinstance(data, list):
+            raise ValueError("the stored happenings are not a list")
+        try:
+            return [Happening.from_json(x) for x in data]
+        except (TypeError, AttributeError) as exc:
+            raise ValueError(f"a stored happening is malformed: {exc}") from None
 
     @classmethod
     def of(cls, m: Inbound) -> Stored:
         if not m.text:  # written before the body was stored apart: all of it in content
             data = json.loads(m.content)
-            return cls(str(data["provider"]), str(data["event"]), str(data["delivery"]), str(data["body"]))
+            return cls(str(data["provider"]), str(data["event"]), str(data["delivery"]), str(data["body"]),
+                       read=False)
         head = json.loads(m.text)
-        return cls(str(head["provider"]), str(head["event"]), str(head["delivery"]), m.content)
+        return cls(str(head["provider"]), str(head["event"]), str(head["delivery"]), m.content,
+                   read=bool(head.get("read")))
 
 
 class Door:
@@ -178,7 +208,7 @@ class Door:
             raise Refused(400, "the payload names no repository")
         if self.repos and repo not in self.repos:
             return self._ignored(ctx, "repository not in CODEHOST_REPOS")
-        stored = Stored(provider, event, delivery, text)  # as received: its run reads it
+        stored = Stored.received(provider, event, delivery, payload, text)  # what its run reads
         entry = Inbound(event_id=dedupe[0], message_id=dedupe[0], chat_id="", chat_type=ROUTE_KIND, sender_type="app",
                         message_type=DELIVERY_TYPE, text=stored.head(), content=stored.content(),
                         create_time=str(int(time.time() * 1000)))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -279,3 +280,14 @@ def test_a_card_lists_what_arrived_together_and_names_who_asked_for_changes() ->
     assert card["header"]["template"] == "red" and "2 条" in card["header"]["title"]["content"]
     assert "Codertocat 要求修改" in text and "CI 失败" in text and "`Octocoders-linter`" in text
     assert "要求修改" in summary_of([_entry(changes)]) and "**" not in summary_of([_entry(changes)])
+
+
+@pytest.mark.parametrize("text, when", [
+    ("2019-05-15T15:20:38Z", datetime(2019, 5, 15, 15, 20, 38, tzinfo=UTC)),  # GitHub
+    ("2021-03-05T12:00:00+08:00", datetime(2021, 3, 5, 4, 0, 0, tzinfo=UTC)),
+    ("2016-08-12 15:26:29 UTC", datetime(2016, 8, 12, 15, 26, 29, tzinfo=UTC)),  # GitLab
+    ("2016-08-12 15:26:29 +0200", datetime(2016, 8, 12, 13, 26, 29, tzinfo=UTC)),
+    ("yesterday", None), ("", None), (12, None),
+])
+def test_a_payloads_time_is_read_in_both_platforms_formats(text: Any, when: datetime | None) -> None:
+    assert events._time(text) == (when.timestamp() if when else 0.0)

@@ -11,19 +11,33 @@ import pytest
 import redis
 
 from bitable.index import Items
+from codehost.events import read, repository, wanted
 from codehost.fanout import EVENT_TYPE, fan_out, topic_route
-from codehost.ingress import Stored, hook_route
+from codehost.ingress import Door, Request, Stored, hook_route
 from codehost.links import GITHUB, GITLAB, ISSUE, MR, PR, RUN, Thread
+from codehost.settings import CodehostSettings
+from codehost.signature import (
+    GITHUB_DELIVERY,
+    GITHUB_EVENT,
+    GITHUB_SIGNATURE,
+    GITLAB_EVENT,
+    GITLAB_TOKEN,
+    GITLAB_UUID,
+    sign_github,
+)
 from codehost.threads import Threads
 from codehost.watches import ADDED, ALL_FULL, COMMAND, ITEM_FULL, KNOWN, MUTED, RECORD, TOPIC, Bounds, Watches
 from core.inbound import Inbound
 from core.keys import Keys
+from runs.inbox import Inbox
 from runs.runtime import Runtime
 from tests.harness import service_env, settings_from, unique
-from tests.test_codehost_pure import changed, example
+from tests.test_codehost_pure import DATA, changed, example
 from turn.registry import Context
 
 NOW = 1_800_000_000.0
+GITLAB_EVENT_OF = {"issue_hook": "Issue Hook", "merge_request_hook": "Merge Request Hook", "note_hook": "Note Hook",
+                   "pipeline_hook": "Pipeline Hook"}
 BOUNDS = Bounds(per_item=3, total=10_000, ttl_s=86400)
 
 
@@ -129,7 +143,7 @@ class Rig:
 
     def run(self, provider: str, event: str, payload: dict[str, Any], delivery: str | None = None) -> str:
         repo = (payload.get("repository") or {}).get("full_name") or payload["project"]["path_with_namespace"]
-        stored = Stored(provider, event, delivery or unique("d"), json.dumps(payload))
+        stored = Stored.received(provider, event, delivery or unique("d"), payload, json.dumps(payload))
         rk = hook_route(self.profile, provider, repo.lower())
         m = Inbound(event_id="e", message_id="e", chat_id="", chat_type="hook", sender_type="app",
                     message_type="codehost_delivery", text=stored.head(), content=stored.content())
@@ -243,13 +257,66 @@ def test_a_comment_is_told_to_the_watching_topic_for_triage(rig: Rig) -> None:
     assert event["happening"]["kind"] == "comment" and event["happening"]["text"] == "This MR needs work."
 
 
-def test_a_delivery_is_read_back_whole_in_both_stored_layouts() -> None:
-    """The body is the entry's content as is (escaped once, by the entry); an entry queued before that, with all of
-    it in content, is still read (an upgrade with deliveries in flight)."""
-    stored = Stored("github", "check_run", "d-1", '{"a": "引号\\"", "n": 1}')
-    new = Inbound(event_id="e", message_id="e", chat_id="", chat_type="hook", sender_type="app",
-                  message_type="codehost_delivery", text=stored.head(), content=stored.content())
+def _entry(stored: Stored) -> Inbound:
+    return Inbound(event_id="e", message_id="e", chat_id="", chat_type="hook", sender_type="app",
+                   message_type="codehost_delivery", text=stored.head(), content=stored.content())
+
+
+PUBLISHED = [(GITHUB, p.name.split(".")[0], p) for p in sorted((DATA / "github").glob("*.json"))] + \
+    [(GITLAB, GITLAB_EVENT_OF[p.name.split(".")[0]], p) for p in sorted((DATA / "gitlab").glob("*.json"))]
+
+
+@pytest.mark.parametrize("provider, event, path", PUBLISHED, ids=[p.name for _, _, p in PUBLISHED])
+def test_the_door_stores_what_its_run_reads_of_every_published_payload(r: redis.Redis, keys: Keys, provider: str,
+                                                                       event: str, path: Any) -> None:
+    """The door stores the delivery's happenings, not its body: what the run gets back from Redis is what
+    `events.read` makes of the whole payload (variants: a failed CI, a merge, changes requested, a long comment)."""
+    base = json.loads(path.read_text(encoding="utf-8"))
+    variants = [base]
+    for run in ("check_run", "check_suite", "workflow_run"):
+        if isinstance(base.get(run), dict):
+            variants.append(changed(base, **{f"{run}__conclusion": "failure"}))
+    if isinstance(base.get("pull_request"), dict) and base.get("action") == "closed":
+        variants.append(changed(base, pull_request__merged=not base["pull_request"].get("merged")))
+    if isinstance(base.get("review"), dict):
+        variants.append(changed(base, review__state="changes_requested", review__body="请改 " * 800))
+    if isinstance(base.get("object_attributes"), dict) and "status" in base["object_attributes"]:
+        variants.append(changed(base, object_attributes__status="failed"))
+    settings = CodehostSettings(github_webhook_secret="s", gitlab_webhook_token="t")
+    door = Door(Inbox(r, keys, 60_000), r, keys, "q", settings)
+    acted = 0
+    for n, payload in enumerate(variants):
+        body = json.dumps(payload).encode()
+        headers = {GITHUB_EVENT: event, GITHUB_DELIVERY: f"d-{n}", GITHUB_SIGNATURE: sign_github("s", body)} \
+            if provider == GITHUB else {GITLAB_EVENT: event, GITLAB_UUID: f"u-{n}", GITLAB_TOKEN: "t"}
+        answer = (door.github if provider == GITHUB else door.gitlab)(Request(headers, body))
+        if answer.body.get("msg") != "accepted":
+            assert not wanted(provider, event, payload) or answer.body.get("msg") == "pong"
+            continue
+        rk = hook_route(keys.profile, provider, repository(provider, payload))
+        entry = Inbound.model_validate_json(r.lrange(keys.inbox(rk), -1, -1)[0])
+        stored = Stored.of(entry)
+        assert stored.read and stored.happenings() == read(provider, event, payload)
+        assert len(entry.content) < 3000 <= len(body) or len(body) < 3000  # the body is not what is kept
+        acted += bool(stored.happenings())
+    assert acted or not any(wanted(provider, event, p) and read(provider, event, p) for p in variants)
+
+
+def test_a_delivery_is_read_back_in_every_stored_layout() -> None:
+    """The door's layout (the happenings), and the two before it, still queued after an upgrade: the body in
+    content with the head in text, and all of it in content. A body the door could not read is stored whole."""
+    payload = changed(example("github", "check_run.completed.payload"), check_run__conclusion="failure")
+    body = json.dumps(payload)
+    new = Stored.received(GITHUB, "check_run", "d-1", payload, body)
+    kept = Stored(GITHUB, "check_run", "d-1", body, read=False)
     old = Inbound(event_id="e", message_id="e", chat_id="", chat_type="hook", sender_type="app",
                   message_type="codehost_delivery", text="", content=json.dumps(
-                      {"provider": "github", "event": "check_run", "delivery": "d-1", "body": stored.body}))
-    assert Stored.of(new) == stored == Stored.of(old) and new.content == stored.body
+                      {"provider": "github", "event": "check_run", "delivery": "d-1", "body": body}))
+    happenings = read(GITHUB, "check_run", payload)
+    assert happenings and happenings[0].state == "failed"
+    for stored in (Stored.of(_entry(new)), Stored.of(_entry(kept)), Stored.of(old)):
+        assert stored.happenings() == happenings
+    assert Stored.of(_entry(new)).read and not Stored.of(_entry(kept)).read and not Stored.of(old).read
+    for broken in ("{", '{"a": 1}', '[{"kind": "ci"}]', "[1]"):
+        with pytest.raises(ValueError):
+            Stored(GITHUB, "check_run", "d-1", broken).happenings()
