@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from codehost import events
+from codehost import events, ingress
 from codehost.events import CHANGES, CI, CLOSED, COMMENT, FAILED, HEAD, MERGED, PASSED, Happening, read, wanted
 from codehost.links import GITHUB, GITLAB, ISSUE, MR, PIPELINE, PR, RUN, Thread, find, parse
 from codehost.signature import github_signed, gitlab_signed, sign_github
@@ -291,3 +291,36 @@ def test_a_card_lists_what_arrived_together_and_names_who_asked_for_changes() ->
 ])
 def test_a_payloads_time_is_read_in_both_platforms_formats(text: Any, when: datetime | None) -> None:
     assert events._time(text) == (when.timestamp() if when else 0.0)
+
+
+@pytest.mark.parametrize("text", [
+    '{"a": "\\ud83d"}',  # a lone surrogate escape (an emoji cut in half)
+    '{"n": NaN, "m": -Infinity}', '{"f": 1.5e308, "g": 0.1}',
+    '{"a": 1, "a": 2}', '{"s": "\\u00e9\\n\\"", "t": [true, false, null]}', "[1]", '"x"', "{", "", "{} x",
+    '{"deep": ' + "[" * 5000 + "]" * 5000 + "}", '{"ok": ' + "[" * 100 + "]" * 100 + "}",
+])
+def test_the_door_reads_a_body_as_the_standard_library_would(text: str) -> None:
+    """orjson first, the standard library for what orjson refuses: the same value, or the same 400, as json.loads."""
+    try:
+        want: Any = json.loads(text)
+        want = want if isinstance(want, dict) else ingress.Refused(400, "the body is not a JSON object")
+    except RecursionError:
+        want = ingress.Refused(400, "the body is nested too deeply")
+    except ValueError:
+        want = ingress.Refused(400, "the body is not JSON")
+    try:
+        got: Any = ingress._json(text)
+    except ingress.Refused as refused:
+        got = refused
+    if isinstance(want, ingress.Refused):
+        assert isinstance(got, ingress.Refused) and (got.status, got.reason) == (want.status, want.reason)
+    else:
+        assert json.dumps(got, allow_nan=True) == json.dumps(want, allow_nan=True)
+
+
+def test_the_one_difference_an_integer_past_64_bits_is_read_as_no_number_either_way() -> None:
+    """orjson reads it as a float where json.loads keeps the int; no field the door or its run reads can tell, since
+    numbers count only below 10**12 (`events._n`)."""
+    big = ingress._json('{"n": 123456789012345678901234567890}')["n"]
+    assert big == pytest.approx(123456789012345678901234567890) and events._n(big) == 0
+    assert events._n(123456789012345678901234567890) == 0
