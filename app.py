@@ -52,10 +52,11 @@ FEATURES: tuple[Feature, ...] = (
 def build_app(settings: Settings | None = None, features: tuple[Feature, ...] = FEATURES) -> App:
     """The App of this deployment: every feature of `features`, registered on a new instance (a test may pass a
     subset, or a feature of its own)."""
-    del settings  # every feature is in; a feature switches itself off by its own settings (items without Bitable)
-    for f in features:
-        if f.settings is not None:
-            load_feature_settings(f.settings)  # a bad value stops the process at start, as the service's own do
+    for f in features:  # every feature is in; a feature switches itself off by its own settings (items without Bitable)
+        if f.settings is not None and settings is not None:  # read now: a bad value stops the process at start
+            settings.feature(f.settings)
+        elif f.settings is not None:
+            load_feature_settings(f.settings)
     return App(features)
 
 

@@ -55,6 +55,7 @@ from memory.scopes import dream
 from memory.scopes import keys as scope_keys
 from memory.scopes.part import MemoriesPart, store_of
 from memory.scopes.paths import Scope
+from memory.scopes.settings import memory_settings
 from memory.scopes.store import File, Memories
 from memory.sessions import entry
 from runs.runtime import Runtime
@@ -166,7 +167,7 @@ def per_request(rt: Runtime, item_id: str, people: int, requests: int) -> dict[s
 
 def room_of(rt: Runtime) -> int:
     """MEMORY_BUDGET_SHARE of CONTEXT_BUDGET_TOKENS, as memory/scopes/part.py computes it."""
-    return int(rotation.budget_of(rt).total * rt.settings.memory.budget_share)
+    return int(rotation.budget_of(rt).total * memory_settings(rt.settings).memory_budget_share)
 
 
 def wide(rt: Runtime, item_id: str) -> list[dict[str, Any]]:
@@ -335,7 +336,8 @@ def run(requests: int) -> dict[str, Any]:
         print(json.dumps(batches), flush=True)
         per_person = bytes_per_person(r, rt, have, delta)
         print(json.dumps(per_person), flush=True)
-        dreams = [consolidate(rt, standin, *d) for d in scopes_to_dream(random.Random(7), rt.settings.memory.max_chars)]
+        cap = memory_settings(rt.settings).caps.chars
+        dreams = [consolidate(rt, standin, *d) for d in scopes_to_dream(random.Random(7), cap)]
         for d in dreams:
             print(json.dumps(d, ensure_ascii=False), flush=True)
     finally:
@@ -344,7 +346,7 @@ def run(requests: int) -> dict[str, Any]:
         shutil.rmtree(var, ignore_errors=True)
     return {"per_request": loads, "one_batch": batches, "per_person": per_person, "consolidation": dreams,
             "budget": {"context_budget_tokens": rt.settings.context_budget_tokens,
-                       "memory_budget_share": rt.settings.memory.budget_share}}
+                       "memory_budget_share": memory_settings(rt.settings).memory_budget_share}}
 
 
 def report(out: dict[str, Any]) -> str:

@@ -24,7 +24,7 @@ from codehost.watches import ADDED, RECORD, TOPIC, Bounds, Watch, Watches
 from core.inbound import Inbound
 from core.keys import Keys
 from core.settings import Settings
-from items import item_of_turn
+from items import item_of_turn, item_settings
 from runs.runtime import Runtime
 from turn.registry import Context, Part
 
@@ -51,7 +51,7 @@ def record_read(rt: Runtime, item: Item, record: Record) -> None:
         return
     s, now, store = settings(), rt.clock.now(), watches_of(rt)
     status = record.text(rt.bitable.schema().name("status")).strip()
-    if status and status in rt.settings.timers.closed_statuses:
+    if status and status in item_settings(rt.settings).item_closed_statuses:
         store.retime(item.item_id, now + s.codehost_keep_after_close_days * 86400, sooner=True)
         return
     columns = [name for name in (rt.settings.bitable_field_materials, s.bitable_field_links)

@@ -1,5 +1,6 @@
-"""One settings model with the contract's flat env names, loaded once per process; grouped views by concern in
-core/settings_groups.py (`settings.timers`, `settings.feishu_limits`, `settings.memory`, `settings.item_columns`)."""
+"""The service's settings, with the contract's flat env names, loaded once per process; grouped views by concern in
+core/settings_groups.py (`settings.feishu_limits`, `settings.item_columns`). A feature's own settings are a model in
+its room (`timers/settings.py`, flat env names too) that `Settings.feature` reads from the same sources."""
 
 from __future__ import annotations
 
@@ -8,12 +9,13 @@ import os
 import sys
 from collections.abc import Callable
 from dataclasses import fields
-from typing import Annotated, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar, cast
 from zoneinfo import ZoneInfo
 
 from pydantic import (
     BaseModel,
     Field,
+    PrivateAttr,
     SecretStr,
     ValidationError,
     ValidationInfo,
@@ -22,7 +24,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from core.settings_groups import FeishuLimits, FollowupCaps, ItemColumns, MemorySettings, TimerSettings
+from core.settings_groups import FeishuLimits, ItemColumns
 
 # Sandbox mode (FEISHU_APP_ID unset): fixed, obviously fake credentials shared by the service,
 # the bundled emulators and `python -m sandbox say`. They protect nothing real.
@@ -35,8 +37,31 @@ SANDBOX_SECRETS = {
 SANDBOX_API_KEY = "sk-sandbox"
 SANDBOX_CONSOLE_ADMIN = "ou_sandbox_admin"  # who signs in to the console in sandbox mode (README: Operator console)
 
-CsvList = Annotated[tuple[str, ...], NoDecode]
+FeatureSettingsT = TypeVar("FeatureSettingsT", bound=BaseSettings)
+CsvList = Annotated[tuple[str, ...], NoDecode]  # "a, b" in the environment; split by `split_csv`
 Scope = Literal["per_sender", "shared"]
+
+
+def split_csv(value: object) -> object:
+    """A comma-separated env value as a tuple (a CsvList field's `mode="before"` validator)."""
+    if isinstance(value, str):
+        return tuple(part.strip() for part in value.split(",") if part.strip())
+    return value
+
+
+def cron_field(value: str, info: ValidationInfo) -> str:
+    """A cron expression, checked now: a bad one stops the process at start, naming its variable."""
+    from core.cron import Cron
+
+    Cron.parse(value, name=str(info.field_name).upper())  # a ValueError names the bad field
+    return value
+
+
+def chat_ids_field(value: tuple[str, ...]) -> tuple[str, ...]:
+    bad = [v for v in value if not v.startswith("oc_")]
+    if bad:
+        raise ValueError(f"chat ids start with oc_: {', '.join(bad)}")
+    return value
 
 
 class ChatOverride(BaseModel):
@@ -84,15 +109,9 @@ class Settings(BaseSettings):
     bitable_field_answer_status: str = "首答状态"
     bitable_field_answer_version: str = "首答版本"
     bitable_field_materials: str = "材料链接"  # optional column of material links (documents/)
-    # Materials (README: "Materials"): documents the team links
-    document_cache_seconds: float = Field(7 * 86400.0, gt=0)  # rendered text per (document, revision)
-    document_acl_cache_seconds: float = Field(300.0, ge=0)  # who may view a document (link share, collaborators)
-    document_inline_tokens: int = Field(3000, ge=200)  # one document inline at most; read_document reads on
-    # Items (README: "Items"): how an item comes to be, who may approve record changes
-    item_create_policy: Literal["topic_root", "command", "off"] = "topic_root"
-    item_admins: CsvList = ()  # open_ids that may approve any record change
-    item_approval_hours: float = Field(24.0, gt=0)
-    item_member_cache_seconds: float = Field(300.0, ge=0)  # chat membership checks for cross-chat references
+    # Who may approve any record change, cancel anyone's follow-up, and (without CONSOLE_ADMINS) sign in to the
+    # console; the rest of the items' settings are the items feature's (items/settings.py)
+    item_admins: CsvList = ()  # open_ids
     feishu_web_origin: str = "https://feishu.cn"  # where record and topic links point (your tenant's origin)
     admin_token: SecretStr | None = None
     bot_profile: str = Field("default", pattern=r"^[A-Za-z0-9_-]{1,32}$")
@@ -140,15 +159,6 @@ class Settings(BaseSettings):
     assistant_persona: str | None = None  # who the assistant is, in a sentence or two (or a file:)
     assistant_persona_file: str | None = None
     team_notes_file: str | None = None  # standing team notes (markdown), part of the cached system prefix
-    memory_scope: Literal["profile", "chat", "user"] = "chat"  # where the old save_note notes were shared (read only)
-    # Memory (README: "Memory"): people/<open_id>, chats/<chat_id>, items/<item_id> through the memory tool
-    memory_admins: CsvList = ()  # open_ids who may change any chat's shared memory (besides the chat's owner)
-    memory_budget_share: float = Field(0.15, gt=0, le=0.5)  # of the input budget, what loaded memory may take
-    memory_max_files: int = Field(20, ge=1, le=500)  # files one scope holds
-    memory_max_chars: int = Field(100_000, ge=1000)  # characters one scope holds, all files together
-    memory_file_chars: int = Field(8000, ge=200)  # characters one memory file holds
-    memory_dream_cron: str = "30 3 * * *"  # when changed scopes are consolidated (cron, BOT_TIMEZONE)
-    memory_dream_model: str = "claude-haiku-4-5"  # the small model consolidations ask
     session_idle_hours_p2p: float = Field(0.0, ge=0)  # 0 = no idle boundary: sessions resume across days
     session_idle_hours_group: float = Field(0.0, ge=0)
     session_idle_hours_topic: float = Field(0.0, ge=0)
@@ -158,21 +168,7 @@ class Settings(BaseSettings):
     reply_chunk_chars: int = Field(3500, ge=100, le=30000)
     reply_streaming: Literal["card", "off"] = "card"  # answers grow in a CardKit streaming card
     stream_update_seconds: float = Field(1.0, ge=0.2, le=2.0)  # how often a streaming card shows new text
-    # Always on (README: "Follow-ups, digests and quiet triage"): wake-ups nobody typed
     bot_timezone: str = "Asia/Shanghai"  # times people say ("后天上午十点") and schedules
-    item_closed_statuses: CsvList = ("已关闭", "已完成", "已解决", "关闭", "完成", "Closed", "Done")
-    digest_chats: CsvList = ()  # chats (oc_…) that get a digest of their open items
-    digest_cron: str = "30 9 * * 1-5"  # when, in BOT_TIMEZONE
-    triage_chats: CsvList = ()  # chats whose unaddressed topic messages may wake a quiet triage run
-    triage_model: str | None = None  # the small model of triage runs (default: ANTHROPIC_MODEL)
-    triage_quiet_seconds: float = Field(600.0, gt=0)  # one triage call per topic per quiet period
-    triage_post_period_seconds: float = Field(86400.0, gt=0)  # at most one unasked message per topic per period
-    triage_budget_tokens: int = Field(2000, ge=300)  # input tokens of one triage request
-    timer_check_seconds: float = Field(0.5, gt=0, le=5)  # how often the sweeper looks for due timers
-    followups_per_route: int = Field(50, ge=1)  # pending follow-ups one route may hold
-    followups_per_route_person: int = Field(10, ge=1)  # ... of them one person's (nobody fills a shared topic)
-    followups_per_person: int = Field(50, ge=1)  # pending follow-ups one person may hold across every route
-    followups_max_pending: int = Field(100_000, ge=1)  # pending timers of the whole deployment (/readyz shows it)
     # The service clock's offset (`python -m sandbox clock +2d`) is honoured in sandbox mode; tests and staging
     # rigs against emulators may turn it on. Never in production: it moves every timer.
     clock_adjustable: bool = False
@@ -188,17 +184,30 @@ class Settings(BaseSettings):
     # per client as the outermost of them reports it (0: per socket address; README: Operator console)
     console_trusted_proxies: int = Field(0, ge=0, le=10)
 
+    _given: dict[str, Any] = PrivateAttr(default_factory=dict)  # what this was built from, besides the environment
+    _features: dict[type, Any] = PrivateAttr(default_factory=dict)
+
+    def __init__(self, **values: Any) -> None:
+        super().__init__(**values)
+        self._given = dict(values)
+
+    def feature(self, model: type[FeatureSettingsT]) -> FeatureSettingsT:
+        """A feature's own settings (a `BaseSettings` in its room, flat env names as the contract's), read from what
+        these were read from — the same dotenv file and environment, and the same values given in code (a test's
+        env) — once per Settings. A bad value exits(2) naming it, as `load_settings` does."""
+        got = self._features.get(model)
+        if got is None:
+            got = self._features[model] = _or_exit(lambda: model(**self._given))
+        return cast(FeatureSettingsT, got)
+
     @field_validator(
         "routing_allow_chats", "routing_deny_chats", "routing_allow_users", "routing_deny_users",
-        "run_retry_delays", "item_admins", "redis_sentinels", "item_closed_statuses", "digest_chats", "triage_chats",
-        "memory_admins", "console_admins",
+        "run_retry_delays", "item_admins", "redis_sentinels", "console_admins",
         mode="before",
     )
     @classmethod
     def _split_csv(cls, value: object) -> object:
-        if isinstance(value, str):
-            return tuple(part.strip() for part in value.split(",") if part.strip())
-        return value
+        return split_csv(value)
 
     @field_validator("routing_chat_overrides", mode="before")
     @classmethod
@@ -236,22 +245,6 @@ class Settings(BaseSettings):
             ZoneInfo(value)
         except (ZoneInfoNotFoundError, ValueError):
             raise ValueError(f"unknown timezone {value!r}; use an IANA name such as Asia/Shanghai") from None
-        return value
-
-    @field_validator("digest_cron", "memory_dream_cron")
-    @classmethod
-    def _cron(cls, value: str, info: ValidationInfo) -> str:
-        from core.cron import Cron
-
-        Cron.parse(value, name=str(info.field_name).upper())  # a ValueError names the bad field
-        return value
-
-    @field_validator("digest_chats", "triage_chats")
-    @classmethod
-    def _chat_ids(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        bad = [v for v in value if not v.startswith("oc_")]
-        if bad:
-            raise ValueError(f"chat ids start with oc_: {', '.join(bad)}")
         return value
 
     @field_validator("feishu_domain", "anthropic_base_url", "feishu_web_origin")
@@ -364,21 +357,6 @@ class Settings(BaseSettings):
                             self.feishu_timeout_seconds, self.reply_chunk_chars)
 
     @property
-    def timers(self) -> TimerSettings:
-        caps = FollowupCaps(self.followups_per_route, self.followups_per_route_person, self.followups_per_person,
-                            self.followups_max_pending)
-        return TimerSettings(self.bot_timezone, self.timer_check_seconds, caps, self.digest_chats, self.digest_cron,
-                             self.triage_chats, self.triage_model, self.triage_quiet_seconds,
-                             self.triage_post_period_seconds, self.triage_budget_tokens, self.item_closed_statuses)
-
-    @property
-    def memory(self) -> MemorySettings:
-        return MemorySettings(self.assistant_persona, self.assistant_persona_file, self.team_notes_file,
-                              self.memory_scope, self.memory_admins, self.memory_budget_share, self.memory_max_files,
-                              self.memory_max_chars, self.memory_file_chars, self.memory_dream_cron,
-                              self.memory_dream_model)
-
-    @property
     def item_columns(self) -> ItemColumns:
         return ItemColumns(*(getattr(self, f"bitable_field_{f.name}") for f in fields(ItemColumns)))
 
@@ -395,9 +373,6 @@ def describe_errors(error: ValidationError) -> list[str]:
         where = f"{loc}: " if loc else ""
         lines.append(f"{where}{item['msg']}")
     return lines
-
-
-FeatureSettingsT = TypeVar("FeatureSettingsT", bound=BaseSettings)
 
 
 def load_feature_settings(model: type[FeatureSettingsT]) -> FeatureSettingsT:

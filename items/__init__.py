@@ -9,6 +9,7 @@ changes to a decision; `context` reads item facts for a turn; `runs` dispatches 
 
 from items.approvals import post as propose_changes
 from items.facts import is_member, item_of_turn, own_item
+from items.settings import ItemSettings, item_settings
 
 # What other features may use of items (tests/test_layout.py).
-__all__ = ["is_member", "item_of_turn", "own_item", "propose_changes"]
+__all__ = ["ItemSettings", "is_member", "item_of_turn", "item_settings", "own_item", "propose_changes"]

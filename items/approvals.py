@@ -20,6 +20,7 @@ from bitable.index import Item
 from feishu.cards import Proposal, approval_card
 from items import authority
 from items import keys as items_keys
+from items.settings import item_settings
 from items.texts import say
 from runs.outbox import LeaseLost
 from runs.runtime import Runtime
@@ -103,12 +104,12 @@ def post(turn: Context, item: Item, proposals: Sequence[dict[str, Any]]) -> list
         fields = {"pid": pid, "item_id": item.item_id, "record_id": item.record_id, "route_key": rk,
                   "field": str(args["field"]), "value": str(args["value"]).strip(),
                   "reason": str(args.get("reason") or ""), "proposer": last.sender_id, "chat_id": last.chat_id,
-                  "created_at": str(now), "expires_at": str(now + rt.settings.item_approval_hours * 3600),
+                  "created_at": str(now), "expires_at": str(now + _approval_s(rt)),
                   "state": "pending"}
         if not rt.state.exists(key):
             pipe = rt.state.pipeline(transaction=True)  # the proposal and its expiry together
             pipe.hset(key, mapping=dict(fields))  # type: ignore[arg-type]
-            pipe.expire(key, int(rt.settings.item_approval_hours * 3600) + 7 * 86400)
+            pipe.expire(key, int(_approval_s(rt)) + 7 * 86400)
             pipe.execute()
         stored = _load(rt, pid)
         card = _card(stored)
@@ -212,3 +213,8 @@ def _patch(c: Context, pid: str, chat_id: str) -> None:
 def _tell(c: Context, text: str) -> None:
     """A short reply to the card, mentioning whoever clicked."""
     c.rt.outbox.reply(c.destination, c.batch_id, f'<at user_id="{c.message.sender_id}"></at> {text}')
+
+
+def _approval_s(rt: Runtime) -> float:
+    """How long an approval waits for its decision (ITEM_APPROVAL_HOURS)."""
+    return item_settings(rt.settings).item_approval_hours * 3600

@@ -23,6 +23,7 @@ from core.inbound import Inbound, dumps
 from items import authority
 from items.facts import is_member
 from items.first_answer import guard_ttl
+from items.settings import item_settings
 from items.texts import say
 from routing.keys import item_route
 from runs.outbox import LeaseLost
@@ -89,7 +90,7 @@ def item_command(rt: Runtime, rk: str, message: Inbound, command: str, fence: Ca
     sample = message.text
     if rt.bitable is None:
         return say("items_off", sample)
-    if rt.settings.item_create_policy == "off":
+    if item_settings(rt.settings).item_create_policy == "off":
         return say("items_create_off", sample)
     if not message.thread_id:
         return say("item_needs_topic", sample)

@@ -24,6 +24,7 @@ from core.inbound import Inbound
 from documents.links import DocRef, find_refs
 from feishu.cards import STATUS_ZH, clip
 from items import keys as items_keys
+from items.settings import item_settings
 from items.texts import say
 from runs.runtime import Runtime
 from turn.registry import Context, app_of
@@ -94,7 +95,7 @@ def is_member(rt: Runtime, chat_id: str, open_id: str) -> bool:
             return False
         pipe = rt.state.pipeline()
         pipe.sadd(key, "", *members)  # "" keeps an empty listing cached too
-        pipe.expire(key, max(1, int(rt.settings.item_member_cache_seconds)))
+        pipe.expire(key, max(1, int(item_settings(rt.settings).item_member_cache_seconds)))
         pipe.execute()
     return bool(rt.state.sismember(key, open_id))
 

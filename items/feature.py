@@ -13,6 +13,7 @@ from feishu.cards import STATUS_ZH
 from items import approvals, claim, table_check
 from items import facts as item_context
 from items.runs import item_entry, item_gave_up
+from items.settings import ItemSettings, item_settings
 from items.texts import say
 from routing.keys import ITEM
 from turn.registry import (
@@ -117,7 +118,7 @@ def _command(name: str) -> Any:
 
 def _opens(message: Any, kind: str, settings: Any) -> bool:
     """With ITEM_CREATE_POLICY=topic_root, the @bot message that opens a topic becomes an item."""
-    return kind == "topic" and settings.items_enabled and settings.item_create_policy == "topic_root" \
+    return kind == "topic" and settings.items_enabled and item_settings(settings).item_create_policy == "topic_root" \
         and claim.opens_topic(message)
 
 
@@ -170,4 +171,5 @@ FEATURE = Feature(
     periodic=(Periodic("items table", table_check.run, every=lambda _s: table_check.CHECK_EVERY_S, side=True,
                        retry=lambda _s: table_check.RETRY_S),),
     probes=(Probe(table_check.COMPONENT, _probe_table),),
+    settings=ItemSettings,
 )

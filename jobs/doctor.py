@@ -25,6 +25,8 @@ from core.keys import Keys
 from core.settings import Settings, load_settings
 from feishu.capabilities import CAPABILITIES
 from feishu.client import FeishuApi
+from timers import timer_settings
+from triage import triage_settings
 from turn.registry import App, load_app
 
 PRESENT, MISSING, UNKNOWN = "present", "missing", "unknown"
@@ -72,12 +74,13 @@ def needs(settings: Settings) -> list[Need]:
                  f"{CONSOLE} → 事件与回调 → 回调配置 (callback configuration, not event configuration): "
                  "add card.action.trigger with the same request URL"),
         ]
-    if settings.timers.triage_chats:
+    triage, timers = triage_settings(settings), timer_settings(settings)
+    if triage.triage_chats:
         rows.append(Need("quiet triage (TRIAGE_CHATS)", "scope", ("im:message.group_msg",
                                                                   "im:message.group_msg:readonly"), True,
                          "grant im:message.group_msg (sensitive: every group message reaches the bot); without it "
                          "messages that do not @mention the bot never arrive and triage stays silent"))
-    if (settings.timers.digest_chats or settings.timers.triage_chats) and not settings.items_enabled:
+    if (timers.digest_chats or triage.triage_chats) and not settings.items_enabled:
         rows.append(Need("digests and triage need items", "config", ("BITABLE_APP_TOKEN", "BITABLE_TABLE_ID"), True,
                          "set BITABLE_APP_TOKEN and BITABLE_TABLE_ID: digests list open items, triage watches item "
                          "topics"))

@@ -16,9 +16,12 @@ from bitable import keys as item_keys
 from core.keys import Keys
 from core.settings import Settings
 from feishu import capabilities
+from items import item_settings
 from state import ha as sentinel
 from state.store import sentinel_url
 from timers import keys as timer_keys
+from timers import timer_settings
+from triage import triage_settings
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +53,7 @@ def snapshot(settings: Settings, r: redis.Redis, keys: Keys) -> dict[str, Any]:
     lacking = bool(preflight and preflight.get("missing"))
     ha = _redis_ha(settings, r)
     ha_bad = bool(ha and ha.get("problems"))
-    full = timers >= settings.timers.followups.max_pending  # new follow-ups are refused until some fire or end
+    full = timers >= timer_settings(settings).followups_max_pending  # new follow-ups are refused until some fire or end
     status = "degraded" if paused or unsafe or table_bad or off or lacking or ha_bad or full else "ready"
     return dict(status=status, redis=True, paused=paused, redis_checks=checks, dead_letters=dead,
                 bitable=table or None, capabilities_off=off, preflight=preflight, redis_ha=ha,
@@ -79,19 +82,19 @@ def _table_bad(table: dict[str, str]) -> bool:
 
 def _always_on(s: Settings, pending: int, first_due: list[tuple[str, float]]) -> dict[str, object]:
     """Digest and triage settings, and the timers waiting (README: Follow-ups, digests and quiet triage)."""
-    t, caps = s.timers, s.timers.followups
+    t, tri, caps = timer_settings(s), triage_settings(s), timer_settings(s).followups
     return {
-        "timezone": t.timezone,
+        "timezone": s.bot_timezone,
         "timers_pending": pending,
         "next_due": first_due[0][1] if first_due else None,
         "followups": {"max_pending": caps.max_pending, "at_bound": pending >= caps.max_pending,
                       "per_route": caps.per_route, "per_route_person": caps.per_route_person,
                       "per_person": caps.per_person},
         "digest": {"chats": list(t.digest_chats), "cron": t.digest_cron, "on": bool(t.digest_chats)},
-        "triage": {"chats": list(t.triage_chats), "model": t.triage_model or s.anthropic_model,
-                   "quiet_seconds": t.triage_quiet_seconds, "post_period_seconds": t.triage_post_period_seconds,
-                   "on": bool(t.triage_chats)},
-        "item_closed_statuses": list(t.closed_statuses),
+        "triage": {"chats": list(tri.triage_chats), "model": tri.triage_model or s.anthropic_model,
+                   "quiet_seconds": tri.triage_quiet_seconds, "post_period_seconds": tri.triage_post_period_seconds,
+                   "on": bool(tri.triage_chats)},
+        "item_closed_statuses": list(item_settings(s).item_closed_statuses),
     }
 
 

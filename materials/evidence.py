@@ -22,6 +22,7 @@ from documents.selection import Env, Materials
 from feishu.docs import DocsApi
 from items import is_member
 from materials import keys as materials_keys
+from materials.settings import materials_settings
 from runs.runtime import Runtime
 from turn import recall, rotation
 from turn.registry import Context
@@ -37,14 +38,14 @@ def materials_for(turn: Context, listed: Sequence[DocRef], previous: Sequence[di
     """The documents `turn` shows (its batch and request text link them). `listed`: the documents the records of the
     turn's items list; `previous`: the ledger of the session's last turn (its recall record's "documents")."""
     rt, rk, sid, batch, request_text = turn.rt, turn.rk, turn.session_id, turn.batch, turn.text
-    s = rt.settings
+    s, ms = rt.settings, materials_settings(rt.settings)
     docs = DocsApi(rt.feishu)
     b = rotation.budget_of(rt)
     fixed = b.request_cost(system_of(rt), [], recall.tools_for(rt, rk))
-    env = Env(reader=Reader(docs, rt.state, rt.keys, s.document_cache_seconds),
-              acl_of=partial(read_acl, docs, rt.state, rt.keys, ttl_s=s.document_acl_cache_seconds),
+    env = Env(reader=Reader(docs, rt.state, rt.keys, ms.document_cache_seconds),
+              acl_of=partial(read_acl, docs, rt.state, rt.keys, ttl_s=ms.document_acl_cache_seconds),
               member_of=partial(is_member, rt), budget=b,
-              origin=s.feishu_web_origin, inline_tokens=s.document_inline_tokens,
+              origin=s.feishu_web_origin, inline_tokens=ms.document_inline_tokens,
               room=int(b.input_room(fixed) * DOC_SHARE))
     senders = sorted({m.sender_open_id for m in batch}) if all(m.sender_open_id for m in batch) else [""]
     materials = Materials(env, senders, batch[-1].text if batch else "")

@@ -9,6 +9,7 @@ from typing import Any
 
 from documents.selection import READ_DOCUMENT
 from materials import evidence
+from materials.settings import MaterialsSettings
 from turn.registry import Context, Feature, Part, ToolRefused
 
 
@@ -54,4 +55,5 @@ def start(turn: Context, parts: Mapping[str, Part]) -> MaterialsPart:
     return MaterialsPart(turn, [link for p in parts.values() for link in p.links()])
 
 
-FEATURE = Feature("materials", order=20, start=start, tools=lambda _kind: [READ_DOCUMENT])
+FEATURE = Feature("materials", order=20, start=start, tools=lambda _kind: [READ_DOCUMENT],
+                  settings=MaterialsSettings)

@@ -72,11 +72,11 @@ class Runtime:
     @cached_property
     def persona(self) -> str:
         s = self.settings
-        return read_text(s.memory.persona, s.memory.persona_file)
+        return read_text(s.assistant_persona, s.assistant_persona_file)
 
     @cached_property
     def team_notes(self) -> str:
-        return read_text(None, self.settings.memory.team_notes_file)
+        return read_text(None, self.settings.team_notes_file)
 
     @cached_property
     def sessions(self) -> Sessions:

@@ -21,7 +21,7 @@ import redis
 import requests
 from werkzeug.serving import make_server
 
-from app import create_app
+from app import FEATURES, create_app
 from core.keys import Keys
 from core.settings import Settings
 from sandbox.feishu.events import signed_request
@@ -94,7 +94,8 @@ class WebServer:
 
 
 # Service variables are never inherited from the developer's shell, only set by the test.
-_SERVICE_VARS = {name.upper() for name in Settings.model_fields} | {"WEB_CONCURRENCY", "WEB_THREADS", "ENV_FILE"}
+_SERVICE_VARS = {name.upper() for name in Settings.model_fields} | {"WEB_CONCURRENCY", "WEB_THREADS", "ENV_FILE"} | {
+    name.upper() for f in FEATURES if f.settings is not None for name in f.settings.model_fields}
 _SERVICE_PREFIXES = ("FEISHU_", "ANTHROPIC_", "ROUTING_", "BITABLE_")
 
 

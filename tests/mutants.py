@@ -254,14 +254,14 @@ MUTANTS: tuple[Mutant, ...] = (
         ('    return f"dg_{chat_id}_{slot}"', '    import os\n    return f"dg_{chat_id}_{slot}_{os.getpid()}"'),),
         ("tests/test_always_on.py::test_the_digest_lists_exactly_the_chats_open_items_once_per_day_across_restarts",)),
     Mutant("F9", "triage posts again within the post period", "triage/run.py", (
-        ("    if posted_by != firing and ago < rt.settings.timers.triage_post_period_seconds:",
+        ("    if posted_by != firing and ago < triage_settings(rt.settings).triage_post_period_seconds:",
          "    if False:"),),
         ("tests/test_always_on.py::test_a_topic_gets_at_most_one_unasked_post_per_period_and_only_where_opted_in",)),
     Mutant("F10", "a triage call per message instead of per topic and quiet period", "triage/buffer.py", (
         ("    period = int(now // quiet)", "    period = int(now * 1e6)"),),
         ("tests/test_always_on.py::test_a_topic_gets_at_most_one_unasked_post_per_period_and_only_where_opted_in",)),
     Mutant("F11", "the web keeps and schedules triage for chats that did not opt in", "triage/buffer.py", (
-        ('    if m.chat_type == "p2p" or not m.thread_id or m.chat_id not in settings.timers.triage_chats:',
+        ('    if m.chat_type == "p2p" or not m.thread_id or m.chat_id not in triage_settings(settings).triage_chats:',
          '    if m.chat_type == "p2p" or not m.thread_id:'),),
         ("tests/test_always_on.py::test_a_topic_gets_at_most_one_unasked_post_per_period_and_only_where_opted_in",)),
     Mutant("F13", "a follow-up's reminder keyed by the batch: a replay after an applied-but-refused post repeats it",
@@ -561,7 +561,7 @@ MUTANTS: tuple[Mutant, ...] = (
          "        if False:\n"),),
         ("tests/test_memories.py::test_a_write_during_a_consolidation_is_kept_and_the_consolidation_applies_on_top_of_it",)),
     Mutant("M5", "loaded memory is not held to its budget share", "memory/scopes/part.py", (
-        ("        room = int(budget.total * self.turn.rt.settings.memory.budget_share)",
+        ("        room = int(budget.total * memory_settings(self.turn.rt.settings).memory_budget_share)",
          "        room = int(budget.total * 10)"),),
         ("tests/test_memories.py::test_a_full_scope_stays_within_budget_loads_instructions_whole_and_indexes_the_rest",
          "tests/test_memories_budget.py::"
@@ -927,7 +927,7 @@ MUTANTS: tuple[Mutant, ...] = (
          "topic's root\n        target = {**target, \"message_id\": item.root_id}\n", ""),),
         ("tests/test_codehost.py::test_outside_text_mentions_nobody_and_a_comment_that_instructs_closes_nothing",)),
     Mutant("W11", "a closed item keeps its watches", "codehost/follow.py", (
-        ("    if status and status in rt.settings.timers.closed_statuses:", "    if False:"),),
+        ("    if status and status in item_settings(rt.settings).item_closed_statuses:", "    if False:"),),
         ("tests/test_codehost.py::test_links_in_the_record_are_watched_and_end_when_the_item_closes",)),
     Mutant("W12", "a rerun of a delivery's run tells its topic again", "codehost/fanout.py", (
         ("    dedupe = f\"ch:{delivery}:{n}:{item_id}\"",

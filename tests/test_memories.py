@@ -22,6 +22,7 @@ from core.keys import Keys
 from memory.scopes import keys as scope_keys
 from memory.scopes.dream import LATE_S
 from memory.scopes.paths import Scope
+from memory.scopes.settings import memory_settings
 from memory.scopes.store import Caps, Memories
 from sandbox.feishu.events import mention
 from tests.harness import (
@@ -69,7 +70,8 @@ def settle_day(stack: OwnStack, r: redis.Redis, when: datetime) -> None:
     too late to run): a write the test makes next is then not in that slot's consolidation, however late under load
     the sweeper's look would otherwise come."""
     stack.set_clock(r, when)
-    slot = Cron.parse(settings_from(stack.env).memory.dream_cron).previous_at_or_before(when).timestamp()
+    cron = memory_settings(settings_from(stack.env)).memory_dream_cron
+    slot = Cron.parse(cron).previous_at_or_before(when).timestamp()
     if when.timestamp() - slot <= LATE_S:
         done = scope_keys.memory_dream_slot(Keys(stack.profile), int(slot))
         wait_for(lambda: r.exists(done), 30, what="the sweeper's look at the consolidation slot")

@@ -19,6 +19,7 @@ from memory.scopes import dream
 from memory.scopes import keys as scope_keys
 from memory.scopes.part import MemoriesPart, store_of
 from memory.scopes.paths import Scope
+from memory.scopes.settings import memory_settings
 from runs.runtime import Runtime
 from tests.harness import unique
 from turn import rotation
@@ -51,7 +52,7 @@ def test_a_batch_from_thirty_people_loads_what_fits_and_stays_within_the_memory_
                      lambda _f, who=who: {"instructions.md": f"以后回答{who}用英文，简短点，结论先行，附上链接"})
     turn = turn_of(rt, people)
     block = MemoriesPart(turn, "").block()
-    room = int(turn.budget.total * rt.settings.memory.budget_share)
+    room = int(turn.budget.total * memory_settings(rt.settings).memory_budget_share)
     assert turn.budget.cost(block) <= room, (turn.budget.cost(block), room)
     loaded = block.count("<file ")
     assert 0 < loaded < 30 and "more not listed for lack of room" in block

@@ -7,7 +7,8 @@ timer run does when its event comes up — an ordinary run, leased, retried and 
 
 from timers.followup import run_key
 from timers.model import TRIAGE, Timer, triage_id
+from timers.settings import TimerSettings, timer_settings
 from timers.store import Timers, timers_of
 
 # What other features may use of timers (tests/test_layout.py).
-__all__ = ["TRIAGE", "Timer", "Timers", "run_key", "timers_of", "triage_id"]
+__all__ = ["TRIAGE", "Timer", "TimerSettings", "Timers", "run_key", "timer_settings", "timers_of", "triage_id"]

@@ -14,11 +14,13 @@ from dataclasses import replace
 from datetime import datetime
 
 from core import metrics
+from items import item_settings
 from memory import related
 from runs.outbox import Destination
 from runs.runtime import Runtime
 from timers.digest import DigestRow, digest_card, open_items
 from timers.model import Timer
+from timers.settings import timer_settings
 from timers.store import timers_of
 
 log = logging.getLogger(__name__)
@@ -28,13 +30,13 @@ LATE_S = 12 * 3600  # a digest more than this late (the service was down) is ski
 def run_digest(rt: Runtime, rk: str, t: Timer, batch_id: str, fence: Callable[[], bool]) -> str:
     s = rt.settings
     now = rt.clock.now()
-    skip = ("the chat is no longer in DIGEST_CHATS" if t.chat_id not in s.timers.digest_chats
+    skip = ("the chat is no longer in DIGEST_CHATS" if t.chat_id not in timer_settings(s).digest_chats
             else "items are off (no Bitable configured)" if rt.bitable is None
             else f"{now - t.due:.0f} s late" if now - t.due > LATE_S else "")
     if skip:
         return _done(rt, rk, t, f"nothing posted: {skip}", "skipped")
     assert rt.bitable is not None
-    rows = _with_talk(rt, open_items(rt.bitable, t.chat_id, s.timers.closed_statuses))
+    rows = _with_talk(rt, open_items(rt.bitable, t.chat_id, item_settings(s).item_closed_statuses))
     if not rows:
         return _done(rt, rk, t, "nothing posted: no open items", "empty")
     label = datetime.fromtimestamp(t.due, s.tz).strftime("%m月%d日 %H:%M")

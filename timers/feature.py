@@ -22,6 +22,7 @@ from timers.instant import now_line
 from timers.keys import timers_due
 from timers.model import DIGEST, FOLLOWUP, Timer
 from timers.scheduler import ensure_digests, fire_due
+from timers.settings import TimerSettings, timer_settings
 from turn.registry import (
     Command,
     Context,
@@ -106,6 +107,7 @@ FEATURE = Feature(
     route_work=(RouteWork(DIGEST_ROUTE, lambda c: fire(c, None)),),
     timer_kinds=(TimerKind(FOLLOWUP, _followup), TimerKind(DIGEST, _digest)),
     periodic=(Periodic("digests", ensure_digests),  # a chat's next digest slot, then whatever is due
-              Periodic("due timers", fire_due, every=lambda s: s.timers.check_seconds)),
+              Periodic("due timers", fire_due, every=lambda s: timer_settings(s).timer_check_seconds)),
     gauges=(Gauge("timers_pending", "Timers waiting to fall due (follow-ups, digests, triage)", timers_due),),
+    settings=TimerSettings,
 )

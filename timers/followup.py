@@ -24,6 +24,7 @@ from core import metrics
 from core.clock import iso
 from core.errors import CapabilityOff, Permanent
 from feishu.people import names
+from items import item_settings
 from memory import related, withdrawn
 from memory.sessions import RouteState
 from memory.withdrawn import ELEMENT
@@ -31,6 +32,7 @@ from routing.keys import kind_of
 from runs.outbox import BATCH_CACHE_TTL_S, Destination
 from runs.runtime import Runtime
 from timers.model import Timer
+from timers.settings import timer_settings
 from timers.store import timers_of
 from turn.thread import list_page, text_of
 
@@ -148,7 +150,7 @@ def _record(rt: Runtime, t: Timer) -> Record | None:
 
 def _closed(rt: Runtime, record: Record) -> bool:
     assert rt.bitable is not None
-    return record.text(rt.bitable.schema().name("status")).strip() in rt.settings.timers.closed_statuses
+    return record.text(rt.bitable.schema().name("status")).strip() in item_settings(rt.settings).item_closed_statuses
 
 
 def _check(rt: Runtime, rk: str, t: Timer, record: Record | None, batch_id: str, state: RouteState) -> Check:
@@ -161,7 +163,7 @@ def _check(rt: Runtime, rk: str, t: Timer, record: Record | None, batch_id: str,
     since = _since(rt, rk, t)
     request = _recent(rt, rk, state, t) + _request(rt, t, record, owners, since)
     completion = rt.llm.complete([{"type": "text", "text": SYSTEM}], [{"role": "user", "content": request}],
-                                 model=rt.settings.timers.triage_model or None, max_tokens=300)
+                                 model=timer_settings(rt.settings).triage_model or None, max_tokens=300)
     metrics.count(rt.state, rt.keys, "tokens", "followup", "input", n=completion.input_tokens)
     check = parse_check(completion.text, fallback=t.what)
     rt.state.set(key, json.dumps(check.__dict__, ensure_ascii=False), nx=True, ex=BATCH_CACHE_TTL_S)
@@ -287,3 +289,4 @@ def _at(m: dict[str, Any], tz: Any) -> str:
     if str(m.get("time") or "").isdigit():
         return f' time="{iso(int(m["time"]) / 1000, tz)}"'
     return f' time="{iso(float(m["at"]), tz)}"' if m.get("at") else ""
+

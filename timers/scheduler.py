@@ -19,6 +19,7 @@ from core.inbound import TIMER_TYPE, Inbound, dumps
 from routing.keys import digest_route, kind_of
 from runs.runtime import Runtime
 from timers.model import DIGEST, FIRED, PENDING, Timer, dedupe_key, digest_id
+from timers.settings import timer_settings
 from timers.store import timers_of
 
 log = logging.getLogger(__name__)
@@ -76,16 +77,16 @@ _last_slot: dict[str, float] = {}  # cron → the slot this process last made su
 
 def ensure_digests(rt: Runtime, now: float | None = None) -> int:
     """Each configured chat has a pending digest timer for its next slot (idempotent); returns how many were added."""
-    s = rt.settings
-    if not s.timers.digest_chats:
+    s, ts = rt.settings, timer_settings(rt.settings)
+    if not ts.digest_chats:
         return 0
     at = rt.clock.now() if now is None else now
-    slot = Cron.parse(s.timers.digest_cron).next_after(datetime.fromtimestamp(at, s.tz))
-    if _last_slot.get(s.timers.digest_cron) == slot.timestamp():
+    slot = Cron.parse(ts.digest_cron).next_after(datetime.fromtimestamp(at, s.tz))
+    if _last_slot.get(ts.digest_cron) == slot.timestamp():
         return 0
-    _last_slot[s.timers.digest_cron] = slot.timestamp()
+    _last_slot[ts.digest_cron] = slot.timestamp()
     added = 0
-    for chat_id in s.timers.digest_chats:
+    for chat_id in ts.digest_chats:
         rk = digest_route(s.bot_profile, chat_id)
         t = Timer(id=digest_id(chat_id, slot.strftime("%Y-%m-%dT%H%M")), kind=DIGEST, route_key=rk,
                   due=slot.timestamp(),

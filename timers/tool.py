@@ -22,6 +22,7 @@ from core.inbound import Inbound
 from runs.runtime import Runtime
 from timers.instant import InstantError, read_instant
 from timers.model import FOLLOWUP, Timer, followup_id
+from timers.settings import timer_settings
 from timers.store import REFUSED, Caps, timers_of
 from timers.texts import say
 
@@ -70,9 +71,8 @@ class FollowupContext:
 
 
 def caps(rt: Runtime) -> Caps:
-    s = rt.settings
-    return Caps(route=s.timers.followups.per_route, person=s.timers.followups.per_person,
-                route_person=s.timers.followups.per_route_person, total=s.timers.followups.max_pending)
+    f = timer_settings(rt.settings).followups
+    return Caps(route=f.per_route, person=f.per_person, route_person=f.per_route_person, total=f.max_pending)
 
 
 def schedule(rt: Runtime, ctx: FollowupContext, args: dict[str, Any]) -> str:
@@ -122,13 +122,13 @@ def void_turn(rt: Runtime, rk: str, batch_id: str) -> list[str]:
 
 
 def refusal(rt: Runtime, code: int) -> str:
-    s = rt.settings
+    f = timer_settings(rt.settings).followups
     return {
-        -1: f"not set: this conversation already has {s.timers.followups.per_route} pending follow-ups "
+        -1: f"not set: this conversation already has {f.per_route} pending follow-ups "
             "(see /followups; /cancel <id> removes one)",
-        -2: f"not set: this person already has {s.timers.followups.per_person} pending follow-ups across all chats "
+        -2: f"not set: this person already has {f.per_person} pending follow-ups across all chats "
             "(/followups shows those here; /cancel <id> removes one)",
-        -3: f"not set: this person already has {s.timers.followups.per_route_person} pending follow-ups in this "
+        -3: f"not set: this person already has {f.per_route_person} pending follow-ups in this "
             "conversation (see /followups; /cancel <id> removes one)",
         -4: "not set: the assistant holds too many pending reminders right now; try again later",
         -5: "not set: the conversation was reset meanwhile",

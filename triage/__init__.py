@@ -7,6 +7,7 @@ from a code platform) through `keep`, as the web hands it an overheard one.
 """
 
 from triage.buffer import keep
+from triage.settings import TriageSettings, triage_settings
 
 # What other features may use of triage (tests/test_layout.py).
-__all__ = ["keep"]
+__all__ = ["TriageSettings", "keep", "triage_settings"]

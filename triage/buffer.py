@@ -21,6 +21,7 @@ from core.settings import Settings
 from timers import TRIAGE, Timer, Timers, triage_id
 from triage import keys as triage_keys
 from triage.filter import worth_triage
+from triage.settings import triage_settings
 
 log = logging.getLogger(__name__)
 KEEP, TTL_S, TEXT_CHARS = 100, 3 * 86400, 1000
@@ -33,7 +34,7 @@ def topic_route(profile: str, chat_id: str, thread_id: str) -> str:
 
 def keep(settings: Settings, r: redis.Redis, keys: Keys, m: Inbound, now: float) -> str:
     """Buffer one unaddressed topic message and make sure a triage timer is pending; returns what happened."""
-    if m.chat_type == "p2p" or not m.thread_id or m.chat_id not in settings.timers.triage_chats:
+    if m.chat_type == "p2p" or not m.thread_id or m.chat_id not in triage_settings(settings).triage_chats:
         return "not triaged"
     if not worth_triage(m.text):
         return "filtered"
@@ -51,7 +52,7 @@ def keep(settings: Settings, r: redis.Redis, keys: Keys, m: Inbound, now: float)
     pipe.expire(key, TTL_S)
     pipe.execute()
     rk = topic_route(settings.bot_profile, m.chat_id, m.thread_id)
-    quiet = settings.timers.triage_quiet_seconds
+    quiet = triage_settings(settings).triage_quiet_seconds
     period = int(now // quiet)
     t = Timer(id=triage_id(rk, period), kind=TRIAGE, route_key=rk, due=now + quiet, chat_id=m.chat_id,
               thread_id=m.thread_id, item_id=item.item_id, what="quiet triage", created_at=now)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from timers import TRIAGE
 from triage.buffer import keep
 from triage.run import run_triage
+from triage.settings import TriageSettings
 from turn.registry import Context, Feature, TimerKind
 
 
@@ -15,4 +16,5 @@ def _run(c: Context) -> str:
     return run_triage(c, c.timer)
 
 
-FEATURE = Feature("triage", order=60, timer_kinds=(TimerKind(TRIAGE, _run),), overheard=keep)
+FEATURE = Feature("triage", order=60, timer_kinds=(TimerKind(TRIAGE, _run),), overheard=keep,
+                  settings=TriageSettings)

@@ -30,6 +30,7 @@ from timers import Timer, run_key, timers_of
 from triage import keys as triage_keys
 from triage.filter import dedupe, normalise
 from triage.protocol import QUIET, Decision, parse_decision, request_text, system_prompt
+from triage.settings import triage_settings
 from turn.registry import Context
 
 log = logging.getLogger(__name__)
@@ -40,7 +41,7 @@ FIELD_CHARS = 400
 def run_triage(c: Context, t: Timer) -> str:
     """A due triage timer `t` of the topic route `c.rk`: look at what was said since, decide, maybe speak once."""
     rt, rk, s = c.rt, c.rk, c.rt.settings
-    if t.chat_id not in s.timers.triage_chats:
+    if t.chat_id not in triage_settings(s).triage_chats:
         return _done(rt, rk, "skipped", "the chat is no longer in TRIAGE_CHATS")
     item = rt.items.by_thread(t.thread_id)
     if item is None:
@@ -70,7 +71,7 @@ def _held_back(rt: Runtime, state_key: str, firing: str) -> str:
     """Why this firing may not post (another one posted within TRIAGE_POST_PERIOD_SECONDS), or ""."""
     last, posted_by = rt.state.hmget(state_key, ["posted_at", "posted_by"])
     ago = rt.clock.now() - float(last or 0)
-    if posted_by != firing and ago < rt.settings.timers.triage_post_period_seconds:
+    if posted_by != firing and ago < triage_settings(rt.settings).triage_post_period_seconds:
         return f"an unasked message went here {ago:.0f} s ago"
     return ""
 
@@ -106,7 +107,7 @@ def _decide(rt: Runtime, rk: str, item: Item, fresh: Sequence[dict[str, Any]], f
         text = _fitted(rt, _fields(rt, item), fresh)
         completion = rt.llm.complete([{"type": "text", "text": system_prompt()}],
                                      [{"role": "user", "content": text}],
-                                     model=rt.settings.timers.triage_model or None, max_tokens=MAX_OUTPUT)
+                                     model=triage_settings(rt.settings).triage_model or None, max_tokens=MAX_OUTPUT)
         metrics.count(rt.state, rt.keys, "tokens", "triage", "input", n=completion.input_tokens)
         metrics.count(rt.state, rt.keys, "tokens", "triage", "output", n=completion.output_tokens)
         decided = asdict(parse_decision(completion.text))
@@ -132,7 +133,7 @@ def _fields(rt: Runtime, item: Item) -> dict[str, str]:
 
 def _fitted(rt: Runtime, fields: dict[str, str], fresh: Sequence[dict[str, Any]]) -> str:
     """The request within TRIAGE_BUDGET_TOKENS: the newest messages that fit (older ones were quieter anyway)."""
-    budget = rt.settings.timers.triage_budget_tokens - estimate_tokens(system_prompt()) - 50
+    budget = triage_settings(rt.settings).triage_budget_tokens - estimate_tokens(system_prompt()) - 50
     msgs = [(str(m["message_id"]), str(m["sender"]), str(m["text"])[:500]) for m in fresh]
     while True:
         text = request_text(fields, msgs)

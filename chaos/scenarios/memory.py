@@ -54,7 +54,8 @@ from core.clock import Clock
 from core.settings import Settings
 from memory.scopes import keys as scope_keys
 from memory.scopes.paths import Scope
-from memory.scopes.store import UNDO_KEPT, Caps, Memories
+from memory.scopes.settings import memory_settings
+from memory.scopes.store import UNDO_KEPT, Memories
 from routing.keys import memory_route
 
 APP, TABLE = "bascnChaosMemory19", "tblChaosMemory19"
@@ -621,8 +622,8 @@ def memory_under_kills(ctx: Context, result: Result) -> None:
     plan = Plan(tag, f"oc_s19_{tag}", f"omt_s19_{tag}", [f"ou_s19_{tag}_u{i}" for i in range(n)],
                 afternoon(settings.tz), late=f"ou_s19_{tag}_late")
     clock = Clock(stack.r, stack.keys, adjustable=True)
-    m = settings.memory
-    store = Memories(stack.r, stack.keys, Caps(m.max_files, m.max_chars, m.file_chars), clock=clock.now,
+    m = memory_settings(settings)
+    store = Memories(stack.r, stack.keys, m.caps, clock=clock.now,
                      tz=settings.tz)
     took = deploy(ctx, plan)
     run = ctx.run(result)

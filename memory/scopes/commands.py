@@ -14,6 +14,7 @@ from items import own_item
 from memory.scopes import keys as scope_keys
 from memory.scopes.part import grant_of, store_of
 from memory.scopes.paths import Grant, Scope
+from memory.scopes.settings import memory_settings
 from memory.scopes.store import File
 from memory.scopes.texts import say
 from routing.keys import kind_of
@@ -82,7 +83,7 @@ def forget(c: Context) -> Said:
     if not arg.isdigit() or not 1 <= int(arg) <= len(found):
         return Said(say("memory_forget_usage", m.text))
     e = found[int(arg) - 1]
-    if e.scope not in g.write or (e.scope.kind == "items" and m.sender_id not in c.rt.settings.memory.admins):
+    if e.scope not in g.write or (e.scope.kind == "items" and m.sender_id not in _admins(c)):
         return Said(say("memory_forget_refused", m.text))
     store.change(e.scope, m.sender_id, f"{e.file.path} forgotten", lambda files: {e.file.path: None})
     store.mark_cleared(e.scope, f"/forget: {e.file.path} was deleted")
@@ -94,7 +95,7 @@ def undo(c: Context) -> Said:
     m = c.message
     g = _grant(c)
     store = store_of(c.rt)
-    mine = [s for s in g.write if s.kind != "items" or m.sender_id in c.rt.settings.memory.admins]
+    mine = [s for s in g.write if s.kind != "items" or m.sender_id in _admins(c)]
     newest = max(mine, key=lambda s: _last_change(c, s), default=None)
     what = store.undo(newest, m.sender_id) if newest is not None and store.undoable(newest) else None
     if what is None or newest is None:
@@ -111,3 +112,8 @@ def _last_change(c: Context, scope: Scope) -> float:
 def on_reset(c: Context) -> Said:
     """A reset starts the conversation over; memory is not the conversation: it stays, and the reply says so."""
     return Said(say("memory_kept_on_reset", c.message.text))
+
+
+def _admins(c: Context) -> tuple[str, ...]:
+    """MEMORY_ADMINS: who may change any chat's or item's shared memory."""
+    return memory_settings(c.rt.settings).memory_admins

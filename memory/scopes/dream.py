@@ -24,6 +24,7 @@ from core.inbound import Inbound, dumps
 from memory.scopes import keys as scope_keys
 from memory.scopes.part import store_of
 from memory.scopes.paths import Grant, Scope
+from memory.scopes.settings import memory_settings
 from memory.scopes.store import Conflict, File, Memories, MemoryFull
 from memory.scopes.tool import MEMORY_TOOL, ScopedMemory
 from routing.keys import memory_route
@@ -51,9 +52,9 @@ def ensure_dreams(rt: Runtime, now: float | None = None) -> int:
     """Once per slot (several sweepers, restarts: the inbox's dedupe keeps one event per scope and slot): each scope
     changed since its last consolidation (by the time the sweeper looks) gets its consolidation event. Returns how
     many events were pushed."""
-    m = rt.settings.memory
+    m = memory_settings(rt.settings)
     at = rt.clock.now() if now is None else now
-    slot = Cron.parse(m.dream_cron).previous_at_or_before(datetime.fromtimestamp(at, rt.settings.tz)).timestamp()
+    slot = Cron.parse(m.memory_dream_cron).previous_at_or_before(datetime.fromtimestamp(at, rt.settings.tz)).timestamp()
     done_key = scope_keys.memory_dream_slot(rt.keys, int(slot))
     if at - slot > LATE_S or rt.state.exists(done_key):
         return 0
@@ -112,7 +113,7 @@ def _talk(rt: Runtime, scope: Scope, files: Mapping[str, File], tool: ScopedMemo
     for n in range(ROUNDS):
         full = budget.cost(json.dumps(messages, ensure_ascii=False)) > budget.total * LOOP_SHARE
         step = rt.llm.step(system, messages, [MEMORY_TOOL], final=n == ROUNDS - 1 or full,
-                           how=How(model=rt.settings.memory.dream_model))
+                           how=How(model=memory_settings(rt.settings).memory_dream_model))
         metrics.count_tokens(rt.state, rt.keys, "memory", step)
         text = step.text
         if not step.tool_uses:

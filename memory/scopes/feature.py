@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from memory.scopes import commands, dream, part
+from memory.scopes.settings import MemorySettings
 from memory.scopes.tool import MEMORY_TOOL
 from routing.keys import MEMORY
 from turn.registry import Command, Feature, Periodic, RouteWork
@@ -15,4 +16,5 @@ FEATURE = Feature(
               Command("forget", commands.forget, pattern=commands.FORGET)),
     route_work=(RouteWork(MEMORY, dream.run),),
     periodic=(Periodic("memory consolidation", dream.ensure_dreams),),
+    settings=MemorySettings,
 )

@@ -23,7 +23,8 @@ from core.keys import Keys
 from core.settings import load_settings
 from memory import keys as memory_keys
 from memory.scopes.paths import PathError, Scope
-from memory.scopes.store import Caps, Memories, MemoryFull
+from memory.scopes.settings import memory_settings
+from memory.scopes.store import Memories, MemoryFull
 from state.store import resolve_url, state_client
 
 PREFIX = "notes/save_note-"
@@ -94,10 +95,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dry-run", action="store_true", help="say what would move; write nothing")
     args = parser.parse_args(argv)
     settings = load_settings()
-    m = settings.memory
+    m = memory_settings(settings)
     r = state_client(resolve_url(settings))
     keys = Keys(settings.bot_profile)
-    store = Memories(r, keys, Caps(files=m.max_files, chars=m.max_chars, file_chars=m.file_chars), tz=settings.tz)
+    store = Memories(r, keys, m.caps, tz=settings.tz)
     print("\n".join(migrate(r, keys, store, settings.tz, dry_run=args.dry_run)))
     return 0
 

@@ -8,15 +8,16 @@ import argparse
 from core.keys import Keys
 from core.settings import load_settings
 from memory.scopes.paths import PathError, Scope
-from memory.scopes.store import Caps, Memories
+from memory.scopes.settings import memory_settings
+from memory.scopes.store import Memories
 from state.store import resolve_url, state_client
 
 
 def memory(args: argparse.Namespace) -> int:
     settings = load_settings()
-    m = settings.memory
+    m = memory_settings(settings)
     store = Memories(state_client(resolve_url(settings)), Keys(settings.bot_profile),
-                     Caps(files=m.max_files, chars=m.max_chars, file_chars=m.file_chars), tz=settings.tz)
+                     m.caps, tz=settings.tz)
     if not args.scope:
         return _list(store, args.limit)
     try:
