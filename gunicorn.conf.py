@@ -7,11 +7,14 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import gc
 
+from app import build_app
 from core import boot
 from core.settings import load_settings
 
-# Validate in the master: a bad config must stop start-up, not make workers crash-loop.
+# Validate in the master: a bad config must stop start-up, not make workers crash-loop. The features' own settings
+# too (app.build_app reads each feature's model); the workers then find the product's modules imported already.
 _settings = load_settings()
+build_app(_settings)
 
 # Sandbox credentials are public fakes, so a sandbox service only listens on loopback.
 bind = f"{'127.0.0.1' if _settings.sandbox else '0.0.0.0'}:{_settings.port}"

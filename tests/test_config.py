@@ -111,3 +111,41 @@ def test_a_budget_too_small_for_a_request_is_a_start_up_error_naming_the_minimum
     result = start([sys.executable, "-c", "from core.settings import load_settings; load_settings()"], env, tmp_path)
     assert result.returncode == 2
     assert "CONTEXT_BUDGET_TOKENS" in result.stderr and "6000" in result.stderr
+
+
+FEATURE_BAD = {"DIGEST_CRON": "every morning", "TRIAGE_CHATS": "ops-group", "MEMORY_BUDGET_SHARE": "0.9",
+               "ITEM_CREATE_POLICY": "sometimes", "DOCUMENT_INLINE_TOKENS": "5"}
+
+
+@pytest.mark.parametrize("entry", list(ENTRY_POINTS))
+def test_a_features_bad_setting_stops_start_up_naming_it(entry: str, tmp_path) -> None:
+    """Timers, triage, memory, items and materials read their own settings (their rooms' models, the contract's flat
+    names): each process reads them as it starts, and a bad one stops it as the service's own do."""
+    result = start(ENTRY_POINTS[entry](free_port()), {"BOT_PROFILE": unique("fb"), **FEATURE_BAD}, tmp_path,
+                   timeout=60)  # a web whose workers crash-loop on it never exits: TimeoutExpired
+    output = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert "Configuration error" in output
+    named = [name for name in FEATURE_BAD if name in output]
+    assert named, output[-2000:]  # the first feature read names each of its own bad variables
+
+
+def test_a_features_settings_come_from_where_the_services_came_from(tmp_path, monkeypatch) -> None:
+    """`Settings.feature`: the values given in code (a test's env) first, then the environment, then the dotenv file
+    the service's settings read — and one model per Settings."""
+    from core.settings import Settings
+    from items import ItemSettings
+    from timers import TimerSettings, timer_settings
+    from triage import triage_settings
+
+    dotenv = tmp_path / "service.env"
+    dotenv.write_text("TRIAGE_QUIET_SECONDS=42\nFOLLOWUPS_PER_ROUTE=7\nDIGEST_CHATS=oc_from_file\n")
+    monkeypatch.setenv("FOLLOWUPS_PER_ROUTE", "9")
+    s = Settings(_env_file=str(dotenv), digest_chats="oc_given, oc_too")  # type: ignore[call-arg]
+    t = timer_settings(s)
+    assert t.digest_chats == ("oc_given", "oc_too")  # given in code
+    assert t.followups_per_route == 9  # the environment over the file
+    assert triage_settings(s).triage_quiet_seconds == 42  # the file
+    assert s.feature(TimerSettings) is t and s.feature(ItemSettings).item_create_policy == "topic_root"
+    other = Settings(_env_file=None)  # type: ignore[call-arg]
+    assert timer_settings(other).digest_chats == () and triage_settings(other).triage_quiet_seconds == 600
