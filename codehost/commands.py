@@ -34,7 +34,7 @@ def _asked(c: Context, command: Command) -> tuple[Item, Thread] | Said:
     item = _item(c)
     if item is None:
         return Said(NO_ITEM)
-    t = parse(command_argument(command, c.message.text), settings().codehost_github_hosts)
+    t = parse(command_argument(command, c.message.text), settings(c.rt.settings).codehost_github_hosts)
     return Said(USAGE) if t is None else (item, t)
 
 
@@ -44,12 +44,12 @@ def watch(c: Context) -> Said:
         return asked
     item, t = asked
     got = watches_of(c.rt).add(item.item_id, t, source=COMMAND, who=c.message.sender_id, now=c.rt.clock.now(),
-                               bounds=bounds())
+                               bounds=bounds(settings(c.rt.settings)))
     shown = f"{SHOWN[t.kind]} {t.shown}"
     return Said({
         ADDED: f"已关注 {shown}：CI 失败或恢复、合并、关闭、要求修改会贴到这个话题；评论交给安静分诊。",
         KNOWN: f"{shown} 已在关注中，已续期。",
-        ITEM_FULL: f"这个事项已关注 {settings().codehost_watches_per_item} 个链接，先 /unwatch 一个再加。",
+        ITEM_FULL: f"这个事项已关注 {settings(c.rt.settings).codehost_watches_per_item} 个链接，先 /unwatch 一个再加。",
         ALL_FULL: "关注数已达部署上限（CODEHOST_WATCHES_MAX），请联系管理员。",
         MUTED: f"{shown} 之前被取消关注了。",
     }[got])
@@ -66,7 +66,8 @@ def unwatch(c: Context) -> Said:
         return Said(f"没有在关注 {t.shown}。")
     now = c.rt.clock.now()
     for w in gone:
-        store.remove(w, mute_until=now + bounds().ttl_s, mute_ttl_s=int(bounds().ttl_s))
+        ttl_s = bounds(settings(c.rt.settings)).ttl_s
+        store.remove(w, mute_until=now + ttl_s, mute_ttl_s=int(ttl_s))
     return Said(f"已取消关注 {SHOWN[t.kind]} {t.shown}（原来源：{SOURCE_ZH.get(gone[0].source, gone[0].source)}）；"
                 "记录或话题里再出现这个链接也不会自动关注，需要时再 /watch。")
 

@@ -19,7 +19,7 @@ from bitable.client import Record
 from bitable.index import Item, Items
 from codehost.fanout import threads_of, watches_of
 from codehost.links import SHOWN, Thread, find
-from codehost.settings import settings
+from codehost.settings import CodehostSettings, settings
 from codehost.watches import ADDED, RECORD, TOPIC, Bounds, Watch, Watches
 from core.inbound import Inbound
 from core.keys import Keys
@@ -32,15 +32,16 @@ SOURCE_ZH = {RECORD: "记录", TOPIC: "话题", "command": "/watch"}
 BLOCK_WATCHES = 8
 
 
-def bounds() -> Bounds:
-    s = settings()
+def bounds(s: CodehostSettings) -> Bounds:
     return Bounds(s.codehost_watches_per_item, s.codehost_watches_max, s.codehost_watch_days * 86400)
 
 
-def follow(store: Watches, item_id: str, text: str, *, source: str, who: str, now: float) -> list[Thread]:
-    """Watch every thread the text links (known ones renewed); returns the ones newly added."""
-    found = find(text, settings().codehost_github_hosts)
-    return [t for t in found if store.add(item_id, t, source=source, who=who, now=now, bounds=bounds()) == ADDED]
+def follow(store: Watches, item_id: str, text: str, *, by: tuple[str, str], s: CodehostSettings,
+           now: float) -> list[Thread]:
+    """Watch every thread the text links (known ones renewed), `by` (source, who); returns the ones newly added."""
+    (source, who), limits = by, bounds(s)
+    found = find(text, s.codehost_github_hosts)
+    return [t for t in found if store.add(item_id, t, source=source, who=who, now=now, bounds=limits) == ADDED]
 
 
 # -- the record -------------------------------------------------------------------------------------------------
@@ -49,7 +50,7 @@ def record_read(rt: Runtime, item: Item, record: Record) -> None:
     """An item's record was read fresh (Feature.record_read): its links are watched, its status times them."""
     if rt.bitable is None:
         return
-    s, now, store = settings(), rt.clock.now(), watches_of(rt)
+    s, now, store = settings(rt.settings), rt.clock.now(), watches_of(rt)
     status = record.text(rt.bitable.schema().name("status")).strip()
     if status and status in item_settings(rt.settings).item_closed_statuses:
         store.retime(item.item_id, now + s.codehost_keep_after_close_days * 86400, sooner=True)
@@ -57,22 +58,23 @@ def record_read(rt: Runtime, item: Item, record: Record) -> None:
     columns = [name for name in (rt.settings.bitable_field_materials, s.bitable_field_links)
                if name and name in record.fields]
     text = " ".join(" ".join([record.text(name), *record.links(name)]) for name in columns)
-    follow(store, item.item_id, text, source=RECORD, who="", now=now)
-    store.retime(item.item_id, now + bounds().ttl_s, sooner=False)
+    follow(store, item.item_id, text, by=(RECORD, ""), s=s, now=now)
+    store.retime(item.item_id, now + bounds(s).ttl_s, sooner=False)
 
 
 # -- the topic ----------------------------------------------------------------------------------------------------
 
-def overheard(_core: Settings, r: Any, keys: Keys, m: Inbound, now: float) -> str:
+def overheard(core: Settings, r: Any, keys: Keys, m: Inbound, now: float) -> str:
     """A topic message that did not address the bot (Feature.overheard, in the web: a few Redis commands)."""
     if not m.thread_id or "://" not in m.text or m.sender_type != "user":
         return ""
-    if not find(m.text, settings().codehost_github_hosts):
+    s = settings(core)
+    if not find(m.text, s.codehost_github_hosts):
         return ""
     item = Items(r, keys).by_thread(m.thread_id)
     if item is None:
         return ""
-    added = follow(Watches(r, keys), item.item_id, m.text, source=TOPIC, who=m.sender_id, now=now)
+    added = follow(Watches(r, keys), item.item_id, m.text, by=(TOPIC, m.sender_id), s=s, now=now)
     return f"watching {len(added)} more code platform link(s)" if added else ""
 
 
@@ -104,7 +106,7 @@ def start(turn: Context, _parts: Mapping[str, Part]) -> Part | None:
     store, now = watches_of(turn.rt), turn.rt.clock.now()
     for m in turn.batch:
         if m.sender_type == "user" and "://" in m.text:
-            follow(store, item_id, m.text, source=TOPIC, who=m.sender_id, now=now)
+            follow(store, item_id, m.text, by=(TOPIC, m.sender_id), s=settings(turn.rt.settings), now=now)
     watches = store.of_item(item_id)
     if not watches:
         return None

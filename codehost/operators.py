@@ -22,11 +22,12 @@ GITLAB_EVENTS = ("Pipeline events", "Merge request events", "Comments", "Issues 
 
 
 def base_url(core: Settings) -> str:
-    return (settings().codehost_public_url or core.console_url or "https://<this service's public origin>").rstrip("/")
+    origin = settings(core).codehost_public_url or core.console_url or "https://<this service's public origin>"
+    return origin.rstrip("/")
 
 
 def checks(core: Settings) -> Sequence[Check]:
-    s, url = settings(), base_url(core)
+    s, url = settings(core), base_url(core)
     github, gitlab = bool(s.secret("github_webhook_secret")), bool(s.secret("gitlab_webhook_token"))
     rows = [
         Check("GitHub webhooks into item topics", f"GITHUB_WEBHOOK_SECRET; Payload URL {url}/hooks/github",

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from functools import cache
-
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from core.settings import CsvList, load_feature_settings
+from core.settings import CsvList, Settings
 
 
 class CodehostSettings(BaseSettings):
@@ -35,7 +33,7 @@ class CodehostSettings(BaseSettings):
         return value.get_secret_value() if value is not None else ""
 
 
-@cache
-def settings() -> CodehostSettings:
-    """This process's settings, read once (build_app reads them first: a bad value stops the process at start)."""
-    return load_feature_settings(CodehostSettings)
+def settings(core: Settings) -> CodehostSettings:
+    """The feature's settings, read from where the service's came from (build_app reads them first: a bad value
+    stops the process at start)."""
+    return core.feature(CodehostSettings)

@@ -70,7 +70,7 @@ def _schedule(rt: Runtime, rk: str, m: Inbound, item_id: str, now: float) -> str
     state = rt.state.hgetall(ck.topic(rt.keys, rk))
     if state.get("pending") and float(state.get("due") or 0) > now - LOST_AFTER_S:
         return "buffered: its card is pending"
-    s = settings()
+    s = settings(rt.settings)
     due = max(now + s.codehost_gather_seconds, float(state.get("last") or 0) + s.codehost_card_interval_seconds)
     tid = "cc_" + hashlib.sha1(f"{rk}|{m.message_id}".encode()).hexdigest()[:16]
     _pend(rt, rk, Timer(id=tid, kind=CARD, route_key=rk, due=due, chat_id=m.chat_id, thread_id=m.thread_id or "",
@@ -108,7 +108,7 @@ def post_card(c: Context) -> str:
     """The topic's card timer (`c.timer`): everything buffered, one card, once."""
     t, rt = c.timer, c.rt
     state_key, key = ck.topic(rt.keys, c.rk), ck.topic_buffer(rt.keys, c.rk)
-    now, s = rt.clock.now(), settings()
+    now, s = rt.clock.now(), settings(rt.settings)
     state = rt.state.hgetall(state_key)
     if state.get("posted_by") != t.id and now < float(state.get("last") or 0) + s.codehost_card_interval_seconds - 1:
         again = float(state.get("last") or 0) + s.codehost_card_interval_seconds
@@ -144,7 +144,7 @@ def _record_ci(c: Context, item: Item | None, entries: Sequence[dict[str, Any]])
     ci = [h for h in (Happening.from_json(e["happening"]) for e in entries) if h.kind == CI]
     if not ci or item is None or not item.record_id or rt.bitable is None:
         return
-    last, column = ci[-1], rt.bitable.column(settings().bitable_field_ci)
+    last, column = ci[-1], rt.bitable.column(settings(rt.settings).bitable_field_ci)
     if column is None:
         return
     state = "失败" if last.state == FAILED else "通过"

@@ -15,8 +15,7 @@ from typing import cast
 from flask import Blueprint, Response, abort, request
 
 from codehost.ingress import ROUTE_KIND, Answer, Door, Request
-from codehost.settings import CodehostSettings
-from core.settings import load_feature_settings
+from codehost.settings import CodehostSettings, settings
 from runs.runtime import Runtime
 from turn.registry import Lane, Web
 
@@ -26,7 +25,7 @@ Handle = Callable[[Request], Answer]
 def web(rt: Runtime) -> Web:
     """What the web registers for this feature (Feature.web), on the web's runtime. Its settings are read here, when
     the web is built (as the web reads its own)."""
-    s = load_feature_settings(CodehostSettings)
+    s = settings(rt.settings)
     door = Door(rt.inbox, rt.state, rt.keys, rt.policy.queue_of(ROUTE_KIND), s)
     endpoints = {"/hooks/github": ("github_webhook_secret", door.github),
                  "/hooks/gitlab": ("gitlab_webhook_token", door.gitlab)}

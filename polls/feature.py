@@ -7,12 +7,10 @@ import hashlib
 import re
 from dataclasses import replace
 from datetime import datetime, timedelta
-from functools import cache
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from core.settings import load_feature_settings
 from polls.card import poll_card, result_text
 from polls.spec import SpecError, read_spec
 from polls.store import BAD, CLOSED, FULL, NAME, SAME, Poll, Polls
@@ -32,9 +30,8 @@ class PollSettings(BaseSettings):
     poll_max_voters: int = Field(500, ge=2, le=10000)
 
 
-@cache
-def settings() -> PollSettings:
-    return load_feature_settings(PollSettings)
+def settings(c: Context) -> PollSettings:
+    return c.settings.feature(PollSettings)
 
 
 def _polls(c: Context) -> Polls:
@@ -48,7 +45,7 @@ def start(c: Context) -> Said | None:
         return Said("投票只能在群里发起。")
     now = datetime.fromtimestamp(c.rt.clock.now(), c.rt.settings.tz)
     try:
-        spec = read_spec(command_argument(_COMMAND, m.text), now, timedelta(hours=settings().poll_default_hours))
+        spec = read_spec(command_argument(_COMMAND, m.text), now, timedelta(hours=settings(c).poll_default_hours))
     except SpecError as err:
         return Said(str(err))
     pid = "poll_" + hashlib.sha1(f"{c.rk}\n{m.message_id}".encode()).hexdigest()[:16]
@@ -72,12 +69,13 @@ def vote(c: Context) -> str:
     _name, value = click_of(c.message)
     polls, pid = _polls(c), str(value.get("p") or "")
     option = str(value.get("o") or "")
-    outcome = polls.vote(pid, c.message.sender_id, int(option), settings().poll_max_voters) if option.isdigit() else BAD
+    most = settings(c).poll_max_voters
+    outcome = polls.vote(pid, c.message.sender_id, int(option), most) if option.isdigit() else BAD
     poll = polls.get(pid)
     if outcome == SAME:
         return outcome
     if outcome in (CLOSED, BAD, FULL) or poll is None:
-        told = TOLD.get(outcome) or f"投票人数已满（最多 {settings().poll_max_voters} 人），这一票没有计入。"
+        told = TOLD.get(outcome) or f"投票人数已满（最多 {settings(c).poll_max_voters} 人），这一票没有计入。"
         c.rt.outbox.reply(c.destination, c.batch_id, told)
         return outcome
     _redraw(c, poll, polls)

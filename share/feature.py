@@ -5,13 +5,11 @@ the App."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from functools import cache
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from claude.client import Completion
-from core.settings import load_feature_settings
 from items import own_item
 from share import part, spec, standin
 from share.access import Ask, Refused, decide
@@ -31,9 +29,8 @@ class ShareSettings(BaseSettings):
     share_max_chars: int = Field(3000, ge=200, le=8000)
 
 
-@cache
-def settings() -> ShareSettings:
-    return load_feature_settings(ShareSettings)
+def settings(c: Context) -> ShareSettings:
+    return c.settings.feature(ShareSettings)
 
 
 def command(c: Context) -> Said:
@@ -45,10 +42,10 @@ def command(c: Context) -> Said:
         ask = Ask(asker=m.sender_id, message_id=m.message_id, origin_chat=m.chat_id, origin_kind=c.kind,
                   origin_thread=m.thread_id or "", target=asked.target, sample=m.text,
                   key=part.delivery_id(c.rk, m.message_id), also_in=also_in)
-        granted = decide(c.rt, ask, settings().share_per_person_hour)
+        granted = decide(c.rt, ask, settings(c).share_per_person_hour)
     except (spec.SpecError, Refused) as refused:
         return Said(str(refused))
-    return Said(deliver(c, ask, granted, body, settings().share_max_chars))
+    return Said(deliver(c, ask, granted, body, settings(c).share_max_chars))
 
 
 def content(c: Context, what: str) -> tuple[str, tuple[str, ...]]:
@@ -68,11 +65,11 @@ def content(c: Context, what: str) -> tuple[str, tuple[str, ...]]:
 def start(turn: Context, _parts: Mapping[str, Part]) -> Part | None:
     if turn.kind not in ROUTES:
         return None
-    return part.SharePart(turn, settings().share_per_person_hour, settings().share_max_chars)
+    return part.SharePart(turn, settings(turn).share_per_person_hour, settings(turn).share_max_chars)
 
 
 def replied(turn: Context, completion: Completion) -> None:
-    part.replied(turn, completion, settings().share_max_chars)
+    part.replied(turn, completion, settings(turn).share_max_chars)
 
 
 FEATURE = Feature(

@@ -13,7 +13,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app import FEATURES
 from app import build_app as product_app
-from core.settings import Settings, load_feature_settings
+from core.settings import Settings
 from feishu.cards import choice_card
 from timers import timers_of
 from timers.model import Timer
@@ -34,8 +34,8 @@ class StampSettings(BaseSettings):
     stamp_word: str = "盖章"
 
 
-def _word() -> str:
-    return load_feature_settings(StampSettings).stamp_word
+def _word(c: Context) -> str:
+    return c.settings.feature(StampSettings).stamp_word
 
 
 def pressed_key(c: Context) -> str:
@@ -43,7 +43,7 @@ def pressed_key(c: Context) -> str:
 
 
 def _stamp(c: Context) -> Said | None:
-    m, word = c.message, _word()
+    m, word = c.message, _word(c)
     card = choice_card(title=word, body=f"点下面的按钮{word}", buttons=[(word, {"action": "stamp:press", "rk": c.rk})])
     c.rt.outbox.card(c.destination, f"stamp-{m.message_id}", card)
     now = c.rt.clock.now()
@@ -58,7 +58,7 @@ def _press(c: Context) -> str:
     with c.rt.state.pipeline(transaction=True) as p:
         p.sadd(key, c.message.sender_id).expire(key, TTL_S).scard(key)
         n = p.execute()[-1]
-    c.rt.outbox.reply(c.destination, c.batch_id, f"{_word()}：{n}")
+    c.rt.outbox.reply(c.destination, c.batch_id, f"{_word(c)}：{n}")
     return "pressed"
 
 
@@ -68,7 +68,7 @@ def _close(c: Context) -> str:
         return "gone"
     n = c.rt.state.scard(pressed_key(c))
     to = replace(c.destination, chat_id=t.chat_id, target=t.source_message_id)
-    c.rt.outbox.reply(to, c.batch_id, f"{_word()}结束：{n} 人")
+    c.rt.outbox.reply(to, c.batch_id, f"{_word(c)}结束：{n} 人")
     return "closed"
 
 
