@@ -1069,6 +1069,18 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("N12", "every importer of jobs/ pauses the collector", "core/boot.py", (
         ('    if sys.argv[:1] == ["-m"]:\n', "    if sys.argv:\n"),),
         ("tests/test_boot.py::test_the_collector_pauses_only_while_python_dash_m_locates_the_module",)),
+    Mutant("N13", "a feature's settings ignore the values the service's were given", "core/settings.py", (
+        ("            got = self._features[model] = _or_exit(lambda: model(**self._given))",
+         "            got = self._features[model] = _or_exit(lambda: model())"),),
+        ("tests/test_config.py::test_a_features_settings_come_from_where_the_services_came_from",)),
+    Mutant("N14", "the web's master does not read the features' settings: workers crash-loop on a bad one",
+           "gunicorn.conf.py", (("_settings = load_settings()\nbuild_app(_settings)\n",
+                                 "_settings = load_settings()\n"),),
+        ("tests/test_config.py::test_a_features_bad_setting_stops_start_up_naming_it",)),
+    Mutant("W14", "the webhook door keeps less of a delivery than its run reads", "codehost/ingress.py", (
+        ("json.dumps([h.to_json() for h in happenings], ensure_ascii=False)",
+         'json.dumps([{**h.to_json(), "heads": []} for h in happenings], ensure_ascii=False)'),),
+        ("tests/test_codehost_store.py::test_the_door_stores_what_its_run_reads_of_every_published_payload",)),
 )
 
 
