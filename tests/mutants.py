@@ -1017,7 +1017,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("Z2", "a delivery's body is JSON-escaped into its content again", "codehost/ingress.py", (
         ("    def content(self) -> str:\n        return self.body\n",
          "    def content(self) -> str:\n        return json.dumps(self.body)\n"),),
-        ("tests/test_codehost_store.py::test_a_delivery_is_read_back_whole_in_both_stored_layouts",)),
+        ("tests/test_codehost_store.py::test_a_delivery_is_read_back_in_every_stored_layout",)),
     Mutant("Z3", "share's tool leaves the deployment's one tool list", "share/feature.py", (
         ("    tools=lambda kind: [part.TOOL] if kind in ROUTES else [],", "    tools=lambda kind: [],"),),
         ("tests/test_share.py::test_the_tool_is_in_the_deployment_s_one_tool_list_and_offered_where_people_ask",)),
