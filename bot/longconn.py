@@ -32,6 +32,7 @@ from bot.side_events import CARD_ACTION, SIDE_EVENTS
 from core import boot, logs
 from core.settings import Settings, load_settings
 from state.store import resolve_url, state_client
+from turn.registry import load_app
 
 log = logging.getLogger(__name__)
 
@@ -202,6 +203,7 @@ def _raise_stop(signum: int, _frame: object) -> None:
 
 def main() -> int:
     settings = load_settings()
+    load_app(settings)  # every feature's settings too, before anything starts (a bad one exits here, naming it)
     logs.setup(settings.log_level, settings.log_format)
     sdk_log.logger.handlers.clear()  # the SDK's own plain-text handler: its records reach our JSON lines anyway
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -27,7 +27,7 @@ from runs.alerts import alert
 from runs.queues import rq_queue_name
 from runs.runtime import Runtime
 from state.store import server_checks
-from turn.registry import app_of
+from turn.registry import app_of, load_app
 
 log = logging.getLogger(__name__)
 IDENTITY_REFRESH_S = 3600
@@ -270,6 +270,7 @@ class Sweeper:
 
 def main() -> None:
     settings = load_settings()
+    load_app(settings)  # every feature's settings too, before Redis starts (a bad one exits here, naming it)
     logs.setup(settings.log_level, settings.log_format)
     runtime.configure(settings)
     sweeper = Sweeper(runtime.current())

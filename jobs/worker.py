@@ -53,6 +53,7 @@ from runs import runtime, shutdown
 from runs.inbox import Kick
 from runs.queues import rq_queue_name
 from state.store import resolve_url, rq_client
+from turn.registry import load_app
 
 log = logging.getLogger("jobs.worker")
 RESPAWN_MIN_S, RESPAWN_MAX_S = 1.0, 30.0
@@ -451,6 +452,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="a fixed pool of N workers per queue (WORKER_CONCURRENCY)")
     args = parser.parse_args(argv)
     settings = load_settings()
+    load_app(settings)  # every feature's settings too, before anything starts (a bad one exits here, naming it)
     url = resolve_url(settings)
     queues = args.queue or policy_from(settings).queue_names
     base = args.name or f"{socket.gethostname()}-{os.getpid()}"

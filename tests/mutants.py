@@ -1077,6 +1077,10 @@ MUTANTS: tuple[Mutant, ...] = (
            "gunicorn.conf.py", (("_settings = load_settings()\nbuild_app(_settings)\n",
                                  "_settings = load_settings()\n"),),
         ("tests/test_config.py::test_a_features_bad_setting_stops_start_up_naming_it",)),
+    Mutant("N15", "a worker starts the embedded Redis before it reads the features' settings", "jobs/worker.py", (
+        ("    load_app(settings)  # every feature's settings too, before anything starts (a bad one exits here, naming "
+         "it)\n", ""),),
+        ("tests/test_config.py::test_a_features_bad_setting_stops_start_up_naming_it[worker]",)),
     Mutant("W14", "the webhook door keeps less of a delivery than its run reads", "codehost/ingress.py", (
         ("json.dumps([h.to_json() for h in happenings], ensure_ascii=False)",
          'json.dumps([{**h.to_json(), "heads": []} for h in happenings], ensure_ascii=False)'),),

@@ -128,6 +128,7 @@ def test_a_features_bad_setting_stops_start_up_naming_it(entry: str, tmp_path) -
     assert "Configuration error" in output
     named = [name for name in FEATURE_BAD if name in output]
     assert named, output[-2000:]  # the first feature read names each of its own bad variables
+    assert not (tmp_path / "var" / "redis.sock").exists()  # read before anything started (no embedded Redis left)
 
 
 def test_a_features_settings_come_from_where_the_services_came_from(tmp_path, monkeypatch) -> None:
