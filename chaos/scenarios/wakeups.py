@@ -649,8 +649,11 @@ def check_attempts(ctx: Context, result: Result, plan: Plan, verdicts: dict[str,
                  not permanent, f"{permanent}"[:300])
     gone = {w.timer.id: (per_target.get(w.target), per_target.get(w.timer.chat_id)) for w in plan.wakes
             if w.fate == "gone"}
+    # The reply faults (REPLY_FAULT_RATE) hit a gone request's reply too: a transient 5xx before its 400 is retried
+    # as any other (2026-12-06 16:50: [502, 400]); what must hold is that it ends refused, never posted under it.
     result.check("a gone request's reply is refused (400), never answered 200; its chat post succeeded",
-                 all(req and set(req) == {400} and chat and chat[-1] == 200 for req, chat in gone.values()),
+                 all(req and req[-1] == 400 and all(st == 400 or st >= 500 for st in req)
+                     and chat and chat[-1] == 200 for req, chat in gone.values()),
                  f"{gone}"[:300])
     plain = [w for w in plan.wakes if w.fate == "plain"]
     retried = [w for w in plain if "retry" in verdicts.get(w.timer.id, [])]
