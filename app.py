@@ -52,11 +52,10 @@ FEATURES: tuple[Feature, ...] = (
 def build_app(settings: Settings | None = None, features: tuple[Feature, ...] = FEATURES) -> App:
     """The App of this deployment: every feature of `features`, registered on a new instance (a test may pass a
     subset, or a feature of its own)."""
+    read = settings.feature if settings is not None else load_feature_settings
     for f in features:  # every feature is in; a feature switches itself off by its own settings (items without Bitable)
-        if f.settings is not None and settings is not None:  # read now: a bad value stops the process at start
-            settings.feature(f.settings)
-        elif f.settings is not None:
-            load_feature_settings(f.settings)
+        if f.settings is not None:
+            read(f.settings)  # now: a bad value stops the process at start, as the service's own do
     return App(features)
 
 

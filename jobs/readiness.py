@@ -82,7 +82,8 @@ def _table_bad(table: dict[str, str]) -> bool:
 
 def _always_on(s: Settings, pending: int, first_due: list[tuple[str, float]]) -> dict[str, object]:
     """Digest and triage settings, and the timers waiting (README: Follow-ups, digests and quiet triage)."""
-    t, tri, caps = timer_settings(s), triage_settings(s), timer_settings(s).followups
+    t, tri = timer_settings(s), triage_settings(s)
+    caps = t.followups
     return {
         "timezone": s.bot_timezone,
         "timers_pending": pending,
