@@ -1081,6 +1081,12 @@ MUTANTS: tuple[Mutant, ...] = (
         ("    load_app(settings)  # every feature's settings too, before anything starts (a bad one exits here, naming "
          "it)\n", ""),),
         ("tests/test_config.py::test_a_features_bad_setting_stops_start_up_naming_it[worker]",)),
+    Mutant("N16", "the state client's connections look redis-py's version up each (~3 ms per new connection)",
+           "state/store.py", (("        url, decode_responses=True, socket_timeout=5, socket_connect_timeout=2, "
+                               "health_check_interval=30,\n        driver_info=DRIVER,\n",
+                               "        url, decode_responses=True, socket_timeout=5, socket_connect_timeout=2, "
+                               "health_check_interval=30,\n"),),
+        ("tests/test_store_clients.py::test_new_connections_do_not_look_up_redis_pys_version",)),
     Mutant("W14", "the webhook door keeps less of a delivery than its run reads", "codehost/ingress.py", (
         ("json.dumps([h.to_json() for h in happenings], ensure_ascii=False)",
          'json.dumps([{**h.to_json(), "heads": []} for h in happenings], ensure_ascii=False)'),),
