@@ -459,7 +459,7 @@ def build_report(args: argparse.Namespace, samples: list[Sample], bench: Bench, 
                  wall_s: float) -> dict[str, Any]:
     ours, base = summarize(samples, "ours"), summarize(samples, "baseline")
     t_ours, t_base = ours["saturation"]["throughput_rps"], base["saturation"]["throughput_rps"]
-    ratio = round(t_ours / t_base, 3) if t_ours and t_base else None
+    ratio = round(t_ours / t_base, 3) if t_ours is not None and t_base else None  # 0.0: ours answered nothing
     p99 = ours["fixed_rate"]["p99_ms"]
     cpu_ours, cpu_base = _cpu_per_request(ours), _cpu_per_request(base)
     return {
@@ -482,17 +482,35 @@ def build_report(args: argparse.Namespace, samples: list[Sample], bench: Bench, 
 
 def verdict(report: dict[str, Any]) -> tuple[int, str]:
     """Exit code and the line saying why: 1 when any measured throughput ratio (the Python driver's, wrk's
-    keep-alive and `Connection: close`) is below FLOOR_RATIO. A run that measured no ratio passes. Pure."""
-    measured = {"python": report.get("throughput_ratio")}
+    keep-alive and `Connection: close`) is below FLOOR_RATIO, when a measured phase had errors (a throughput of
+    failed requests measures nothing), or when a target was measured but answered nothing (no ratio). A run
+    that measured nothing (wrk missing under `--driver wrk`) passes. Pure."""
+    sections = {"python": report}
     for mode in ("keepalive", "close"):
-        measured[f"wrk {mode}"] = (report.get("wrk") or {}).get(mode, {}).get("throughput_ratio")
-    ratios = {name: float(r) for name, r in measured.items() if r is not None}
-    low = {name: r for name, r in ratios.items() if r < FLOOR_RATIO}
-    if low:
-        shown = ", ".join(f"{name} {r:.3f}" for name, r in low.items())
-        return 1, f"FAIL: throughput ours/baseline below {FLOOR_RATIO}: {shown}"
+        sections[f"wrk {mode}"] = (report.get("wrk") or {}).get(mode, {})
+    problems, ratios = [], {}
+    for name, section in sections.items():
+        targets = section.get("targets") or {}
+        ratio = section.get("throughput_ratio")
+        if targets and ratio is None:
+            problems.append(f"{name}: a target answered no request")
+        errors = {t: n for t, n in ((t, _errors(v)) for t, v in targets.items()) if n}
+        problems += [f"{name}: {n} errors from {t}" for t, n in errors.items()]
+        if ratio is not None:
+            ratios[name] = float(ratio)
+    problems += [f"{name} {r:.3f}" for name, r in ratios.items() if r < FLOOR_RATIO]
+    if problems:
+        return 1, f"FAIL: throughput ours/baseline below {FLOOR_RATIO} or not measured: {', '.join(problems)}"
     shown = ", ".join(f"{name} {r:.3f}" for name, r in ratios.items()) or "no ratio measured"
     return 0, f"PASS: throughput ours/baseline at least {FLOOR_RATIO} ({shown})"
+
+
+def _errors(target: dict[str, Any]) -> int:
+    """A target's failed requests: wrk's count, or the Python driver's per-kind counts of both phases."""
+    if isinstance(target.get("errors"), int):
+        return int(target["errors"])
+    phases = (target.get(phase) or {} for phase in ("saturation", "fixed_rate"))
+    return sum(sum((p.get("errors") or {}).values()) for p in phases)
 
 
 def _cpu_per_request(summary: dict[str, Any]) -> float | None:

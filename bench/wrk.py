@@ -203,7 +203,7 @@ def summarize(samples: list[WrkSample], runner: WrkRunner, repeats: int) -> dict
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
-    return round(a / b, 3) if a and b else None
+    return round(a / b, 3) if a is not None and b else None  # 0.0 when ours answered nothing: a failure, not n/a
 
 
 def print_table(report: dict[str, Any]) -> None:

@@ -749,8 +749,8 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/test_console_edge.py::test_a_pre_sign_in_cookie_the_console_did_not_sign_is_never_trusted",)),
     # (end of R5)
     Mutant("R1", "bench.ingest passes whatever the throughput ratio", "bench/ingest.py", (
-        ("    low = {name: r for name, r in ratios.items() if r < FLOOR_RATIO}",
-         "    low = {name: r for name, r in ratios.items() if r < 0}"),),
+        ("    problems += [f\"{name} {r:.3f}\" for name, r in ratios.items() if r < FLOOR_RATIO]",
+         "    problems += [f\"{name} {r:.3f}\" for name, r in ratios.items() if r < 0]"),),
         ("tests/test_bench_ingest.py::test_the_benchmark_exits_1_when_any_ratio_is_below_the_floor",)),
     Mutant("R2", "the webhook's PUSH indexes the route again (the index upkeep back on the request path)",
            "runs/inbox_lua.py", (
@@ -1087,6 +1087,14 @@ MUTANTS: tuple[Mutant, ...] = (
                                "        url, decode_responses=True, socket_timeout=5, socket_connect_timeout=2, "
                                "health_check_interval=30,\n"),),
         ("tests/test_store_clients.py::test_new_connections_do_not_look_up_redis_pys_version",)),
+    Mutant("N17", "bench.ingest passes a run whose server failed its requests", "bench/ingest.py", (
+        ("        problems += [f\"{name}: {n} errors from {t}\" for t, n in errors.items()]\n", ""),),
+        ("tests/test_bench_ingest.py::test_a_server_that_answered_nothing_or_with_errors_fails_the_run",
+         "tests/test_bench_ingest.py::test_the_python_drivers_errors_count_in_both_of_its_phases")),
+    Mutant("N18", "a server that answered nothing has no throughput ratio (and passed)", "bench/wrk.py", (
+        ("    return round(a / b, 3) if a is not None and b else None",
+         "    return round(a / b, 3) if a and b else None"),),
+        ("tests/test_bench_ingest.py::test_a_server_that_answered_nothing_or_with_errors_fails_the_run",)),
     Mutant("W14", "the webhook door keeps less of a delivery than its run reads", "codehost/ingress.py", (
         ("json.dumps([h.to_json() for h in happenings], ensure_ascii=False)",
          'json.dumps([{**h.to_json(), "heads": []} for h in happenings], ensure_ascii=False)'),),
