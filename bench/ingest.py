@@ -494,7 +494,7 @@ def verdict(report: dict[str, Any]) -> tuple[int, str]:
         ratio = section.get("throughput_ratio")
         if targets and ratio is None:
             problems.append(f"{name}: a target answered no request")
-        errors = {t: n for t, n in ((t, _errors(v)) for t, v in targets.items()) if n}
+        errors = {t: n for t, n in ((t, failed_requests(v)) for t, v in targets.items()) if n}
         problems += [f"{name}: {n} errors from {t}" for t, n in errors.items()]
         if ratio is not None:
             ratios[name] = float(ratio)
@@ -505,7 +505,7 @@ def verdict(report: dict[str, Any]) -> tuple[int, str]:
     return 0, f"PASS: throughput ours/baseline at least {FLOOR_RATIO} ({shown})"
 
 
-def _errors(target: dict[str, Any]) -> int:
+def failed_requests(target: dict[str, Any]) -> int:
     """A target's failed requests: wrk's count, or the Python driver's per-kind counts of both phases."""
     if isinstance(target.get("errors"), int):
         return int(target["errors"])

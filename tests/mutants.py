@@ -1095,6 +1095,9 @@ MUTANTS: tuple[Mutant, ...] = (
         ("    return round(a / b, 3) if a is not None and b else None",
          "    return round(a / b, 3) if a and b else None"),),
         ("tests/test_bench_ingest.py::test_a_server_that_answered_nothing_or_with_errors_fails_the_run",)),
+    Mutant("N19", "bench.hooks passes a run whose targets failed requests", "bench/hooks.py", (
+        ("FLOOR and not any(errors.values())", "FLOOR"),),
+        ("tests/test_bench_hooks.py::test_the_webhooks_benchmark_fails_below_the_floor_or_on_any_error",)),
     Mutant("W14", "the webhook door keeps less of a delivery than its run reads", "codehost/ingress.py", (
         ("json.dumps([h.to_json() for h in happenings], ensure_ascii=False)",
          'json.dumps([{**h.to_json(), "heads": []} for h in happenings], ensure_ascii=False)'),),
