@@ -37,6 +37,7 @@ from bench.ingest import (
     summarize,
 )
 from bench.loadgen import Phase
+from bench.wrk import ratio as wrk_ratio
 from sandbox.codehost import github_request
 
 SECRET = "bench-github-secret"
@@ -89,7 +90,7 @@ def report(samples: list[Sample], args: argparse.Namespace, started: dict[str, A
     rps = {name: t["saturation"]["throughput_rps"] for name, t in targets.items()}
 
     def ratio(a: str, b: str) -> float | None:
-        return round(rps[a] / rps[b], 3) if rps[a] and rps[b] else None
+        return wrk_ratio(rps[a], rps[b])
 
     hooks_vs_feishu = ratio("hooks", "feishu")
     errors = {name: failed_requests(t) for name, t in targets.items()}

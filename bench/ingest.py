@@ -42,6 +42,7 @@ from bench.procstat import (
 )
 from bench.wrk import MISSING, WrkRunner, find_wrk
 from bench.wrk import print_table as wrk_print_table
+from bench.wrk import ratio as wrk_ratio
 from bench.wrk import summarize as wrk_summarize
 from core.keys import Keys
 from state.embedded import ensure_server
@@ -459,7 +460,7 @@ def build_report(args: argparse.Namespace, samples: list[Sample], bench: Bench, 
                  wall_s: float) -> dict[str, Any]:
     ours, base = summarize(samples, "ours"), summarize(samples, "baseline")
     t_ours, t_base = ours["saturation"]["throughput_rps"], base["saturation"]["throughput_rps"]
-    ratio = round(t_ours / t_base, 3) if t_ours is not None and t_base else None  # 0.0: ours answered nothing
+    ratio = wrk_ratio(t_ours, t_base)
     p99 = ours["fixed_rate"]["p99_ms"]
     cpu_ours, cpu_base = _cpu_per_request(ours), _cpu_per_request(base)
     return {
@@ -468,7 +469,7 @@ def build_report(args: argparse.Namespace, samples: list[Sample], bench: Bench, 
         "throughput_ratio_ok": ratio is not None and ratio >= TARGET_RATIO,
         "p99_at_rate_ms": p99, "p99_target_ms": TARGET_P99_MS,
         "p99_ok": p99 is not None and p99 < TARGET_P99_MS,
-        "cpu_per_request_ratio": round(cpu_ours / cpu_base, 3) if cpu_ours and cpu_base else None,
+        "cpu_per_request_ratio": wrk_ratio(cpu_ours, cpu_base),
         "params": {"duration_s": args.duration, "repeats": args.repeats, "concurrency": args.concurrency,
                    "rate_rps": args.rate, "rate_connections": args.rate_connections, "clients": args.clients,
                    "chats": args.chats or "fresh chat per event", "warmup_s": WARMUP_S,
@@ -494,8 +495,9 @@ def verdict(report: dict[str, Any]) -> tuple[int, str]:
         ratio = section.get("throughput_ratio")
         if targets and ratio is None:
             problems.append(f"{name}: a target answered no request")
-        errors = {t: n for t, n in ((t, failed_requests(v)) for t, v in targets.items()) if n}
-        problems += [f"{name}: {n} errors from {t}" for t, n in errors.items()]
+        for target, summary in targets.items():
+            if n := failed_requests(summary):
+                problems.append(f"{name}: {n} errors from {target}")
         if ratio is not None:
             ratios[name] = float(ratio)
     problems += [f"{name} {r:.3f}" for name, r in ratios.items() if r < FLOOR_RATIO]

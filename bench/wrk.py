@@ -196,14 +196,15 @@ def summarize(samples: list[WrkSample], runner: WrkRunner, repeats: int) -> dict
         o, b = per["ours"], per["baseline"]
         out[mode] = {
             "targets": per,
-            "throughput_ratio": _ratio(o["throughput_rps"], b["throughput_rps"]),
-            "cpu_per_request_ratio": _ratio(o["cpu_ms_per_req"], b["cpu_ms_per_req"]),
+            "throughput_ratio": ratio(o["throughput_rps"], b["throughput_rps"]),
+            "cpu_per_request_ratio": ratio(o["cpu_ms_per_req"], b["cpu_ms_per_req"]),
         }
     return out
 
 
-def _ratio(a: float | None, b: float | None) -> float | None:
-    return round(a / b, 3) if a is not None and b else None  # 0.0 when ours answered nothing: a failure, not n/a
+def ratio(a: float | None, b: float | None) -> float | None:
+    """a ÷ b to 3 places; 0.0 when a answered nothing (a failure, not "n/a"), None without a yardstick b."""
+    return round(a / b, 3) if a is not None and b else None
 
 
 def print_table(report: dict[str, Any]) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from bench.ingest import FLOOR_RATIO, verdict
-from bench.wrk import _ratio
+from bench.wrk import ratio as wrk_ratio
 
 
 def report(python: float | None, keepalive: float | None = None, close: float | None = None) -> dict[str, Any]:
@@ -37,7 +37,7 @@ def measured(ratio: float | None, ours_errors: int = 0, base_errors: int = 0) ->
 
 def test_a_server_that_answered_nothing_or_with_errors_fails_the_run() -> None:
     # A broken server once passed: every request failed, its throughput was 0 and the ratio "not measured".
-    assert _ratio(0.0, 2552.4) == 0.0
+    assert wrk_ratio(0.0, 2552.4) == 0.0
     code, line = verdict(measured(0.0, ours_errors=3443))
     assert code == 1 and "wrk keepalive: 3443 errors from ours" in line
     assert verdict(measured(None))[0] == 1  # measured, yet no ratio: a target answered nothing
